@@ -1,0 +1,42 @@
+"""Wire types shared by the control plane and the gateway.
+
+The control plane publishes the route table at ``GET /internal/v1/routes``; the gateway
+long-polls it and swaps its in-memory table. Neither server imports the other: this module
+is the whole contract between them, so keep it small and dependency-light.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from pydantic import BaseModel, ConfigDict
+
+ROUTES_PATH = "/internal/v1/routes"
+
+
+def token_digest(token: str) -> str:
+    """SHA-256 hex digest of a service token: what is stored for checking and what the
+    gateway receives, so a leaked route table does not leak usable tokens."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class Route(BaseModel):
+    """One service as the gateway needs it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    service: str
+    token_sha256: str
+    endpoints: list[str]  # base URLs of ready replicas, e.g. "http://127.0.0.1:41233"
+    timeout_ms: int  # upstream timeout (metadata.rpc.keepalive or the platform default)
+    rate_limit: int | None = None  # requests per second, None = unlimited
+    max_queue_size: int | None = None  # in-flight requests per service, None = unlimited
+    status: str  # service status, for the gateway's 503 detail
+
+
+class RouteTable(BaseModel):
+    """The full table at one version. ``version`` only grows; a watcher passes the last
+    version it has as ``?after=`` and gets an answer when a newer one exists."""
+
+    version: int
+    routes: list[Route]
