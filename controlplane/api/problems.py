@@ -1,0 +1,90 @@
+"""Errors as ``application/problem+json`` (RFC 9457): the one place where domain errors,
+request-parsing errors and crashes become HTTP responses. Never a traceback to the client."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from controlplane.errors import ControlPlaneError, InvalidSpec
+
+log = logging.getLogger(__name__)
+
+
+def problem(
+    status: int, title: str, detail: str, *, headers: Mapping[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
+    return JSONResponse(
+        body, status, headers=dict(headers or {}), media_type="application/problem+json"
+    )
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ControlPlaneError)
+    async def _domain(_: Request, exc: ControlPlaneError) -> JSONResponse:
+        extra: dict[str, Any] = {}
+        if isinstance(exc, InvalidSpec):
+            extra["errors"] = [
+                {"field": p.field, "message": p.message, "fix": p.fix} for p in exc.problems
+            ]
+        return problem(exc.status, exc.title, str(exc), **extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = []
+        for err in exc.errors():
+            if err["type"] == "json_invalid":
+                ctx = err.get("ctx", {})
+                return problem(
+                    400,
+                    "Malformed JSON",
+                    f"request body is not valid JSON: {ctx.get('error', err['msg'])}",
+                )
+            field = ".".join(str(p) for p in err["loc"][1:]) or str(err["loc"][0])
+            errors.append({"field": field, "message": err["msg"], "fix": ""})
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        return problem(422, "Invalid request", detail, errors=errors)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        return problem(
+            exc.status_code, _title(exc.status_code), str(exc.detail), headers=exc.headers
+        )
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem(500, "Internal error", "the control plane failed; see its log")
+
+
+def _title(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def json_body(raw: bytes) -> Any:
+    """Parse a request body, naming line and column when it is not JSON."""
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        where = (
+            f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+        )
+        raise MalformedBody(f"request body is not valid JSON{where}: {e}") from e
+
+
+class MalformedBody(ControlPlaneError):
+    status = 400
+    title = "Malformed JSON"

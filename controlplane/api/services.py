@@ -1,0 +1,172 @@
+"""REST handlers for ``/api/v2/services``: EAS-shaped paths, admin-authenticated.
+
+Thin: parse, call :class:`controlplane.services.Services`, shape the answer. Errors are raised
+as domain exceptions and turned into problem+json by ``controlplane.api.problems``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field
+
+from controlplane.api import schemas
+from controlplane.api.auth import AdminAuth
+from controlplane.api.problems import json_body
+from controlplane.errors import FieldProblem, InvalidSpec
+from controlplane.models import ServiceRow
+from controlplane.services import Services, SortKey
+from controlplane.settings import Settings
+
+SPEC_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ServiceSpec"}}},
+    }
+}
+
+
+class ScaleRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    Instance: int = Field(ge=0, le=100)
+
+
+def _request_id() -> str:
+    return str(uuid.uuid4()).upper()
+
+
+def router(services: Services, settings: Settings) -> APIRouter:
+    api = APIRouter(
+        prefix="/api/v2/services",
+        tags=["services"],
+        dependencies=[Depends(AdminAuth(settings.admin_token))],
+    )
+
+    def ends(request: Request, name: str) -> schemas.Endpoints:
+        own = str(request.base_url).rstrip("/")
+        return schemas.endpoints(name, settings.public_base(own), settings.intranet_base(own))
+
+    def public(request: Request, row: ServiceRow, response: Response) -> schemas.ServicePublic:
+        response.headers["ETag"] = f'"{row.version}"'
+        return schemas.service_public(row, ends(request, row.name))
+
+    @api.post("", status_code=200, openapi_extra=SPEC_BODY)
+    async def create(request: Request) -> schemas.ServiceCreated:
+        """Create a service from an EAS spec; answers its endpoints and token."""
+        row, token = await run_in_threadpool(services.create, json_body(await request.body()))
+        return schemas.ServiceCreated(
+            **ends(request, row.name).model_dump(),
+            RequestId=_request_id(),
+            ServiceId=row.uid,
+            ServiceName=row.name,
+            Region=row.cluster,
+            Status=row.status,
+            Token=token,
+        )
+
+    @api.get("")
+    def list_services(
+        request: Request,
+        page_number: Annotated[int, Query(alias="pageNumber", ge=1)] = 1,
+        page_size: Annotated[int, Query(alias="pageSize", ge=1, le=100)] = 20,
+        name: Annotated[str | None, Query(max_length=63)] = None,
+        status: str | None = None,
+        sort: SortKey = "createTime",
+        order: Literal["asc", "desc"] = "desc",
+    ) -> schemas.ServiceList:
+        """Services of this cluster, paged, filtered by name substring and status."""
+        rows, total = services.page(
+            page=page_number, size=page_size, name=name, status=status, sort=sort, order=order
+        )
+        return schemas.ServiceList(
+            RequestId=_request_id(),
+            TotalCount=total,
+            PageNumber=page_number,
+            PageSize=page_size,
+            Services=[schemas.service_public(r, ends(request, r.name)) for r in rows],
+        )
+
+    @api.get("/{cluster}/{name}")
+    def describe(
+        request: Request, response: Response, cluster: str, name: str
+    ) -> schemas.ServicePublic:
+        return public(request, services.get(cluster, name), response)
+
+    @api.put("/{cluster}/{name}", openapi_extra=SPEC_BODY)
+    async def update(
+        request: Request,
+        response: Response,
+        cluster: str,
+        name: str,
+        if_match: Annotated[str | None, Header()] = None,
+    ) -> schemas.ServicePublic:
+        """Merge the body (RFC 7386) into the spec. ``If-Match: "<ResourceVersion>"`` makes
+        the write conditional (412 when the service changed since it was read)."""
+        patch = json_body(await request.body())
+        if not isinstance(patch, dict):
+            raise InvalidSpec([FieldProblem("body", "expected a JSON object", "send {...}")])
+        row = await run_in_threadpool(services.update, cluster, name, patch, _version(if_match))
+        return public(request, row, response)
+
+    @api.delete("/{cluster}/{name}")
+    def delete(
+        request: Request, response: Response, cluster: str, name: str
+    ) -> schemas.ServicePublic:
+        """Delete: the replicas go first, then the service (status ``Deleting`` meanwhile)."""
+        return public(request, services.request_delete(cluster, name), response)
+
+    @api.put("/{cluster}/{name}/start")
+    def start(
+        request: Request, response: Response, cluster: str, name: str
+    ) -> schemas.ServicePublic:
+        return public(request, services.set_stopped(cluster, name, False), response)
+
+    @api.put("/{cluster}/{name}/stop")
+    def stop(
+        request: Request, response: Response, cluster: str, name: str
+    ) -> schemas.ServicePublic:
+        return public(request, services.set_stopped(cluster, name, True), response)
+
+    @api.put("/{cluster}/{name}/scale")
+    def scale(
+        request: Request, response: Response, cluster: str, name: str, body: ScaleRequest
+    ) -> schemas.ServicePublic:
+        """Set the instance count (``{"Instance": n}``)."""
+        return public(request, services.scale(cluster, name, body.Instance), response)
+
+    @api.post("/{cluster}/{name}/token")
+    def rotate_token(cluster: str, name: str) -> schemas.TokenPublic:
+        """Replace the service token; the old one stops working at the gateway."""
+        row, token = services.rotate_token(cluster, name)
+        return schemas.TokenPublic(RequestId=_request_id(), ServiceName=row.name, Token=token)
+
+    @api.get("/{cluster}/{name}/token")
+    def show_token(cluster: str, name: str) -> schemas.TokenPublic:
+        """The explicit admin call that reveals a service's token (never in describe/list)."""
+        row = services.get(cluster, name)
+        return schemas.TokenPublic(RequestId=_request_id(), ServiceName=row.name, Token=row.token)
+
+    @api.get("/{cluster}/{name}/events")
+    def events(cluster: str, name: str) -> schemas.EventList:
+        rows = services.events(cluster, name)
+        return schemas.EventList(
+            RequestId=_request_id(),
+            ServiceName=name,
+            Events=[schemas.event_public(e) for e in rows],
+        )
+
+    return api
+
+
+def _version(if_match: str | None) -> int | None:
+    if if_match is None:
+        return None
+    raw = if_match.strip().removeprefix("W/").strip('"')
+    if not raw.isdigit():
+        raise InvalidSpec(
+            [FieldProblem("If-Match", "expected a ResourceVersion", 'send If-Match: "3"')]
+        )
+    return int(raw)

@@ -1,0 +1,66 @@
+"""``openeas migrate`` and ``openeas controlplane``: the operator's entry points of the
+control plane (``openeas up`` composes the same pieces with the gateway and local runtime)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from controlplane import migrate
+from controlplane.db import make_engine
+from controlplane.settings import Settings, ensure_admin_token
+
+
+def migrate_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="openeas migrate", description=migrate.__doc__)
+    parser.add_argument("--to", default="head", help="revision: head (default), base or an id")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    url = settings.sqlalchemy_url
+    if args.to == "head":
+        migrate.upgrade(url)
+    else:
+        engine = make_engine(url)
+        at_head = not migrate.pending(engine)
+        engine.dispose()
+        # "--to <rev>" goes down from head, or up when the database is behind it.
+        (migrate.downgrade if at_head or args.to == "base" else migrate.upgrade)(url, args.to)
+    print(f"openeas: database at revision {args.to}")
+    return 0
+
+
+def announce_admin_token(settings: Settings, created: bool) -> None:
+    """Print a freshly generated admin token once; afterwards only its file is named."""
+    path = settings.data_dir / "admin_token"
+    if created:
+        print(f"openeas: admin token (shown once, stored in {path}): {settings.admin_token}")
+    elif not Settings().admin_token:
+        print(f"openeas: admin token in {path}")
+
+
+def controlplane_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="openeas controlplane", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--migrate", action="store_true", help="upgrade the schema first")
+    args = parser.parse_args(argv)
+
+    import uvicorn
+
+    from controlplane.api.app import create_app
+
+    settings, created = ensure_admin_token(Settings())
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.migrate:
+        migrate.upgrade(settings.sqlalchemy_url)
+    engine = make_engine(settings.sqlalchemy_url)
+    if migrate.pending(engine):
+        print(
+            "openeas: the database schema is not up to date: run 'openeas migrate'", file=sys.stderr
+        )
+        return 2
+    announce_admin_token(settings, created)
+    uvicorn.run(create_app(settings, engine), host=args.host, port=args.port, log_level="info")
+    return 0

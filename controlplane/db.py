@@ -1,0 +1,31 @@
+"""Engine and sessions for SQLite (default) and PostgreSQL, from the settings' URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def make_engine(url: str) -> Engine:
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        # FastAPI runs sync handlers in a thread pool; the reconciler has its own thread.
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+    engine = create_engine(url, **kwargs)
+    if url.startswith("sqlite"):
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")  # ON DELETE CASCADE for events
+    cur.execute("PRAGMA journal_mode=WAL")  # readers do not block the reconciler's writes
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
+
+
+def make_sessions(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,218 @@
+"""``eascmd``: the user's command line for services, shaped like Alibaba's EAS tool.
+
+Every failure prints one clear message and exits non-zero; nothing prints a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from controlplane.eascmd import configfile, render
+from controlplane.eascmd.client import ApiError, Client
+from controlplane.eascmd.profile import NoProfile, Profile, load, save
+from controlplane.services import merge_patch
+
+TERMINAL_OK = "Running"
+TERMINAL_BAD = "Failed"
+
+
+class CliError(Exception):
+    pass
+
+
+def read_config(file: str) -> dict[str, Any]:
+    try:
+        text = Path(file).read_text(encoding="utf-8-sig")
+    except OSError as e:
+        raise CliError(f"eascmd: cannot read {file}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise CliError(f"eascmd: {file} is not UTF-8 text (byte {e.start})") from e
+    try:
+        value = configfile.parse(text)
+    except configfile.ConfigSyntaxError as e:
+        raise CliError(e.render(file, text)) from e
+    if not isinstance(value, dict):
+        raise CliError(f"eascmd: {file} must hold a JSON object {{...}}")
+    return value
+
+
+def overrides(pairs: list[str]) -> dict[str, Any]:
+    """``-Dmetadata.instance=2`` -> {"metadata": {"instance": 2}} (values parsed as JSON
+    when they are JSON, else taken as strings)."""
+    patch: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise CliError(
+                f"eascmd: -D{pair}: expected -Dkey.path=value, e.g. -Dmetadata.instance=2"
+            )
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        for part in reversed(key.split(".")):
+            value = {part: value}
+        patch = merge_patch(patch, value)
+    return patch
+
+
+def wait(client: Client, name: str, timeout: float, interval: float = 1.0) -> int:
+    """Print status lines as the service changes until Running (0) or Failed (1)."""
+    print("[OK] Service is now deploying")
+    synced = False
+    last = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        svc = client.call("GET", client.service_path(name))
+        if not synced and svc["ObservedGeneration"] >= svc["Generation"]:
+            print("[OK] Successfully synchronized resources")
+            synced = True
+        line = render.status_line(svc)
+        if synced and line != last and svc["Status"] not in ("Creating", TERMINAL_BAD):
+            print(line, flush=True)
+            last = line
+        if synced and svc["Status"] == TERMINAL_OK:
+            print("[OK] Service is running")
+            return 0
+        if svc["Status"] == TERMINAL_BAD:
+            print(f"[FAILED] {svc['Reason']}: {svc['Message']}")
+            return 1
+        time.sleep(interval)
+    print(
+        f"[FAILED] service {name!r} was not running after {timeout:.0f}s: see 'eascmd desc {name}'"
+    )
+    return 1
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    where = save(Profile(args.endpoint, args.key, args.region))
+    print(f"[OK] configuration saved to {where}")
+    return 0
+
+
+def _cmd_create(args: argparse.Namespace, client: Client) -> int:
+    body = client.call("POST", "/api/v2/services", json=read_config(args.file))
+    print(render.created(body), flush=True)
+    return 0 if args.no_wait else wait(client, body["ServiceName"], args.timeout)
+
+
+def _cmd_modify(args: argparse.Namespace, client: Client) -> int:
+    patch = read_config(args.service_file) if args.service_file else {}
+    patch = merge_patch(patch, overrides(args.define))
+    if not patch:
+        raise CliError("eascmd: nothing to change: give -s <file> and/or -Dkey=value")
+    client.call("PUT", client.service_path(args.name), json=patch)
+    print(f"[OK] Service {args.name} is updating")
+    return 0 if args.no_wait else wait(client, args.name, args.timeout)
+
+
+def _simple(method: str, action: str, done: str) -> Callable[[argparse.Namespace, Client], int]:
+    def run(args: argparse.Namespace, client: Client) -> int:
+        client.call(method, client.service_path(args.name, action))
+        print(f"[OK] {done.format(name=args.name)}")
+        return 0
+
+    return run
+
+
+def _cmd_desc(args: argparse.Namespace, client: Client) -> int:
+    print(render.describe(client.call("GET", client.service_path(args.name))))
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace, client: Client) -> int:
+    params = {"pageNumber": args.page, "pageSize": args.page_size}
+    params |= {k: v for k, v in (("name", args.filter), ("status", args.status)) if v}
+    print(render.service_list(client.call("GET", "/api/v2/services", params=params)))
+    return 0
+
+
+def _cmd_events(args: argparse.Namespace, client: Client) -> int:
+    print(render.events(client.call("GET", client.service_path(args.name, "events"))))
+    return 0
+
+
+def _cmd_token(args: argparse.Namespace, client: Client) -> int:
+    method = "POST" if args.rotate else "GET"
+    print(client.call(method, client.service_path(args.name, "token"))["Token"])
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="eascmd", description="Manage OpenEAS services.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="command")
+
+    c = sub.add_parser("config", help="save the control plane's endpoint and admin token")
+    c.add_argument("-e", "--endpoint", required=True)
+    c.add_argument("-k", "--key", required=True, help="admin token")
+    c.add_argument("-r", "--region", default="local", help="cluster id (OPENEAS_CLUSTER_ID)")
+
+    c = sub.add_parser("create", help="create a service from a JSON config file")
+    c.add_argument("file")
+    c.add_argument("--no-wait", action="store_true", help="return after the endpoint table")
+    c.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for Running")
+    c.set_defaults(run=_cmd_create)
+
+    c = sub.add_parser("modify", help="change a service: -s <file> and/or -Dkey=value")
+    c.add_argument("name")
+    c.add_argument("-s", dest="service_file", help="config file with the fields to change")
+    c.add_argument("-D", dest="define", action="append", default=[], metavar="KEY=VALUE")
+    c.add_argument("--no-wait", action="store_true")
+    c.add_argument("--timeout", type=float, default=900.0)
+    c.set_defaults(run=_cmd_modify)
+
+    for name, help_text, run in (
+        ("desc", "describe a service", _cmd_desc),
+        ("events", "list a service's events", _cmd_events),
+        (
+            "stop",
+            "stop a service (0 replicas)",
+            _simple("PUT", "stop", "Service {name} is stopping"),
+        ),
+        ("start", "start a stopped service", _simple("PUT", "start", "Service {name} is starting")),
+        ("delete", "delete a service", _simple("DELETE", "", "Service {name} is being deleted")),
+    ):
+        c = sub.add_parser(name, help=help_text)
+        c.add_argument("name")
+        c.set_defaults(run=run)
+
+    c = sub.add_parser("token", help="show a service's token (--rotate for a new one)")
+    c.add_argument("name")
+    c.add_argument("--rotate", action="store_true")
+    c.set_defaults(run=_cmd_token)
+
+    c = sub.add_parser("list", help="list services")
+    c.add_argument("--filter", help="name contains")
+    c.add_argument("--status")
+    c.add_argument("--page", type=int, default=1)
+    c.add_argument("--page-size", type=int, default=50)
+    c.set_defaults(run=_cmd_list)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "config":
+            return _cmd_config(args)
+        client = Client(load())
+        code: int = args.run(args, client)
+        return code
+    except (CliError, NoProfile) as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except ApiError as e:
+        print(f"[FAILED] {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""HTTP client of ``eascmd`` for the control plane's REST API. Turns problem+json answers
+and connection failures into :class:`ApiError` with a message a user can act on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from controlplane.eascmd.profile import Profile
+
+
+class ApiError(RuntimeError):
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Client:
+    def __init__(self, profile: Profile, timeout: float = 30.0) -> None:
+        self.profile = profile
+        self._http = httpx.Client(
+            base_url=profile.endpoint,
+            headers={"Authorization": f"Bearer {profile.token}"},
+            timeout=timeout,
+        )
+
+    def service_path(self, name: str, action: str = "") -> str:
+        return f"/api/v2/services/{self.profile.region}/{name}" + (f"/{action}" if action else "")
+
+    def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise ApiError(
+                f"cannot reach the control plane at {self.profile.endpoint} "
+                f"({type(e).__name__}): is 'openeas up' running? (eascmd config -e ...)"
+            ) from e
+        if response.is_success:
+            body: dict[str, Any] = response.json()
+            return body
+        raise ApiError(_problem_text(response), response.status_code)
+
+
+def _problem_text(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return f"HTTP {response.status_code} from the control plane"
+    if not isinstance(body, dict):
+        return f"HTTP {response.status_code} from the control plane"
+    title = body.get("title", "Error")
+    errors = body.get("errors") or []
+    if not errors:
+        return f"{title}: {body.get('detail', '')}"
+    lines = [f"{title}:"]
+    for err in errors:
+        fix = f" - {err['fix']}" if err.get("fix") else ""
+        lines.append(f"  {err['field']}: {err['message']}{fix}")
+    return "\n".join(lines)

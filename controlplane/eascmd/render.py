@@ -1,0 +1,105 @@
+"""Text output of ``eascmd``, in the shape of Alibaba's tool (tables, ``[OK]`` lines). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None) -> str:
+    cells = [list(map(str, r)) for r in ([header] if header else []) + list(rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    lines = [rule]
+    for n, row in enumerate(cells):
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+        if header and n == 0:
+            lines.append(rule)
+    lines.append(rule)
+    return "\n".join(lines)
+
+
+def created(body: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"[RequestId]: {body['RequestId']}",
+            table(
+                [
+                    ("Internet Endpoint", body["InternetEndpoint"]),
+                    ("Intranet Endpoint", body["IntranetEndpoint"]),
+                    ("Token", body["Token"]),
+                ]
+            ),
+        ]
+    )
+
+
+def counts(svc: dict[str, Any]) -> str:
+    return (
+        f"[Total: {svc['TotalInstance']}, Pending: {svc['PendingInstance']}, "
+        f"Running: {svc['RunningInstance']}]"
+    )
+
+
+def status_line(svc: dict[str, Any]) -> str:
+    """One progress line while waiting, e.g. ``[OK] Waiting [Total: 1, Pending: 1, ...]``."""
+    return f"[OK] {svc['Status']} {counts(svc)}"
+
+
+def describe(svc: dict[str, Any]) -> str:
+    cfg = svc.get("ServiceConfig", {})
+    rows = [
+        ("ServiceName", svc["ServiceName"]),
+        ("Region", svc["Region"]),
+        ("Status", svc["Status"]),
+        ("Reason", svc.get("Reason") or "-"),
+        ("Message", svc.get("Message") or "-"),
+        ("Instances", counts(svc)),
+        ("Processor", cfg.get("processor", "")),
+        ("ProcessorParams", " ".join(cfg.get("processor_params", []))),
+        ("InternetEndpoint", svc["InternetEndpoint"]),
+        ("IntranetEndpoint", svc["IntranetEndpoint"]),
+        ("Generation", f"{svc['Generation']} (observed {svc['ObservedGeneration']})"),
+        ("CreateTime", svc["CreateTime"]),
+        ("UpdateTime", svc["UpdateTime"]),
+    ]
+    out = table(rows, ("Property", "Value"))
+    replicas = svc.get("Replicas") or []
+    if replicas:
+        out += "\n" + table(
+            [
+                (
+                    str(r.get("index", "")),
+                    r.get("state", ""),
+                    r.get("endpoint") or "-",
+                    str(r.get("restarts", 0)),
+                    r.get("message") or "",
+                )
+                for r in replicas
+            ],
+            ("Replica", "State", "Endpoint", "Restarts", "Message"),
+        )
+    return out
+
+
+def service_list(body: dict[str, Any]) -> str:
+    rows = [
+        (
+            s["ServiceName"],
+            s["Region"],
+            f"{s['RunningInstance']}/{s['TotalInstance']}",
+            s["Status"],
+            s["CreateTime"],
+        )
+        for s in body["Services"]
+    ]
+    if not rows:
+        return "No services."
+    footer = f"Page {body['PageNumber']}, {len(rows)} of {body['TotalCount']} service(s)"
+    header = ("ServiceName", "Region", "Running", "Status", "CreateTime")
+    return table(rows, header) + "\n" + footer
+
+
+def events(body: dict[str, Any]) -> str:
+    rows = [(e["Time"], e["Type"], e["Reason"], e["Message"]) for e in body["Events"]]
+    return table(rows, ("Time", "Type", "Reason", "Message")) if rows else "No events."

@@ -1,0 +1,51 @@
+"""Domain errors of the control plane. The API maps them to HTTP in one place
+(``controlplane.api.problems``); the reconciler uses the retry types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    field: str  # dotted path into the spec, e.g. "metadata.instance", "processor_params[0]"
+    message: str
+    fix: str = ""
+
+
+class ControlPlaneError(Exception):
+    """Base of the errors the API turns into problem+json."""
+
+    status = 400
+    title = "Bad request"
+
+
+class InvalidSpec(ControlPlaneError):
+    status = 422
+    title = "Invalid service spec"
+
+    def __init__(self, problems: list[FieldProblem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{p.field}: {p.message}" for p in problems))
+
+
+class ServiceNotFound(ControlPlaneError):
+    status = 404
+    title = "Service not found"
+
+
+class ServiceExists(ControlPlaneError):
+    status = 409
+    title = "Service already exists"
+
+
+class Conflict(ControlPlaneError):
+    """The service changed since the caller read it (If-Match mismatch) or is being deleted."""
+
+    status = 409
+    title = "Conflict"
+
+
+class PreconditionFailed(ControlPlaneError):
+    status = 412
+    title = "Precondition failed"

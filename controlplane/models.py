@@ -1,0 +1,69 @@
+"""Stored shapes (SQLAlchemy 2 tables). Only Alembic migrations change the schema; a test
+checks that these models and ``migrations/versions`` do not drift."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ServiceRow(Base):
+    __tablename__ = "services"
+    __table_args__ = (UniqueConstraint("cluster", "name", name="uq_services_cluster_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uid: Mapped[str] = mapped_column(String(36), unique=True)
+    cluster: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(63))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # The token itself is kept for the explicit admin "show token" call and the console;
+    # everything that only checks tokens (the gateway) gets the digest.
+    token: Mapped[str] = mapped_column(String(128))
+    token_sha256: Mapped[str] = mapped_column(String(64))
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    observed_generation: Mapped[int] = mapped_column(Integer, default=0)
+    stopped: Mapped[bool] = mapped_column(default=False)
+    deleting: Mapped[bool] = mapped_column(default=False)
+    status: Mapped[str] = mapped_column(String(16), default="Creating")
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    total_instances: Mapped[int] = mapped_column(Integer, default=0)
+    pending_instances: Mapped[int] = mapped_column(Integer, default=0)
+    running_instances: Mapped[int] = mapped_column(Integer, default=0)
+    # Replicas as last observed by the reconciler: [{index, state, endpoint, restarts, ...}].
+    replicas: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Optimistic concurrency: every UPDATE checks and bumps it, so no write is lost.
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    events: Mapped[list[EventRow]] = relationship(
+        back_populates="service", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+    __mapper_args__ = {"version_id_col": version}  # noqa: RUF012
+
+
+class EventRow(Base):
+    __tablename__ = "service_events"
+    __table_args__ = (Index("ix_service_events_service_id", "service_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    service_id: Mapped[int] = mapped_column(ForeignKey("services.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    type: Mapped[str] = mapped_column(String(16))  # Normal | Warning
+    reason: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+
+    service: Mapped[ServiceRow] = relationship(back_populates="events")

@@ -1,0 +1,260 @@
+"""Service operations on the database: what each API call does to a stored service.
+
+Called by the REST handlers (one session per request) and, for status, by the reconciler.
+Each operation is one transaction; concurrent writers are serialised by the row's
+``version`` (optimistic concurrency) and retried here, so no write is ever lost.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
+
+from controlplane.errors import (
+    Conflict,
+    FieldProblem,
+    InvalidSpec,
+    PreconditionFailed,
+    ServiceExists,
+    ServiceNotFound,
+)
+from controlplane.models import EventRow, ServiceRow, utcnow
+from controlplane.spec import split_token, validate_spec
+from openeas.wire import token_digest
+
+T = TypeVar("T")
+SortKey = Literal["name", "createTime", "updateTime", "status"]
+_SORT_COLUMNS = {
+    "name": ServiceRow.name,
+    "createTime": ServiceRow.created_at,
+    "updateTime": ServiceRow.updated_at,
+    "status": ServiceRow.status,
+}
+_RETRIES = 8
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def add_event(row: ServiceRow, reason: str, message: str, *, warning: bool = False) -> None:
+    row.events.append(
+        EventRow(type="Warning" if warning else "Normal", reason=reason, message=message)
+    )
+
+
+class Services:
+    """Operations on the services of one cluster."""
+
+    def __init__(self, sessions: sessionmaker[Session], cluster: str) -> None:
+        self._sessions = sessions
+        self.cluster = cluster
+
+    # -- reads ---------------------------------------------------------------------------
+    def get(self, cluster: str, name: str) -> ServiceRow:
+        with self._sessions() as s:
+            return self._load(s, cluster, name)
+
+    def page(
+        self,
+        *,
+        page: int,
+        size: int,
+        name: str | None = None,
+        status: str | None = None,
+        sort: SortKey = "createTime",
+        order: Literal["asc", "desc"] = "desc",
+    ) -> tuple[list[ServiceRow], int]:
+        query = select(ServiceRow).where(ServiceRow.cluster == self.cluster)
+        if name:
+            query = query.where(ServiceRow.name.contains(name, autoescape=True))
+        if status:
+            query = query.where(ServiceRow.status == status)
+        column = _SORT_COLUMNS[sort]
+        ordered = query.order_by(column.desc() if order == "desc" else column.asc(), ServiceRow.id)
+        with self._sessions() as s:
+            total = s.scalar(select(func.count()).select_from(query.subquery())) or 0
+            rows = s.scalars(ordered.offset((page - 1) * size).limit(size)).all()
+            return list(rows), total
+
+    def events(self, cluster: str, name: str, limit: int = 200) -> list[EventRow]:
+        with self._sessions() as s:
+            row = self._load(s, cluster, name)
+            query = (
+                select(EventRow)
+                .where(EventRow.service_id == row.id)
+                .order_by(EventRow.id.desc())
+                .limit(limit)
+            )
+            return list(reversed(s.scalars(query).all()))
+
+    # -- writes --------------------------------------------------------------------------
+    def create(self, data: Any) -> tuple[ServiceRow, str]:
+        spec = validate_spec(data)
+        stored, custom_token = split_token(spec)
+        token = custom_token or new_token()
+        row = ServiceRow(
+            uid=_uid(),
+            cluster=self.cluster,
+            name=spec.name,
+            spec=stored,
+            token=token,
+            token_sha256=token_digest(token),
+            status="Creating",
+            total_instances=spec.metadata.instance,
+            pending_instances=spec.metadata.instance,
+        )
+        add_event(row, "Created", f"service created with {spec.metadata.instance} instance(s)")
+        with self._sessions() as s:
+            s.add(row)
+            try:
+                s.commit()
+            except IntegrityError as e:
+                raise ServiceExists(
+                    f"a service named {spec.name!r} already exists: pick another name, or "
+                    f"change it with 'eascmd modify {spec.name} -s <file>'"
+                ) from e
+        return row, token
+
+    def update(
+        self, cluster: str, name: str, patch: dict[str, Any], if_match: int | None = None
+    ) -> ServiceRow:
+        """Apply an RFC 7386 merge patch to the spec; the result is validated whole."""
+        if "name" in patch and patch["name"] != name:
+            raise InvalidSpec(
+                [FieldProblem("name", "a service cannot be renamed", f"use {name!r} or omit it")]
+            )
+
+        def change(row: ServiceRow) -> None:
+            current = dict(row.spec, token=row.token)
+            spec = validate_spec(merge_patch(current, patch))
+            stored, token = split_token(spec)
+            if token and token != row.token:
+                _set_token(row, token)
+                add_event(row, "TokenChanged", "service token replaced by the spec's token")
+            if stored != row.spec:
+                row.spec = stored
+                _bump(row, "Updated", "spec updated")
+
+        return self._write(cluster, name, change, if_match)
+
+    def scale(self, cluster: str, name: str, instance: int) -> ServiceRow:
+        def change(row: ServiceRow) -> None:
+            metadata = dict(row.spec.get("metadata", {}), instance=instance)
+            spec = validate_spec(dict(row.spec, metadata=metadata))
+            stored, _ = split_token(spec)
+            if stored != row.spec:
+                row.spec = stored
+                _bump(row, "Scaled", f"instances set to {instance}")
+
+        return self._write(cluster, name, change)
+
+    def set_stopped(self, cluster: str, name: str, stopped: bool) -> ServiceRow:
+        def change(row: ServiceRow) -> None:
+            if row.stopped != stopped:
+                row.stopped = stopped
+                _bump(
+                    row,
+                    "Stopping" if stopped else "Starting",
+                    "stop requested" if stopped else "start requested",
+                )
+                row.status = "Stopping" if stopped else "Updating"
+
+        return self._write(cluster, name, change)
+
+    def request_delete(self, cluster: str, name: str) -> ServiceRow:
+        """Mark for deletion; the reconciler removes the replicas, then the row."""
+
+        def change(row: ServiceRow) -> None:
+            if not row.deleting:
+                row.deleting = True
+                _bump(row, "Deleting", "delete requested")
+                row.status = "Deleting"
+
+        return self._write(cluster, name, change)
+
+    def rotate_token(self, cluster: str, name: str) -> tuple[ServiceRow, str]:
+        token = new_token()
+
+        def change(row: ServiceRow) -> None:
+            _set_token(row, token)
+            add_event(row, "TokenRotated", "service token rotated")
+
+        return self._write(cluster, name, change), token
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _load(self, s: Session, cluster: str, name: str) -> ServiceRow:
+        if cluster != self.cluster:
+            raise ServiceNotFound(
+                f"unknown cluster {cluster!r}: this control plane serves {self.cluster!r}"
+            )
+        row = s.scalar(
+            select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.name == name)
+        )
+        if row is None:
+            raise ServiceNotFound(f"no service named {name!r}: see 'eascmd list'")
+        return row
+
+    def _write(
+        self,
+        cluster: str,
+        name: str,
+        change: Callable[[ServiceRow], None],
+        if_match: int | None = None,
+    ) -> ServiceRow:
+        for _ in range(_RETRIES):
+            with self._sessions() as s:
+                row = self._load(s, cluster, name)
+                if if_match is not None and row.version != if_match:
+                    raise PreconditionFailed(
+                        f"service {name!r} is at version {row.version}, not {if_match}: "
+                        "read it again and re-apply your change"
+                    )
+                if row.deleting:
+                    raise Conflict(f"service {name!r} is being deleted")
+                change(row)
+                if not s.dirty and not s.new:
+                    return row
+                row.updated_at = utcnow()
+                try:
+                    s.commit()
+                    return row
+                except StaleDataError:
+                    s.rollback()  # someone else wrote first: re-read and re-apply
+        raise Conflict(f"service {name!r} is being changed concurrently: try again")
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge recursively, null deletes, rest replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _bump(row: ServiceRow, reason: str, message: str) -> None:
+    row.generation += 1
+    if row.status in ("Running", "Failed", "Waiting"):
+        row.status = "Updating"
+    add_event(row, reason, message)
+
+
+def _set_token(row: ServiceRow, token: str) -> None:
+    row.token = token
+    row.token_sha256 = token_digest(token)
+
+
+def _uid() -> str:
+    return str(uuid.uuid4())

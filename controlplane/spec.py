@@ -1,0 +1,132 @@
+"""The EAS service spec: what users write in ``triton.config`` and POST to the API.
+
+Input shapes only (pydantic, unknown fields rejected). The API validates every create and
+update through :func:`validate_spec`, which adds the processor's own checks, so a bad spec
+never reaches the database.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from controlplane.errors import FieldProblem, InvalidSpec
+from processors import registry
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,61}[a-z0-9]$|^[a-z]$")
+TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-+/=.]{16,128}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Rpc(_Strict):
+    keepalive: int | None = Field(default=None, ge=1, le=3_600_000)  # ms per request
+    max_queue_size: int | None = Field(default=None, ge=1, le=100_000)
+    rate_limit: int | None = Field(default=None, ge=1, le=1_000_000)  # requests per second
+
+
+class Metadata(_Strict):
+    instance: int = Field(default=1, ge=0, le=100)
+    cpu: int = Field(default=1, ge=1, le=512)
+    gpu: int = Field(default=0, ge=0, le=16)
+    memory: int = Field(default=2000, ge=64, le=4_194_304)  # MB
+    resource: str | None = Field(default=None, min_length=1, max_length=128)
+    rpc: Rpc = Field(default_factory=Rpc)
+
+
+class ServiceSpec(_Strict):
+    """The EAS JSON. ``token`` is taken out before storing (see :func:`split_token`)."""
+
+    name: str
+    processor: str
+    processor_params: list[str] = Field(default_factory=list, max_length=64)
+    token: str | None = None
+    model_path: str | None = Field(default=None, max_length=2048)
+    oss_endpoint: str | None = Field(default=None, max_length=256)
+    metadata: Metadata = Field(default_factory=Metadata)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if NAME_RE.match(v):
+            return v
+        hint = re.sub(r"[^a-z0-9_]", "_", v.lower()).strip("_") or "my_service"
+        if not hint[0].isalpha():
+            hint = "svc_" + hint
+        raise ValueError(
+            "service names are 1-63 lowercase letters, digits and '_', starting with a "
+            f"letter and not ending with '_'; for example {hint[:63]!r}"
+        )
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, v: str | None) -> str | None:
+        if v is not None and not TOKEN_RE.match(v):
+            raise ValueError(
+                "a custom token is 16-128 characters of letters, digits and -_+/=.; "
+                "or leave it out and one is generated"
+            )
+        return v
+
+
+def k8s_name(name: str) -> str:
+    """Kubernetes object name of a service. EAS names allow '_' but no '-', so replacing one
+    by the other is deterministic and cannot make two services collide."""
+    return name.replace("_", "-")
+
+
+def validate_spec(data: Any) -> ServiceSpec:
+    """Parse and check a spec (schema, then processor flags); InvalidSpec lists every
+    problem with its field path."""
+    try:
+        spec = ServiceSpec.model_validate(data)
+    except ValidationError as e:
+        raise InvalidSpec([_problem(err) for err in e.errors()]) from e
+    try:
+        processor = registry.get(spec.processor)
+        params = processor.validate(spec.processor_params)
+    except registry.ProcessorError as e:
+        raise InvalidSpec([FieldProblem(e.field, str(e), e.fix)]) from e
+    return spec.model_copy(update={"processor_params": params})
+
+
+def split_token(spec: ServiceSpec) -> tuple[dict[str, Any], str | None]:
+    """The spec as stored (no token: it lives in its own column) and the custom token."""
+    return spec.model_dump(exclude={"token"}, exclude_none=True), spec.token
+
+
+_FIXES = {
+    "int_type": "use a whole number without quotes, e.g. 1",
+    "string_type": 'use a string in double quotes, e.g. "value"',
+    "list_type": 'use a list, e.g. ["--model-repository=oss://bucket/models"]',
+    "missing": "add this field",
+    "model_type": "use an object { ... }",
+    "dict_type": "use an object { ... }",
+}
+
+
+def _problem(err: Any) -> FieldProblem:
+    loc = _path(err["loc"])
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = ServiceSpec
+        for part in err["loc"][:-1]:
+            parent = parent.model_fields[str(part)].annotation  # type: ignore[assignment]
+        allowed = ", ".join(parent.model_fields)
+        return FieldProblem(loc, "unknown field", f"remove it; allowed here: {allowed}")
+    message = str(err["msg"]).removeprefix("Value error, ")
+    fix = _FIXES.get(kind, "")
+    if kind.startswith(("greater_than", "less_than")) or kind.endswith("length"):
+        fix = "change the value to fit that limit"
+    return FieldProblem(loc, message, fix)
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"

@@ -1,0 +1,229 @@
+"""REST API of the control plane, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from openeas.wire import token_digest
+from tests.controlplane.conftest import seed_spec
+
+SVC = "/api/v2/services/local/triton_test"
+
+
+def create(client: TestClient, **changes: Any) -> dict[str, Any]:
+    r = client.post("/api/v2/services", json=seed_spec(**changes))
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def errors_of(r: Any) -> dict[str, str]:
+    assert r.headers["content-type"] == "application/problem+json"
+    return {e["field"]: e["message"] + " | " + e["fix"] for e in r.json()["errors"]}
+
+
+def test_create_answers_endpoints_and_token_and_stores_the_spec(client: TestClient) -> None:
+    body = create(client)
+    assert body["ServiceName"] == "triton_test"
+    assert body["InternetEndpoint"] == "http://gateway.example:8080/api/predict/triton_test"
+    assert body["IntranetEndpoint"] == (
+        "http://openeas-gateway.openeas.svc.cluster.local/api/predict/triton_test"
+    )
+    assert len(body["Token"]) >= 32 and body["Status"] == "Creating" and body["RequestId"]
+
+    desc = client.get(SVC).json()
+    assert desc["Generation"] == 1 and desc["ObservedGeneration"] == 0
+    assert desc["ServiceConfig"]["processor_params"][0].startswith("--model-repository=oss://")
+    assert desc["TotalInstance"] == 1 and desc["PendingInstance"] == 1
+    assert body["Token"] not in client.get(SVC).text  # describe never shows the token
+    assert body["Token"] not in client.get("/api/v2/services").text
+    assert client.get(SVC + "/token").json()["Token"] == body["Token"]
+    events = client.get(SVC + "/events").json()["Events"]
+    assert [e["Reason"] for e in events] == ["Created"]
+
+
+def test_custom_token_is_kept_out_of_the_stored_spec(client: TestClient) -> None:
+    create(client, token="my-own-token-0123456789")
+    desc = client.get(SVC).json()
+    assert "token" not in desc["ServiceConfig"]
+    assert client.get(SVC + "/token").json()["Token"] == "my-own-token-0123456789"
+
+
+def test_duplicate_name_is_a_conflict(client: TestClient) -> None:
+    create(client)
+    r = client.post("/api/v2/services", json=seed_spec())
+    assert r.status_code == 409
+    assert "already exists" in r.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        ({"name": "Triton-Test"}, "name", "'triton_test'"),
+        ({"name": "x" * 64}, "name", "1-63"),
+        ({"name": "bad_"}, "name", "not ending"),
+        ({"metadata": {"instance": "1"}}, "metadata.instance", "whole number"),
+        ({"metadata": {"instance": 101}}, "metadata.instance", "100"),
+        ({"metadata": {"gpu": -1}}, "metadata.gpu", "greater than or equal to 0"),
+        ({"metadata": {"memory": 10, "cpu": 1}}, "metadata.memory", "64"),
+        ({"metadata": {"gpu_memory": 10}}, "metadata.gpu_memory", "allowed here: instance"),
+        ({"metadata": {"rpc": {"keepalive": 0}}}, "metadata.rpc.keepalive", "greater than"),
+        ({"extra": 1}, "extra", "remove it"),
+        ({"processor": "tensorflow"}, "processor", "triton"),
+        ({"processor_params": "--x"}, "processor_params", "use a list"),
+        ({"token": "short"}, "token", "16-128"),
+    ],
+)
+def test_bad_specs_name_the_field_and_the_fix_and_store_nothing(
+    client: TestClient, changes: dict[str, Any], field: str, words: str
+) -> None:
+    r = client.post("/api/v2/services", json=seed_spec(**changes))
+    assert r.status_code == 422, r.text
+    errors = errors_of(r)
+    assert field in errors, errors
+    assert words in errors[field]
+    assert client.get("/api/v2/services").json()["TotalCount"] == 0
+
+
+def test_missing_name_and_processor_are_reported_together(client: TestClient) -> None:
+    r = client.post("/api/v2/services", json={"metadata": {}})
+    assert set(errors_of(r)) == {"name", "processor"}
+
+
+def test_pasted_en_dash_flag_is_refused_with_the_right_spelling(client: TestClient) -> None:
+    r = client.post(
+        "/api/v2/services",
+        json=seed_spec(processor_params=["–model-repository=oss://triton-model-repo/models"]),
+    )
+    assert r.status_code == 422
+    (field, text), *_ = errors_of(r).items()
+    assert field == "processor_params[0]"
+    assert "--model-repository=oss://triton-model-repo/models" in text
+
+
+def test_malformed_json_names_line_and_column(client: TestClient) -> None:
+    r = client.post("/api/v2/services", content=b'{\n "name": "a",\n}')
+    assert r.status_code == 400
+    assert r.headers["content-type"] == "application/problem+json"
+    assert "line 3 column 1" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("header", [None, "Bearer wrong", "admin-token-for-tests-0123456789"])
+def test_admin_credential_is_required(client: TestClient, header: str | None) -> None:
+    headers = {"Authorization": header} if header else {}
+    client.headers.pop("Authorization")
+    r = client.get("/api/v2/services", headers=headers)
+    assert r.status_code == 401
+    assert r.headers["www-authenticate"] == "Bearer"
+    assert r.headers["content-type"] == "application/problem+json"
+
+
+def test_list_pages_filters_and_sorts(client: TestClient) -> None:
+    for name in ("alpha", "beta", "gamma_one", "gamma_two"):
+        create(client, name=name)
+    client.put("/api/v2/services/local/beta/stop")
+    page = client.get("/api/v2/services", params={"pageSize": 3, "sort": "name", "order": "asc"})
+    assert [s["ServiceName"] for s in page.json()["Services"]] == ["alpha", "beta", "gamma_one"]
+    assert page.json()["TotalCount"] == 4
+    page2 = client.get(
+        "/api/v2/services", params={"pageSize": 3, "pageNumber": 2, "sort": "name", "order": "asc"}
+    )
+    assert [s["ServiceName"] for s in page2.json()["Services"]] == ["gamma_two"]
+    by_name = client.get("/api/v2/services", params={"name": "gamma", "sort": "name"})
+    assert [s["ServiceName"] for s in by_name.json()["Services"]] == ["gamma_two", "gamma_one"]
+    stopping = client.get("/api/v2/services", params={"status": "Stopping"}).json()
+    assert [s["ServiceName"] for s in stopping["Services"]] == ["beta"]
+    assert client.get("/api/v2/services", params={"pageSize": 1000}).status_code == 422
+
+
+def test_update_merges_bumps_generation_and_checks_if_match(client: TestClient) -> None:
+    create(client)
+    version = client.get(SVC).json()["ResourceVersion"]
+    r = client.put(SVC, json={"metadata": {"instance": 2}}, headers={"If-Match": f'"{version}"'})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["Generation"] == 2
+    assert body["ServiceConfig"]["metadata"] == {
+        "instance": 2, "cpu": 4, "gpu": 1, "memory": 10000, "resource": "eas-r-1", "rpc": {}
+    }
+    stale = client.put(SVC, json={"metadata": {"cpu": 2}}, headers={"If-Match": f'"{version}"'})
+    assert stale.status_code == 412
+    same = client.put(SVC, json={"metadata": {"instance": 2}})
+    assert same.json()["Generation"] == 2  # an unchanged spec is not a new generation
+    bad = client.put(SVC, json={"metadata": {"instance": -1}})
+    assert bad.status_code == 422 and "metadata.instance" in errors_of(bad)
+    assert client.get(SVC).json()["ServiceConfig"]["metadata"]["instance"] == 2
+    renamed = client.put(SVC, json={"name": "other"})
+    assert renamed.status_code == 422 and "name" in errors_of(renamed)
+
+
+def test_concurrent_updates_lose_no_write(client: TestClient) -> None:
+    create(client)
+    failures: list[str] = []
+
+    def bump(field: str, values: range) -> None:
+        for v in values:
+            r = client.put(SVC, json={"metadata": {field: v}})
+            if r.status_code != 200:
+                failures.append(r.text)
+
+    threads = [
+        threading.Thread(target=bump, args=("cpu", range(1, 9))),
+        threading.Thread(target=bump, args=("memory", range(1000, 1008))),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    desc = client.get(SVC).json()
+    assert desc["ServiceConfig"]["metadata"]["cpu"] == 8
+    assert desc["ServiceConfig"]["metadata"]["memory"] == 1007
+    assert desc["Generation"] == 17
+
+
+def test_stop_start_scale_rotate_delete(client: TestClient) -> None:
+    first = create(client)["Token"]
+    stopped = client.put(SVC + "/stop").json()
+    assert stopped["Stopped"] is True and stopped["Status"] == "Stopping"
+    started = client.put(SVC + "/start").json()
+    assert started["Stopped"] is False and started["Generation"] == 3
+
+    scaled = client.put(SVC + "/scale", json={"Instance": 3}).json()
+    assert scaled["ServiceConfig"]["metadata"]["instance"] == 3
+    assert client.put(SVC + "/scale", json={"Instance": "3"}).status_code == 422
+    assert client.put(SVC + "/scale", json={"instances": 3}).status_code == 422
+
+    rotated = client.post(SVC + "/token").json()["Token"]
+    assert rotated != first
+    assert client.get(SVC + "/token").json()["Token"] == rotated
+
+    deleting = client.delete(SVC).json()
+    assert deleting["Status"] == "Deleting"
+    assert client.put(SVC + "/scale", json={"Instance": 1}).status_code == 409
+    reasons = [e["Reason"] for e in client.get(SVC + "/events").json()["Events"]]
+    assert reasons == ["Created", "Stopping", "Starting", "Scaled", "TokenRotated", "Deleting"]
+
+
+def test_unknown_service_and_cluster_are_404(client: TestClient) -> None:
+    assert client.get("/api/v2/services/local/nope").status_code == 404
+    create(client)
+    r = client.get("/api/v2/services/cn-shanghai/triton_test")
+    assert r.status_code == 404 and "'local'" in r.json()["detail"]
+
+
+def test_token_digest_is_what_a_gateway_would_check(client: TestClient) -> None:
+    token = create(client)["Token"]
+    assert token_digest(token) != token and len(token_digest(token)) == 64
+
+
+def test_health_ready_and_openapi(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json()["status"] == "ready"
+    schema = client.get("/openapi.json").json()
+    assert "ServiceSpec" in schema["components"]["schemas"]
+    assert "/api/v2/services/{cluster}/{name}/scale" in schema["paths"]
