@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, WriteOnlyMapped, mapped_column, relationship
 
 
 def utcnow() -> datetime:
@@ -48,7 +48,8 @@ class ServiceRow(Base):
     # Optimistic concurrency: every UPDATE checks and bumps it, so no write is lost.
     version: Mapped[int] = mapped_column(Integer, default=1)
 
-    events: Mapped[list[EventRow]] = relationship(
+    # Write-only: adding an event never loads the (unbounded) history.
+    events: WriteOnlyMapped[EventRow] = relationship(
         back_populates="service", cascade="all, delete-orphan", passive_deletes=True
     )
 

@@ -45,7 +45,7 @@ def new_token() -> str:
 
 
 def add_event(row: ServiceRow, reason: str, message: str, *, warning: bool = False) -> None:
-    row.events.append(
+    row.events.add(
         EventRow(type="Warning" if warning else "Normal", reason=reason, message=message)
     )
 
@@ -219,11 +219,11 @@ class Services:
                     )
                 if row.deleting:
                     raise Conflict(f"service {name!r} is being deleted")
-                change(row)
-                if not s.dirty and not s.new:
-                    return row
-                row.updated_at = utcnow()
                 try:
+                    change(row)
+                    if not s.dirty and not s.new:
+                        return row
+                    row.updated_at = utcnow()
                     s.commit()
                     return row
                 except StaleDataError:
