@@ -4,8 +4,12 @@ control plane (``openeas up`` composes the same pieces with the gateway and loca
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import signal
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from controlplane import migrate
 from controlplane.db import make_engine
@@ -45,22 +49,37 @@ def controlplane_main(argv: list[str]) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--migrate", action="store_true", help="upgrade the schema first")
+    parser.add_argument(
+        "--no-reconcile",
+        action="store_true",
+        help="serve the API only (another process reconciles)",
+    )
     args = parser.parse_args(argv)
 
-    import uvicorn
-
-    from controlplane.api.app import create_app
+    from controlplane.server import ControlPlane, SchemaOutOfDate, bind
 
     settings, created = ensure_admin_token(Settings())
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if args.migrate:
         migrate.upgrade(settings.sqlalchemy_url)
-    engine = make_engine(settings.sqlalchemy_url)
-    if migrate.pending(engine):
-        print(
-            "openeas: the database schema is not up to date: run 'openeas migrate'", file=sys.stderr
-        )
+    try:
+        plane = ControlPlane(settings, reconcile=not args.no_reconcile)
+    except SchemaOutOfDate as e:
+        print(f"openeas: {e}", file=sys.stderr)
         return 2
     announce_admin_token(settings, created)
-    uvicorn.run(create_app(settings, engine), host=args.host, port=args.port, log_level="info")
+    print(f"openeas: control plane on http://{args.host}:{args.port}", flush=True)
+    return run_until_signal(plane.serve(bind(args.host, args.port)), plane.stop)
+
+
+def run_until_signal(main: Coroutine[Any, Any, None], stop: Callable[[], None]) -> int:
+    """Run ``main``; SIGINT/SIGTERM call ``stop`` so it can shut down cleanly."""
+
+    async def runner() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop)
+        await main
+
+    asyncio.run(runner())
     return 0

@@ -28,4 +28,8 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
+    from controlplane import routes
+
+    sessions = sessionmaker(engine, expire_on_commit=False)
+    routes.install(sessions)
+    return sessions

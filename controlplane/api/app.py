@@ -3,30 +3,41 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse
 from sqlalchemy import Engine, text
 
-from controlplane.api import problems
+from controlplane.api import internal, problems
 from controlplane.api import services as services_api
 from controlplane.db import make_sessions
+from controlplane.reconciler import Reconciler
 from controlplane.services import Services
 from controlplane.settings import Settings
 from controlplane.spec import ServiceSpec
 
+CONSOLE = Path(__file__).resolve().parents[1] / "console" / "index.html"
 
-def create_app(settings: Settings, engine: Engine) -> FastAPI:
+
+def create_app(settings: Settings, engine: Engine, reconciler: Reconciler | None = None) -> FastAPI:
     app = FastAPI(
         title="OpenEAS control plane",
         version="0.1.0",
         description="EAS-compatible service management for NVIDIA Triton.",
     )
     problems.install(app)
-    services = Services(make_sessions(engine), settings.cluster_id)
-    app.state.services = services
+    sessions = make_sessions(engine)
+    services = Services(sessions, settings.cluster_id)
     app.include_router(services_api.router(services, settings))
+    app.include_router(internal.router(sessions, services, settings, reconciler))
+
+    @app.get("/", include_in_schema=False)
+    def console() -> HTMLResponse:
+        """The console page: services, status, endpoints, tokens (admin token asked)."""
+        return HTMLResponse(CONSOLE.read_text(encoding="utf-8"))
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -69,7 +69,7 @@ def describe(svc: dict[str, Any]) -> str:
         out += "\n" + table(
             [
                 (
-                    str(r.get("index", "")),
+                    str(r.get("name", "")).rsplit("-", 1)[-1],
                     r.get("state", ""),
                     r.get("endpoint") or "-",
                     str(r.get("restarts", 0)),

@@ -1,0 +1,70 @@
+"""Internal, admin-authenticated endpoints: the route table the gateway watches, and
+replica logs (served by the process that runs the reconciler's runtime)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import PlainTextResponse
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane import routes
+from controlplane.api.auth import AdminAuth
+from controlplane.reconciler import Reconciler
+from controlplane.services import Services
+from controlplane.settings import Settings
+from openeas.wire import ROUTES_PATH, RouteTable
+
+POLL_SECONDS = 0.2
+
+
+def router(
+    sessions: sessionmaker[Session],
+    services: Services,
+    settings: Settings,
+    reconciler: Reconciler | None,
+) -> APIRouter:
+    api = APIRouter(dependencies=[Depends(AdminAuth(settings.admin_token))])
+
+    def current_version() -> int:
+        with sessions() as s:
+            return routes.version(s)
+
+    @api.get(ROUTES_PATH, tags=["internal"], response_model=None)
+    async def route_table(
+        after: Annotated[int, Query(ge=-1)] = -1,
+        wait: Annotated[float, Query(ge=0, le=60)] = 0,
+    ) -> RouteTable | Response:
+        """The gateway's route table. With ``after``/``wait`` it is a long-poll: answered
+        at once when the version is newer than ``after``, else 204 after ``wait`` seconds."""
+        deadline = time.monotonic() + wait
+        while await run_in_threadpool(current_version) <= after:
+            if time.monotonic() >= deadline:
+                return Response(status_code=204)
+            await asyncio.sleep(POLL_SECONDS)
+        return await run_in_threadpool(
+            routes.table, sessions, settings.cluster_id, settings.default_timeout_ms
+        )
+
+    @api.get("/api/v2/services/{cluster}/{name}/logs", tags=["services"])
+    async def logs(
+        cluster: str,
+        name: str,
+        replica: int | None = None,
+        tail: Annotated[int, Query(ge=1, le=10_000)] = 200,
+    ) -> PlainTextResponse:
+        """A replica's recent output (``replica`` as shown by describe; default the newest)."""
+        await run_in_threadpool(services.get, cluster, name)  # 404 for unknown services
+        runtime = reconciler.runtime if reconciler is not None else None
+        if runtime is None:
+            raise HTTPException(503, "this control plane is not running the reconciler")
+        try:
+            return PlainTextResponse(await runtime.logs(name, replica, tail))
+        except FileNotFoundError as e:
+            raise HTTPException(404, str(e)) from e
+
+    return api

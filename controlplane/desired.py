@@ -1,0 +1,58 @@
+"""Desired state: what should run for a service, as a pure function of its stored state
+and the settings. Tested table-style; the reconciler applies its result once per cycle."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from controlplane.runtime.base import DesiredReplicaSet, Resources
+from controlplane.spec import k8s_name
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """The parts of a stored service the reconciler acts on."""
+
+    name: str
+    uid: str
+    generation: int
+    spec: dict[str, Any]
+    stopped: bool
+    deleting: bool
+
+
+def desired(state: ServiceState) -> DesiredReplicaSet:
+    spec = state.spec
+    metadata = spec.get("metadata", {})
+    resources = Resources(
+        cpu=metadata.get("cpu", 1),
+        gpu=metadata.get("gpu", 0),
+        memory_mb=metadata.get("memory", 2000),
+        resource_group=metadata.get("resource"),
+    )
+    template = {
+        "processor": spec["processor"],
+        "params": spec.get("processor_params", []),
+        "oss_endpoint": spec.get("oss_endpoint"),
+        "resources": [resources.cpu, resources.gpu, resources.memory_mb, resources.resource_group],
+    }
+    replicas = 0 if state.stopped or state.deleting else int(metadata.get("instance", 1))
+    return DesiredReplicaSet(
+        service=state.name,
+        object_name=k8s_name(state.name),
+        uid=state.uid,
+        generation=state.generation,
+        replicas=replicas,
+        processor=spec["processor"],
+        params=tuple(spec.get("processor_params", [])),
+        oss_endpoint=spec.get("oss_endpoint"),
+        resources=resources,
+        template_hash=_hash(template),
+    )
+
+
+def _hash(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]

@@ -1,0 +1,55 @@
+"""Leader lease in the database, so exactly one reconciler acts even when several control
+planes share it. Works on SQLite and PostgreSQL: a conditional UPDATE (take it if it is
+ours or expired) is atomic on both, and the first INSERT is guarded by the primary key."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import or_, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane.models import LeaseRow, utcnow
+
+
+class Lease:
+    def __init__(
+        self, sessions: sessionmaker[Session], name: str, holder: str, ttl: float = 15.0
+    ) -> None:
+        self._sessions = sessions
+        self.name = name
+        self.holder = holder
+        self.ttl = ttl
+
+    def acquire(self) -> bool:
+        """Take or renew the lease; True while we hold it."""
+        now = utcnow()
+        expires = now + timedelta(seconds=self.ttl)
+        with self._sessions() as s:
+            taken = s.execute(
+                update(LeaseRow)
+                .where(LeaseRow.name == self.name)
+                .where(or_(LeaseRow.holder == self.holder, LeaseRow.expires_at < now))
+                .values(holder=self.holder, expires_at=expires)
+            )
+            if taken.rowcount:  # type: ignore[attr-defined]
+                s.commit()
+                return True
+            if s.get(LeaseRow, self.name) is not None:
+                return False
+            s.add(LeaseRow(name=self.name, holder=self.holder, expires_at=expires))
+            try:
+                s.commit()
+            except IntegrityError:
+                return False  # another process inserted it first
+            return True
+
+    def release(self) -> None:
+        with self._sessions() as s:
+            s.execute(
+                update(LeaseRow)
+                .where(LeaseRow.name == self.name, LeaseRow.holder == self.holder)
+                .values(expires_at=utcnow() - timedelta(seconds=1))
+            )
+            s.commit()

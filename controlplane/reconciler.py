@@ -1,0 +1,257 @@
+"""The reconciler: drives every service from its spec to running replicas and writes
+status back. Level-triggered and idempotent; one active instance per database (lease).
+
+Work comes from changes — a new generation in the database (a cheap indexed poll, so
+several control-plane processes can share one database), the runtime's ``notify`` — plus a
+periodic resync. Temporary errors requeue with backoff; permanent ones set ``Failed`` and
+wait for a new generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
+
+from controlplane import status as status_mod
+from controlplane.desired import ServiceState, desired
+from controlplane.lease import Lease
+from controlplane.models import ServiceRow, utcnow
+from controlplane.runtime.base import (
+    Observation,
+    PermanentRuntimeError,
+    Runtime,
+    TemporaryRuntimeError,
+)
+from controlplane.services import add_event
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "reconciler"
+MAX_BACKOFF = 60.0
+
+
+def holder_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Reconciler:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        runtime_factory: Callable[[Callable[[str], None]], Runtime],
+        cluster: str,
+        *,
+        resync_seconds: float = 30.0,
+        poll_seconds: float = 0.5,
+        lease_ttl: float = 15.0,
+        holder: str | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._runtime_factory = runtime_factory
+        self.cluster = cluster
+        self.resync_seconds = resync_seconds
+        self.poll_seconds = poll_seconds
+        self.lease = Lease(sessions, LEASE_NAME, holder or holder_id(), lease_ttl)
+        self.runtime: Runtime | None = None
+        self.is_leader = False
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- wake-ups ------------------------------------------------------------------------
+    def notify(self, service: str) -> None:
+        """Enqueue ``service``; safe to call from any thread (kubernetes watch)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._enqueue, service)
+
+    def _enqueue(self, service: str) -> None:
+        if service not in self._queued:
+            self._queued.add(service)
+            self._queue.put_nowait(service)
+
+    # -- main loop -----------------------------------------------------------------------
+    async def run(self) -> None:
+        """Wait for the lease, then reconcile until cancelled; stepping down on lease loss."""
+        self._loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if await asyncio.to_thread(self.lease.acquire):
+                    await self._lead()
+                await asyncio.sleep(self.lease.ttl / 3)
+        finally:
+            if self.is_leader:
+                await asyncio.to_thread(self.lease.release)
+
+    async def _lead(self) -> None:
+        self.is_leader = True
+        log.info("reconciler: leading as %s", self.lease.holder)
+        self.runtime = self._runtime_factory(self.notify)
+        tasks = [
+            asyncio.create_task(self._work()),
+            asyncio.create_task(self._poll_changes()),
+            asyncio.create_task(self._resync()),
+        ]
+        try:
+            while await asyncio.to_thread(self.lease.acquire):
+                await asyncio.sleep(self.lease.ttl / 3)
+            log.warning("reconciler: lease lost; stepping down")
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.runtime.close()
+            self.runtime = None
+            self.is_leader = False
+
+    async def _poll_changes(self) -> None:
+        query = select(ServiceRow.name).where(
+            ServiceRow.cluster == self.cluster,
+            or_(ServiceRow.generation > ServiceRow.observed_generation, ServiceRow.deleting),
+        )
+        while True:
+            for name in await asyncio.to_thread(self._names, query):
+                if name not in self._failures:  # those come back on their backoff timer
+                    self._enqueue(name)
+            await asyncio.sleep(self.poll_seconds)
+
+    async def _resync(self) -> None:
+        every = select(ServiceRow.name).where(ServiceRow.cluster == self.cluster)
+        while True:
+            assert self.runtime is not None
+            stored = set(await asyncio.to_thread(self._names, every))
+            for name in stored | await self.runtime.services():  # orphans get deleted too
+                self._enqueue(name)
+            await asyncio.sleep(self.resync_seconds)
+
+    def _names(self, query: object) -> list[str]:
+        with self._sessions() as s:
+            return list(s.scalars(query))  # type: ignore[call-overload]
+
+    async def _work(self) -> None:
+        while True:
+            name = await self._queue.get()
+            self._queued.discard(name)
+            try:
+                await self.reconcile(name)
+                self._failures.pop(name, None)
+            except (TemporaryRuntimeError, StaleDataError, OSError) as e:
+                self._retry_later(name, e)
+            except Exception:
+                log.exception("reconciler: %s failed unexpectedly", name)
+                self._retry_later(name, None)
+
+    def _retry_later(self, name: str, error: Exception | None) -> None:
+        attempt = self._failures.get(name, 0) + 1
+        self._failures[name] = attempt
+        delay = min(MAX_BACKOFF, 0.5 * 2 ** (attempt - 1))
+        log.info("reconciler: %s requeued in %.1fs (%s)", name, delay, error)
+        assert self._loop is not None
+        self._loop.call_later(delay, self._enqueue, name)
+
+    # -- one service ---------------------------------------------------------------------
+    async def reconcile(self, name: str) -> None:
+        runtime = self.runtime
+        assert runtime is not None
+        state, previous = await asyncio.to_thread(self._state, name)
+        if state is None:
+            await runtime.delete(name)  # an orphan: nothing stored wants it
+            return
+        if state.deleting:
+            if await runtime.delete(name):
+                await asyncio.to_thread(self._forget, name)
+            return
+        want = desired(state)
+        try:
+            await runtime.apply(want)
+        except PermanentRuntimeError as e:
+            failed = status_mod.Status(
+                "Failed", e.reason, e.message, want.replicas, want.replicas, 0
+            )
+            await asyncio.to_thread(self._write, state, failed, Observation())
+            return
+        seen = await runtime.observe(name)
+        computed = status_mod.compute(want, seen, deleting=False, previous=previous)
+        await asyncio.to_thread(self._write, state, computed, seen, want.template_hash)
+
+    def _state(self, name: str) -> tuple[ServiceState | None, str]:
+        with self._sessions() as s:
+            row = self._row(s, name)
+            if row is None:
+                return None, ""
+            state = ServiceState(
+                name=row.name,
+                uid=row.uid,
+                generation=row.generation,
+                spec=row.spec,
+                stopped=row.stopped,
+                deleting=row.deleting,
+            )
+            return state, row.status
+
+    def _row(self, s: Session, name: str) -> ServiceRow | None:
+        return s.scalar(
+            select(ServiceRow).where(ServiceRow.cluster == self.cluster, ServiceRow.name == name)
+        )
+
+    def _write(
+        self,
+        state: ServiceState,
+        new: status_mod.Status,
+        seen: Observation,
+        template_hash: str = "",
+    ) -> None:
+        """Store status for the generation we acted on; raises StaleDataError (→ retry)
+        when the API changed the row meanwhile."""
+        replicas = [
+            dict(r.as_dict(), index=i, current=r.template_hash == template_hash)
+            for i, r in enumerate(seen.replicas)
+        ]
+        with self._sessions() as s:
+            row = self._row(s, state.name)
+            if row is None or row.generation != state.generation:
+                self._enqueue_soon(state.name)
+                return
+            values = {
+                "status": new.status,
+                "reason": new.reason,
+                "message": new.message[:4000],
+                "total_instances": new.total,
+                "pending_instances": new.pending,
+                "running_instances": new.running,
+                "replicas": replicas,
+                "observed_generation": state.generation,
+            }
+            if all(getattr(row, k) == v for k, v in values.items()):
+                return  # a resync of an unchanged service writes nothing
+            changed_status = (row.status, row.reason) != (new.status, new.reason)
+            for key, value in values.items():
+                setattr(row, key, value)
+            if changed_status:
+                detail = (
+                    new.message.splitlines()[-1]
+                    if new.message
+                    else (f"total {new.total}, pending {new.pending}, running {new.running}")
+                )
+                add_event(row, new.status, detail[:500], warning=new.status == "Failed")
+            row.updated_at = utcnow()
+            s.commit()
+
+    def _enqueue_soon(self, name: str) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._enqueue, name)
+
+    def _forget(self, name: str) -> None:
+        with self._sessions() as s:
+            row = self._row(s, name)
+            if row is not None and row.deleting:
+                s.delete(row)
+                s.commit()

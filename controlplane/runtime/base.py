@@ -1,0 +1,110 @@
+"""The runtime interface: how the reconciler makes replicas exist, whatever runs them.
+
+Two implementations plug in here: ``local`` (replicas are processes on this machine) and
+``kubernetes`` (a Deployment + Service per service). The reconciler hands a runtime the
+desired replica set as pure data, asks what it observes, and is woken by ``notify`` when
+something changed underneath (a replica became ready, crashed, was deleted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+ReplicaState = Literal["Pending", "Running", "CrashLoopBackOff", "Failed", "Terminating"]
+
+
+class RuntimeError_(Exception):
+    """Base of runtime failures; subclasses say whether retrying can help."""
+
+
+class TemporaryRuntimeError(RuntimeError_):
+    """Retry later (API server unreachable, conflict, timeout)."""
+
+
+class PermanentRuntimeError(RuntimeError_):
+    """Retrying the same generation cannot help (invalid object, unknown resource group):
+    the service becomes ``Failed`` with this message until its spec changes."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu: int
+    gpu: int
+    memory_mb: int
+    resource_group: str | None = None
+
+
+@dataclass(frozen=True)
+class DesiredReplicaSet:
+    """What should run for one service. ``template_hash`` covers everything that needs new
+    replicas when it changes (processor, params, resources), but not the replica count."""
+
+    service: str  # EAS name
+    object_name: str  # Kubernetes-safe name (controlplane.spec.k8s_name)
+    uid: str
+    generation: int
+    replicas: int
+    processor: str
+    params: tuple[str, ...]
+    oss_endpoint: str | None
+    resources: Resources
+    template_hash: str
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    name: str
+    template_hash: str
+    state: ReplicaState  # "Running" means ready to serve
+    endpoint: str | None = None  # base URL the gateway forwards to, when ready
+    restarts: int = 0
+    reason: str = ""
+    message: str = ""  # for a human: last log lines, scheduler message, ...
+    permanent: bool = False  # failed in a way that restarting cannot fix (bad model repo)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "state": self.state,
+            "endpoint": self.endpoint,
+            "restarts": self.restarts,
+            "reason": self.reason,
+            "message": self.message,
+            "current": True,
+        }
+
+
+@dataclass
+class Observation:
+    replicas: list[ReplicaStatus] = field(default_factory=list)
+
+
+Notify = Callable[[str], None]  # called with a service name when its replicas changed
+
+
+class Runtime(Protocol):
+    async def apply(self, desired: DesiredReplicaSet) -> None:
+        """Move the replicas one step toward ``desired``; idempotent, never blocks for
+        long (readiness arrives later through ``notify``)."""
+
+    async def observe(self, service: str) -> Observation:
+        """The replicas as they are now."""
+
+    async def delete(self, service: str) -> bool:
+        """Remove everything made for ``service``; True once nothing is left."""
+
+    async def services(self) -> set[str]:
+        """Names of the services this runtime runs replicas for (to find orphans)."""
+
+    async def logs(self, service: str, replica: int | None, tail: int) -> str:
+        """The last ``tail`` lines of a replica's output (``None``: the newest replica)."""
+
+    async def close(self) -> None:
+        """Stop watching. The local runtime also stops its replicas (no orphans)."""

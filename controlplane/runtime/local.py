@@ -1,0 +1,283 @@
+"""The local runtime: each replica is ``openeas processor run <processor> …`` as a process
+on free loopback ports. Used by ``openeas up`` (laptop, CI), no cluster and no GPU needed.
+
+Each replica has a supervisor task: start the process (its own process group, output to a
+log file in the data dir), poll the processor's readiness path, restart with exponential
+backoff when it exits, and stop for good on an exit code that restarting cannot fix (bad
+flags, bad model repository). Every state change calls ``notify`` so the reconciler acts
+on it at once. Model repositories are pulled into one cache in the data dir, so replicas
+of a service (and restarts) pull once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from controlplane.runtime.base import (
+    DesiredReplicaSet,
+    Notify,
+    Observation,
+    ReplicaState,
+    ReplicaStatus,
+)
+from processors import exits, registry
+
+log = logging.getLogger(__name__)
+
+PERMANENT_EXITS = {exits.BAD_PARAMS, exits.PULL_PERMANENT, exits.NO_SERVER_BINARY}
+TAIL_LINES = 12
+MAX_BACKOFF = 60.0
+STOP_GRACE = 15.0
+
+
+@dataclass
+class Replica:
+    service: str
+    number: int
+    desired: DesiredReplicaSet
+    log_path: Path
+    state: ReplicaState = "Pending"
+    endpoint: str | None = None
+    restarts: int = 0
+    reason: str = "Starting"
+    message: str = ""
+    permanent: bool = False
+    stopping: bool = False
+    process: asyncio.subprocess.Process | None = None
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.service}-{self.number}"
+
+    def status(self) -> ReplicaStatus:
+        return ReplicaStatus(
+            name=self.name,
+            template_hash=self.desired.template_hash,
+            state="Terminating" if self.stopping else self.state,
+            endpoint=self.endpoint if self.state == "Running" and not self.stopping else None,
+            restarts=self.restarts,
+            reason=self.reason,
+            message=self.message,
+            permanent=self.permanent,
+        )
+
+
+class LocalRuntime:
+    def __init__(
+        self,
+        data_dir: Path,
+        notify: Notify,
+        *,
+        host: str = "127.0.0.1",
+        probe_interval: float = 0.25,
+        base_backoff: float = 1.0,
+    ) -> None:
+        self.data_dir = data_dir
+        self.notify = notify
+        self.host = host
+        self.probe_interval = probe_interval
+        self.base_backoff = base_backoff
+        self._replicas: dict[str, list[Replica]] = {}
+        self._numbers: dict[str, int] = {}
+        self._http: aiohttp.ClientSession | None = None
+
+    # -- Runtime protocol -----------------------------------------------------------------
+    async def apply(self, desired: DesiredReplicaSet) -> None:
+        live = [r for r in self._replicas.get(desired.service, []) if not r.stopping]
+        current = [r for r in live if r.desired.template_hash == desired.template_hash]
+        old = [r for r in live if r.desired.template_hash != desired.template_hash]
+        for _ in range(desired.replicas - len(current)):
+            current.append(self._start(desired))
+        # Scale down: unready replicas first, then the newest.
+        surplus = sorted(current, key=lambda r: (r.state == "Running", -r.number))
+        for replica in surplus[: max(0, len(current) - desired.replicas)]:
+            self._stop(replica)
+        # Rolling update: retire an old replica only while enough others stay ready.
+        ready_current = sum(r.state == "Running" for r in current[: desired.replicas])
+        ready_old = [r for r in old if r.state == "Running"]
+        for replica in old:
+            if replica.state != "Running":
+                self._stop(replica)
+        spare = ready_current + len(ready_old) - desired.replicas
+        for replica in ready_old[: max(0, spare)] if desired.replicas else ready_old:
+            self._stop(replica)
+
+    async def observe(self, service: str) -> Observation:
+        return Observation([r.status() for r in self._replicas.get(service, [])])
+
+    async def delete(self, service: str) -> bool:
+        for replica in self._replicas.get(service, []):
+            self._stop(replica)
+        return not self._replicas.get(service)
+
+    async def services(self) -> set[str]:
+        return {name for name, replicas in self._replicas.items() if replicas}
+
+    async def logs(self, service: str, replica: int | None, tail: int) -> str:
+        folder = self.data_dir / "logs" / service
+        files = sorted(folder.glob("*.log"), key=lambda p: int(p.stem)) if folder.exists() else []
+        if replica is not None:
+            files = [f for f in files if f.stem == str(replica)]
+        if not files:
+            raise FileNotFoundError(f"no logs for replica {replica} of {service!r}")
+        with files[-1].open(errors="replace") as f:
+            return "".join(deque(f, maxlen=tail))
+
+    async def close(self) -> None:
+        """Stop every replica and wait for them: nothing outlives the runtime."""
+        tasks = []
+        for replicas in self._replicas.values():
+            for replica in list(replicas):
+                self._stop(replica)
+                if replica.task is not None:
+                    tasks.append(replica.task)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._http is not None:
+            await self._http.close()
+
+    # -- replicas -------------------------------------------------------------------------
+    def _start(self, desired: DesiredReplicaSet) -> Replica:
+        number = self._numbers.get(desired.service, 0)
+        self._numbers[desired.service] = number + 1
+        log_path = self.data_dir / "logs" / desired.service / f"{number}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        replica = Replica(desired.service, number, desired, log_path)
+        self._replicas.setdefault(desired.service, []).append(replica)
+        replica.task = asyncio.create_task(self._supervise(replica))
+        return replica
+
+    def _stop(self, replica: Replica) -> None:
+        if replica.stopping:
+            return
+        replica.stopping = True
+        if replica.process is not None and replica.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(replica.process.pid, signal.SIGTERM)
+        elif replica.task is not None:
+            replica.task.cancel()  # waiting on backoff or failed for good: nothing to stop
+
+    async def _supervise(self, replica: Replica) -> None:
+        try:
+            while not replica.stopping:
+                code = await self._run_once(replica)
+                if replica.stopping:
+                    break
+                tail = _tail(replica.log_path)
+                replica.state, replica.endpoint = "CrashLoopBackOff", None
+                replica.message = f"exited with code {code}" + (f":\n{tail}" if tail else "")
+                if code in PERMANENT_EXITS:
+                    replica.state, replica.permanent = "Failed", True
+                    replica.reason = _exit_reason(code)
+                    self.notify(replica.service)
+                    await asyncio.Event().wait()  # stay Failed until stopped
+                replica.restarts += 1
+                replica.reason = "CrashLoopBackOff"
+                self.notify(replica.service)
+                await asyncio.sleep(
+                    min(MAX_BACKOFF, self.base_backoff * 2 ** (replica.restarts - 1))
+                )
+        except asyncio.CancelledError:
+            pass
+        finally:
+            await self._kill(replica)
+            replicas = self._replicas.get(replica.service, [])
+            if replica in replicas:
+                replicas.remove(replica)
+            self.notify(replica.service)
+
+    async def _run_once(self, replica: Replica) -> int:
+        desired = replica.desired
+        http, grpc, metrics = _free_ports(3, self.host)
+        ports = registry.Ports(http=http, grpc=grpc, metrics=metrics, host=self.host)
+        plan = registry.get(desired.processor).plan(desired.params, ports, desired.oss_endpoint)
+        env = dict(os.environ, **plan.env)
+        env["OPENEAS_MODEL_CACHE"] = str(self.data_dir / "models")
+        env["PYTHONUNBUFFERED"] = "1"
+        replica.state, replica.reason, replica.endpoint = "Pending", "Starting", None
+        with replica.log_path.open("ab") as out:
+            out.write(f"--- openeas: start #{replica.restarts} on port {http}\n".encode())
+            out.flush()
+            replica.process = await asyncio.create_subprocess_exec(
+                *plan.command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # its own group: stopping it stops tritonserver too
+            )
+        self.notify(replica.service)
+        base = f"http://{self.host}:{http}"
+        probe = asyncio.create_task(self._probe(replica, base + plan.readiness_path, base))
+        try:
+            return await replica.process.wait()
+        finally:
+            probe.cancel()
+
+    async def _probe(self, replica: Replica, url: str, base: str) -> None:
+        """Follow readiness: Pending ↔ Running, notifying on every flip."""
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2))
+        while True:
+            try:
+                async with self._http.get(url) as response:
+                    ready = response.status == 200
+            except (aiohttp.ClientError, TimeoutError):
+                ready = False
+            state: ReplicaState = "Running" if ready else "Pending"
+            if state != replica.state:
+                replica.state = state
+                replica.endpoint = base if ready else None
+                replica.reason = "" if ready else "NotReady"
+                self.notify(replica.service)
+            await asyncio.sleep(self.probe_interval if not ready else self.probe_interval * 4)
+
+    async def _kill(self, replica: Replica) -> None:
+        process = replica.process
+        if process is None or process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), STOP_GRACE)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+
+
+def _free_ports(count: int, host: str) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        with path.open(errors="replace") as f:
+            return "".join(deque(f, maxlen=lines)).strip()
+    except OSError:
+        return ""
+
+
+def _exit_reason(code: int) -> str:
+    return {
+        exits.BAD_PARAMS: "BadProcessorParams",
+        exits.PULL_PERMANENT: "ModelPullFailed",
+        exits.NO_SERVER_BINARY: "ServerBinaryMissing",
+    }.get(code, "ProcessExited")

@@ -1,0 +1,82 @@
+"""The control plane as a running program: API app + reconciler (with its runtime) in one
+event loop. ``openeas controlplane`` serves it on its own port; ``openeas up`` puts the
+gateway in front of it on the same loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+
+from controlplane import migrate
+from controlplane.api.app import create_app
+from controlplane.db import make_engine, make_sessions
+from controlplane.reconciler import Reconciler
+from controlplane.runtime import make_runtime
+from controlplane.settings import Settings
+
+
+class SchemaOutOfDate(RuntimeError):
+    pass
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the program that embeds it decides."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class ControlPlane:
+    def __init__(self, settings: Settings, *, reconcile: bool = True) -> None:
+        self.settings = settings
+        self.engine = make_engine(settings.sqlalchemy_url)
+        if migrate.pending(self.engine):
+            raise SchemaOutOfDate("the database schema is not up to date: run 'openeas migrate'")
+        sessions = make_sessions(self.engine)
+        self.reconciler = (
+            Reconciler(
+                sessions,
+                lambda notify: make_runtime(settings, notify),
+                settings.cluster_id,
+                resync_seconds=settings.resync_seconds,
+            )
+            if reconcile
+            else None
+        )
+        self.app = create_app(settings, self.engine, self.reconciler)
+        self._server: _Server | None = None
+
+    async def serve(self, sock: socket.socket) -> None:
+        """Serve the API on ``sock`` and reconcile until :meth:`stop`; then stop every
+        replica the runtime started."""
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False)
+        self._server = _Server(config)
+        reconciling = (
+            asyncio.create_task(self.reconciler.run()) if self.reconciler is not None else None
+        )
+        try:
+            await self._server.serve(sockets=[sock])
+        finally:
+            if reconciling is not None:
+                reconciling.cancel()
+                await asyncio.gather(reconciling, return_exceptions=True)
+            self.engine.dispose()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.set_inheritable(False)
+    return sock

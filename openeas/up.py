@@ -1,0 +1,67 @@
+"""``openeas up``: the whole platform in one process on embedded defaults — control plane
+(SQLite in the data dir, local runtime), gateway and console on one port.
+
+The gateway owns the public port; everything that is not a predict call, metrics or its own
+health is forwarded to the control plane on an internal loopback port. Ctrl-C / SIGTERM
+stops every replica; the next ``openeas up`` brings services back to their specs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from controlplane import migrate
+from controlplane.cli import announce_admin_token, run_until_signal
+from controlplane.eascmd import profile
+from controlplane.server import ControlPlane, bind
+from controlplane.settings import Settings, ensure_admin_token
+from gateway.app import start_gateway
+from gateway.routes import ControlPlaneRouteSource
+from gateway.settings import GatewaySettings
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="openeas up", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--no-profile", action="store_true", help="do not write ~/.eascmd/config")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    settings, created = ensure_admin_token(Settings())
+    public = f"http://{args.host}:{args.port}"
+    settings = settings.model_copy(update={"public_url": settings.public_url or public})
+    migrate.upgrade(settings.sqlalchemy_url)
+    plane = ControlPlane(settings)
+    public_sock = bind(args.host, args.port)  # fail early, before anything starts
+    internal_sock = bind("127.0.0.1", 0)
+    internal = f"http://127.0.0.1:{internal_sock.getsockname()[1]}"
+    stopping = asyncio.Event()
+
+    async def serve() -> None:
+        gateway_settings = GatewaySettings(
+            controlplane_url=internal,
+            admin_token=settings.admin_token,
+            default_timeout_ms=settings.default_timeout_ms,
+        )
+        source = ControlPlaneRouteSource(internal, settings.admin_token)
+        serving = asyncio.create_task(plane.serve(internal_sock))
+        gateway = await start_gateway(
+            gateway_settings, source, sock=public_sock, fallback_upstream=internal
+        )
+        announce_admin_token(settings, created)
+        if not args.no_profile:
+            where = profile.save(profile.Profile(public, settings.admin_token, settings.cluster_id))
+            print(f"openeas: eascmd profile written to {where}")
+        print(f"openeas: up on {public} (console at {public}/, Ctrl-C stops)", flush=True)
+        await asyncio.wait(
+            [serving, asyncio.create_task(stopping.wait())], return_when=asyncio.FIRST_COMPLETED
+        )
+        await gateway.close()
+        plane.stop()
+        await serving
+        print("openeas: stopped", flush=True)
+
+    return run_until_signal(serve(), stopping.set)
