@@ -54,7 +54,13 @@ class ControlPlane:
     async def serve(self, sock: socket.socket) -> None:
         """Serve the API on ``sock`` and reconcile until :meth:`stop`; then stop every
         replica the runtime started."""
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False)
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=3,  # long-polls (the gateway's route watch) end here
+        )
         self._server = _Server(config)
         reconciling = (
             asyncio.create_task(self.reconciler.run()) if self.reconciler is not None else None

@@ -12,6 +12,8 @@ import argparse
 import asyncio
 import logging
 
+from pydantic import SecretStr
+
 from controlplane import migrate
 from controlplane.cli import announce_admin_token, run_until_signal
 from controlplane.eascmd import profile
@@ -43,7 +45,7 @@ def main(argv: list[str]) -> int:
     async def serve() -> None:
         gateway_settings = GatewaySettings(
             controlplane_url=internal,
-            admin_token=settings.admin_token,
+            admin_token=SecretStr(settings.admin_token),
             default_timeout_ms=settings.default_timeout_ms,
         )
         source = ControlPlaneRouteSource(internal, settings.admin_token)

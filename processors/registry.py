@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 class ProcessorError(ValueError):
@@ -19,6 +20,10 @@ class ProcessorError(ValueError):
         self.field = field
         self.fix = fix
 
+    def one_line(self) -> str:
+        """``<field>: <message>; <fix>`` for a terminal or a log line."""
+        return f"{self.field}: {self}" + (f"; {self.fix}" if self.fix else "")
+
 
 @dataclass(frozen=True)
 class Ports:
@@ -27,18 +32,23 @@ class Ports:
     http: int
     grpc: int
     metrics: int
+    # Where the replica listens: loopback for the local runtime, 0.0.0.0 in a pod.
+    host: str = "127.0.0.1"
 
 
 @dataclass(frozen=True)
 class ReplicaPlan:
     """Everything a runtime needs to start one replica of a service."""
 
-    command: list[str]  # argv of the replica process/container
+    command: list[str]  # argv of the replica process (local runtime)
     env: dict[str, str] = field(default_factory=dict)
     http_port: int = 8000
     readiness_path: str = "/v2/health/ready"
     liveness_path: str = "/v2/health/live"
     model_uri: str | None = None  # what the replica pulls before starting (oss://, file://)
+    # The same command as arguments of the ``openeas`` entry point, for a container whose
+    # image provides it (kubernetes runtime); empty when the command is not an openeas one.
+    openeas_args: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,9 @@ class Processor:
     validate: Callable[[Sequence[str]], list[str]]
     # (normalised params, ports, oss_endpoint) -> plan
     plan: Callable[[Sequence[str], Ports, str | None], ReplicaPlan]
+    # Inside the replica: (params, ports, model cache dir or None) -> exit code.
+    # ``openeas processor run <name>`` calls it; None for processors without a runner.
+    run: Callable[[Sequence[str], Ports, Path | None], int] | None = None
 
 
 _REGISTRY: dict[str, Processor] = {}

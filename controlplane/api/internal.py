@@ -7,7 +7,7 @@ import asyncio
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 from sqlalchemy.orm import Session, sessionmaker
@@ -36,6 +36,7 @@ def router(
 
     @api.get(ROUTES_PATH, tags=["internal"], response_model=None)
     async def route_table(
+        request: Request,
         after: Annotated[int, Query(ge=-1)] = -1,
         wait: Annotated[float, Query(ge=0, le=60)] = 0,
     ) -> RouteTable | Response:
@@ -43,7 +44,7 @@ def router(
         at once when the version is newer than ``after``, else 204 after ``wait`` seconds."""
         deadline = time.monotonic() + wait
         while await run_in_threadpool(current_version) <= after:
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or await request.is_disconnected():
                 return Response(status_code=204)
             await asyncio.sleep(POLL_SECONDS)
         return await run_in_threadpool(

@@ -138,6 +138,14 @@ def _cmd_events(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
+def _cmd_logs(args: argparse.Namespace, client: Client) -> int:
+    params: dict[str, int] = {"tail": args.tail}
+    if args.replica is not None:
+        params["replica"] = args.replica
+    print(client.text(client.service_path(args.name, "logs"), params=params), end="")
+    return 0
+
+
 def _cmd_token(args: argparse.Namespace, client: Client) -> int:
     method = "POST" if args.rotate else "GET"
     print(client.call(method, client.service_path(args.name, "token"))["Token"])
@@ -181,6 +189,12 @@ def parser() -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help_text)
         c.add_argument("name")
         c.set_defaults(run=run)
+
+    c = sub.add_parser("logs", help="show a replica's output")
+    c.add_argument("name")
+    c.add_argument("--replica", type=int, help="replica number as shown by desc (default newest)")
+    c.add_argument("--tail", type=int, default=200, help="last N lines")
+    c.set_defaults(run=_cmd_logs)
 
     c = sub.add_parser("token", help="show a service's token (--rotate for a new one)")
     c.add_argument("name")

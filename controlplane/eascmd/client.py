@@ -29,6 +29,13 @@ class Client:
         return f"/api/v2/services/{self.profile.region}/{name}" + (f"/{action}" if action else "")
 
     def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        body: dict[str, Any] = self._request(method, path, **kwargs).json()
+        return body
+
+    def text(self, path: str, **kwargs: Any) -> str:
+        return self._request("GET", path, **kwargs).text
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as e:
@@ -37,8 +44,7 @@ class Client:
                 f"({type(e).__name__}): is 'openeas up' running? (eascmd config -e ...)"
             ) from e
         if response.is_success:
-            body: dict[str, Any] = response.json()
-            return body
+            return response
         raise ApiError(_problem_text(response), response.status_code)
 
 

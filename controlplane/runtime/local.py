@@ -126,7 +126,9 @@ class LocalRuntime:
 
     async def logs(self, service: str, replica: int | None, tail: int) -> str:
         folder = self.data_dir / "logs" / service
-        files = sorted(folder.glob("*.log"), key=lambda p: int(p.stem)) if folder.exists() else []
+        files = sorted(
+            (p for p in folder.glob("*.log") if p.stem.isdigit()), key=lambda p: int(p.stem)
+        )
         if replica is not None:
             files = [f for f in files if f.stem == str(replica)]
         if not files:
@@ -148,10 +150,15 @@ class LocalRuntime:
 
     # -- replicas -------------------------------------------------------------------------
     def _start(self, desired: DesiredReplicaSet) -> Replica:
-        number = self._numbers.get(desired.service, 0)
+        folder = self.data_dir / "logs" / desired.service
+        if desired.service not in self._numbers:  # continue after the last run's replicas
+            folder.mkdir(parents=True, exist_ok=True)
+            self._numbers[desired.service] = 1 + max(
+                (int(p.stem) for p in folder.glob("*.log") if p.stem.isdigit()), default=-1
+            )
+        number = self._numbers[desired.service]
         self._numbers[desired.service] = number + 1
-        log_path = self.data_dir / "logs" / desired.service / f"{number}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path = folder / f"{number}.log"
         replica = Replica(desired.service, number, desired, log_path)
         self._replicas.setdefault(desired.service, []).append(replica)
         replica.task = asyncio.create_task(self._supervise(replica))
@@ -162,8 +169,10 @@ class LocalRuntime:
             return
         replica.stopping = True
         if replica.process is not None and replica.process.returncode is None:
+            # The processor alone: it forwards to tritonserver, which stops its own
+            # backend stubs; signalling the whole group makes Triton wait for dead stubs.
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(replica.process.pid, signal.SIGTERM)
+                replica.process.send_signal(signal.SIGTERM)
         elif replica.task is not None:
             replica.task.cancel()  # waiting on backoff or failed for good: nothing to stop
 
@@ -227,7 +236,11 @@ class LocalRuntime:
     async def _probe(self, replica: Replica, url: str, base: str) -> None:
         """Follow readiness: Pending ↔ Running, notifying on every flip."""
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2))
+            # No keep-alive: Triton waits for open HTTP connections before it exits.
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True),
+                timeout=aiohttp.ClientTimeout(total=2),
+            )
         while True:
             try:
                 async with self._http.get(url) as response:
@@ -247,7 +260,7 @@ class LocalRuntime:
         if process is None or process.returncode is not None:
             return
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
+            process.send_signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(process.wait(), STOP_GRACE)
         except TimeoutError:

@@ -148,7 +148,12 @@ def test_update_merges_bumps_generation_and_checks_if_match(client: TestClient) 
     body = r.json()
     assert body["Generation"] == 2
     assert body["ServiceConfig"]["metadata"] == {
-        "instance": 2, "cpu": 4, "gpu": 1, "memory": 10000, "resource": "eas-r-1", "rpc": {}
+        "instance": 2,
+        "cpu": 4,
+        "gpu": 1,
+        "memory": 10000,
+        "resource": "eas-r-1",
+        "rpc": {},
     }
     stale = client.put(SVC, json={"metadata": {"cpu": 2}}, headers={"If-Match": f'"{version}"'})
     assert stale.status_code == 412

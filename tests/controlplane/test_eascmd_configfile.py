@@ -31,8 +31,9 @@ def test_the_seed_config_gets_every_problem_and_the_corrected_lines() -> None:
     assert err.fixed_lines[5].strip() == '"--model-repository=oss://triton-model-repo/models",'
     assert err.fixed_lines[6].strip() == '"--allow-http=true"'  # trailing comma gone
     # Applying every suggested line gives the config the user meant.
-    repaired = "\n".join(err.fixed_lines.get(i, line) for i, line in
-                         enumerate(text.splitlines(), start=1))
+    repaired = "\n".join(
+        err.fixed_lines.get(i, line) for i, line in enumerate(text.splitlines(), start=1)
+    )
     assert json.loads(repaired)["processor_params"] == [
         "--model-repository=oss://triton-model-repo/models",
         "--allow-http=true",
@@ -40,7 +41,9 @@ def test_the_seed_config_gets_every_problem_and_the_corrected_lines() -> None:
     rendered = err.render("triton.config", text)
     assert "triton.config:6:19: trailing comma before ]: remove it" in rendered
     assert "triton.config:5:2: dash – before a flag: type -- instead" in rendered
-    assert 'typographic quotes “ ” (columns 1, 6, 9, 21): type straight quotes " instead' in rendered
+    assert (
+        'typographic quotes “ ” (columns 1, 6, 9, 21): type straight quotes " instead' in rendered
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,261 @@
+"""The one place that talks to the Kubernetes API (the official ``kubernetes`` client).
+
+:class:`~.runtime.KubernetesRuntime` calls it from worker threads (the client blocks).
+Objects go in and come out as plain JSON dicts, shaped like the manifests of
+:mod:`.manifests`, so the runtime compares and reads them without the client's models.
+Every failure leaves here as the runtime's own error type (``raise … from e``):
+temporary (unreachable, 5xx, 429, 409 :class:`Conflict`, 410 :class:`Gone`) or permanent
+(400, 403, 404, 422, with the API's ``Status`` message), never as ``ApiException``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, cast
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from controlplane.runtime.base import PermanentRuntimeError, TemporaryRuntimeError
+from controlplane.runtime.kubernetes.settings import KubernetesSettings
+
+Object = dict[str, Any]
+MAX_MESSAGE = 400  # characters of an API error message we pass on (never a whole body)
+LOG_LIMIT_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Kind:
+    kind: str
+    api_version: str
+    method: str  # the client's method suffix: read_namespaced_<method>, …
+
+
+DEPLOYMENT = Kind("Deployment", "apps/v1", "deployment")
+SERVICE = Kind("Service", "v1", "service")
+POD = Kind("Pod", "v1", "pod")
+KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD)}
+
+
+class Conflict(TemporaryRuntimeError):
+    """409: the object changed since it was read (or already exists): re-read and retry."""
+
+
+class Gone(TemporaryRuntimeError):
+    """410: a watch's resourceVersion is too old: relist, then watch again."""
+
+
+class NotFound(PermanentRuntimeError):
+    """404 on a write: the namespace (or the object) is missing."""
+
+
+class KubeClient:
+    """Namespaced CRUD, watch and logs for the kinds the runtime manages."""
+
+    def __init__(self, settings: KubernetesSettings) -> None:
+        self.namespace = settings.namespace
+        self._timeout = settings.request_timeout_seconds
+        self._api = _api_client(settings)
+        self._apps = k8s.AppsV1Api(self._api)
+        self._core = k8s.CoreV1Api(self._api)
+        self._streams: set[urllib3.BaseHTTPResponse] = set()
+        self._lock = threading.Lock()
+
+    # -- objects --------------------------------------------------------------------------
+    def get(self, kind: Kind, name: str) -> Object | None:
+        try:
+            with _boundary(f"read {kind.kind} {name}"):
+                return _json(self._call("read", kind)(name, self.namespace, **self._opts()))
+        except NotFound:
+            return None
+
+    def list(self, kind: Kind, selector: str) -> tuple[list[Object], str]:
+        """Matching objects and the list's resourceVersion (where a watch resumes)."""
+        with _boundary(f"list {kind.kind} {selector}"):
+            body = _json(
+                self._call("list", kind)(self.namespace, label_selector=selector, **self._opts())
+            )
+        return list(body.get("items") or []), str(body["metadata"].get("resourceVersion", ""))
+
+    def apply(self, manifest: Object, *, field_manager: str) -> Object:
+        """Server-side apply of ``manifest`` (created when missing). A
+        ``metadata.resourceVersion`` in it is a precondition: :class:`Conflict` when stale."""
+        kind = KINDS[manifest["kind"]]
+        name = manifest["metadata"]["name"]
+        with _boundary(f"apply {kind.kind} {name}"):
+            return _json(
+                self._call("patch", kind)(
+                    name,
+                    self.namespace,
+                    manifest,
+                    field_manager=field_manager,
+                    force=True,  # we own these objects; take back fields someone edited
+                    _content_type="application/apply-patch+yaml",
+                    **self._opts(),
+                )
+            )
+
+    def delete(self, kind: Kind, name: str) -> bool:
+        """Ask for deletion (dependents go in the background); False when already gone."""
+        try:
+            with _boundary(f"delete {kind.kind} {name}"):
+                self._call("delete", kind)(
+                    name, self.namespace, propagation_policy="Background", **self._opts()
+                )
+        except NotFound:
+            return False
+        return True
+
+    def pod_log(self, name: str, container: str, tail: int) -> str:
+        with _boundary(f"read log of pod {name}"):
+            response = self._core.read_namespaced_pod_log(
+                name,
+                self.namespace,
+                container=container,
+                tail_lines=tail,
+                limit_bytes=LOG_LIMIT_BYTES,
+                **self._opts(),
+            )
+        return _raw(response).data.decode("utf-8", "replace")
+
+    # -- watch ----------------------------------------------------------------------------
+    def watch(
+        self, kind: Kind, selector: str, resource_version: str, timeout_seconds: int
+    ) -> Iterator[Object]:
+        """Events (``{"type", "object"}``) after ``resource_version`` until the server ends
+        the call (after ``timeout_seconds``) or :meth:`abort_streams`. Raises :class:`Gone`
+        when that version is too old."""
+        what = f"watch {kind.kind} {selector}"
+        with _boundary(what):
+            response = _raw(
+                self._call("list", kind)(
+                    self.namespace,
+                    label_selector=selector,
+                    watch=True,
+                    resource_version=resource_version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=timeout_seconds,
+                    _preload_content=False,
+                    _request_timeout=(self._timeout, timeout_seconds + self._timeout),
+                )
+            )
+        with self._lock:
+            self._streams.add(response)
+        try:
+            with _boundary(what):
+                for line in response:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        raise _status_error(what, event.get("object") or {})
+                    yield event
+        finally:
+            with self._lock:
+                self._streams.discard(response)
+            response.release_conn()
+
+    def abort_streams(self) -> None:
+        """End every open watch now (their threads see the stream end)."""
+        with self._lock:
+            streams = list(self._streams)
+        for response in streams:
+            response.shutdown()
+
+    def close(self) -> None:
+        self.abort_streams()
+        self._api.close()  # type: ignore[no-untyped-call]
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _call(self, verb: str, kind: Kind) -> Any:
+        api = self._apps if kind.api_version == "apps/v1" else self._core
+        return getattr(api, f"{verb}_namespaced_{kind.method}")
+
+    def _opts(self) -> dict[str, Any]:
+        # Raw JSON instead of the client's models: the runtime works on manifest-shaped dicts.
+        return {"_preload_content": False, "_request_timeout": self._timeout}
+
+
+def _api_client(settings: KubernetesSettings) -> k8s.ApiClient:
+    in_cluster = settings.in_cluster
+    if in_cluster is None:
+        in_cluster = settings.kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ
+    try:
+        if in_cluster:
+            configuration = k8s.Configuration()
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return k8s.ApiClient(configuration)
+        return cast(
+            k8s.ApiClient,
+            k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=settings.kubeconfig, context=settings.context
+            ),
+        )
+    except (ConfigException, OSError) as e:
+        source = "in-cluster service account" if in_cluster else "kubeconfig"
+        raise PermanentRuntimeError(
+            "KubernetesConfig", f"cannot load the {source}: {_bounded(str(e))}"
+        ) from e
+
+
+def _raw(response: object) -> urllib3.BaseHTTPResponse:
+    return cast(urllib3.BaseHTTPResponse, response)
+
+
+def _json(response: object) -> Object:
+    return cast(Object, json.loads(_raw(response).data))
+
+
+@contextmanager
+def _boundary(what: str) -> Iterator[None]:
+    """Turn the client's and the transport's exceptions into the runtime's."""
+    try:
+        yield
+    except ApiException as e:
+        raise _api_error(what, e) from e
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        raise TemporaryRuntimeError(
+            f"kubernetes API unreachable ({what}): {_bounded(str(e))}"
+        ) from e
+    except ValueError as e:  # a body that is not JSON: a proxy's error page, a cut stream
+        raise TemporaryRuntimeError(f"kubernetes API ({what}): bad response: {e}") from e
+
+
+def _api_error(what: str, e: ApiException) -> Exception:
+    try:
+        status = json.loads(e.body or "")
+    except ValueError:
+        status = None
+    if not isinstance(status, dict):
+        status = {"code": e.status, "reason": str(e.reason or "")}
+    status.setdefault("code", e.status)
+    return _status_error(what, status)
+
+
+def _status_error(what: str, status: Object) -> Exception:
+    """The error for an API ``Status`` (an error response or a watch's ERROR event)."""
+    code = int(status.get("code") or 0)
+    reason = str(status.get("reason") or "") or f"HTTP{code}"
+    message = f"{what}: {_bounded(str(status.get('message') or reason))}"
+    if code == 404:
+        return NotFound("NotFound", message)
+    if code == 409:
+        return Conflict(f"{reason}: {message}")
+    if code == 410:
+        return Gone(f"{reason}: {message}")
+    if code in (400, 403, 422):
+        return PermanentRuntimeError(reason, message)
+    # 401 (a token about to be refreshed), 429, 5xx, 0 (TLS, transport): try again later.
+    return TemporaryRuntimeError(f"{code} {reason}: {message}")
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + "…"

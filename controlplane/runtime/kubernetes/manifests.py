@@ -1,0 +1,353 @@
+"""The Kubernetes objects of one service: a pure function of its desired replica set and the
+runtime's settings.
+
+:class:`~.runtime.KubernetesRuntime` applies exactly these objects and ``openeas manifests``
+prints them, so what a user reads, diffs or ``kubectl apply``s is what the platform runs.
+Tested table-style and schema-checked with ``kubernetes-validate``; no I/O here.
+
+Each service gets a Deployment (an init container pulls the model repository into an
+``emptyDir``, the processor container serves it) and a ClusterIP Service. Every object
+carries :data:`HASH_ANNOTATION`, a digest of the object itself, so the runtime skips the
+write when nothing changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from controlplane.runtime.base import DesiredReplicaSet, PermanentRuntimeError
+from controlplane.runtime.kubernetes.settings import GPU_RESOURCE, KubernetesSettings
+from processors import registry
+
+Manifest = dict[str, Any]
+
+LABEL_PREFIX = "openeas.io/"
+SERVICE_LABEL = LABEL_PREFIX + "service"  # the EAS name (label values may hold '_')
+UID_LABEL = LABEL_PREFIX + "service-uid"
+GENERATION_LABEL = LABEL_PREFIX + "generation"
+TEMPLATE_HASH_LABEL = LABEL_PREFIX + "template-hash"  # DesiredReplicaSet.template_hash
+HASH_ANNOTATION = LABEL_PREFIX + "desired-hash"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "openeas"}
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=openeas," + SERVICE_LABEL
+
+PROCESSOR_CONTAINER = "processor"
+PULL_CONTAINER = "model-pull"
+MODEL_DIR = "/models"
+MODEL_REPOSITORY = MODEL_DIR + "/repository"  # what the init container pulls into
+HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+POD_PORTS = registry.Ports(
+    HTTP_PORT, GRPC_PORT, METRICS_PORT, host="0.0.0.0"
+)  # a pod listens on its own IP
+
+# Secret keys the OSS client reads from its environment (processors.storage.oss).
+OSS_SECRET_KEYS = (
+    ("OSS_ACCESS_KEY_ID", False),
+    ("OSS_ACCESS_KEY_SECRET", False),
+    ("OSS_SESSION_TOKEN", True),  # STS credentials only
+)
+STARTUP_PERIOD_SECONDS = 10
+
+
+def selector(service: str) -> str:
+    """The label selector of everything made for ``service``."""
+    return f"{SERVICE_LABEL}={service}"
+
+
+def check_resource_group(resource: str | None, settings: KubernetesSettings) -> str | None:
+    """Why ``metadata.resource`` cannot be placed (an unknown id), naming the known ids; None
+    when it can. The API calls it at create/update time so the user gets a 4xx."""
+    if resource is None or resource in settings.resource_groups:
+        return None
+    known = ", ".join(sorted(settings.resource_groups)) or "none are configured"
+    return f"unknown resource group {resource!r}; known resource groups: {known}"
+
+
+def desired_objects(desired: DesiredReplicaSet, settings: KubernetesSettings) -> list[Manifest]:
+    """The Deployment and Service for ``desired``. Raises PermanentRuntimeError when the spec
+    cannot be placed (unknown resource group, params the processor rejects)."""
+    problem = check_resource_group(desired.resources.resource_group, settings)
+    if problem is not None:
+        raise PermanentRuntimeError("UnknownResourceGroup", problem)
+    return [_stamped(_deployment(desired, settings)), _stamped(_service(desired, settings))]
+
+
+def object_hash(manifest: Manifest) -> str:
+    """Digest of a manifest without its own hash annotation."""
+    body = json.loads(json.dumps(manifest))
+    body["metadata"].get("annotations", {}).pop(HASH_ANNOTATION, None)
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _stamped(manifest: Manifest) -> Manifest:
+    manifest["metadata"].setdefault("annotations", {})[HASH_ANNOTATION] = object_hash(manifest)
+    return manifest
+
+
+def _metadata(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manifest:
+    return {
+        "name": desired.object_name,
+        "namespace": settings.namespace,
+        "labels": {
+            **MANAGED_BY,
+            "app.kubernetes.io/name": desired.object_name,
+            SERVICE_LABEL: desired.service,
+            UID_LABEL: desired.uid,
+            GENERATION_LABEL: str(desired.generation),
+        },
+    }
+
+
+def _deployment(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manifest:
+    # The generation is left out of the pod labels: scaling bumps it and must not roll pods.
+    pod_labels = {
+        **MANAGED_BY,
+        "app.kubernetes.io/name": desired.object_name,
+        SERVICE_LABEL: desired.service,
+        UID_LABEL: desired.uid,
+        TEMPLATE_HASH_LABEL: desired.template_hash,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(desired, settings),
+        "spec": {
+            "replicas": desired.replicas,
+            "selector": {"matchLabels": {SERVICE_LABEL: desired.service}},
+            # Keep serving while replacing: a new replica must be ready before an old goes.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+            },
+            "revisionHistoryLimit": 3,
+            # Only a condition for humans; the startup probe is what restarts a stuck replica.
+            "progressDeadlineSeconds": settings.startup_timeout_seconds + 600,
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": _pod_spec(desired, settings),
+            },
+        },
+    }
+
+
+def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manifest:
+    plan, pull = _plan(desired, settings)
+    image = settings.image_for(desired.processor)
+    group = settings.resource_groups.get(desired.resources.resource_group or "")
+    tolerations = [t.manifest() for t in group.tolerations] if group else []
+    if desired.resources.gpu > 0:
+        tolerations += [t.manifest() for t in settings.gpu_tolerations]
+    volumes: list[Manifest] = []
+    mounts: list[Manifest] = []
+    init: list[Manifest] = []
+    if pull is not None:
+        volumes.append(_empty_dir("models", settings.model_volume_size))
+        mounts.append({"name": "models", "mountPath": MODEL_DIR, "readOnly": True})
+        init.append(_pull_container(pull, plan.env, image, desired, settings))
+    if settings.shm_size:  # counts against the memory limit as it fills
+        volumes.append(_empty_dir("dshm", settings.shm_size, medium="Memory"))
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    spec: Manifest = {
+        "automountServiceAccountToken": False,
+        # Service links put every Service of the namespace into each replica's environment.
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": settings.termination_grace_seconds,
+        "securityContext": _pod_security(settings),
+    }
+    if init:
+        spec["initContainers"] = init
+    spec["containers"] = [_processor_container(plan, image, mounts, desired, settings)]
+    if volumes:
+        spec["volumes"] = volumes
+    if settings.service_account:
+        spec["serviceAccountName"] = settings.service_account
+    if group and group.node_selector:
+        spec["nodeSelector"] = dict(group.node_selector)
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if settings.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in settings.image_pull_secrets]
+    return spec
+
+
+def _plan(
+    desired: DesiredReplicaSet, settings: KubernetesSettings
+) -> tuple[registry.ReplicaPlan, str | None]:
+    """The processor's plan for a pod, and the remote repository the init container pulls
+    (None when the model is local to the image). The processor is planned on the pulled
+    copy, so the serving container needs neither credentials nor a second look at OSS."""
+    endpoint = desired.oss_endpoint or settings.oss_endpoint or None
+    try:
+        processor = registry.get(desired.processor)
+        params = processor.validate(desired.params)
+        plan = processor.plan(params, POD_PORTS, endpoint)
+        remote = plan.model_uri if _is_remote(plan.model_uri) else None
+        if remote is not None:
+            plan = processor.plan(_local_params(params, remote), POD_PORTS, endpoint)
+    except registry.ProcessorError as e:
+        raise PermanentRuntimeError("InvalidProcessorParams", e.one_line()) from e
+    if not plan.openeas_args:
+        raise PermanentRuntimeError(
+            "UnsupportedProcessor",
+            f"processor {desired.processor!r} has no openeas command to run in a container",
+        )
+    return plan, remote
+
+
+def _is_remote(uri: str | None) -> bool:
+    """A repository to download (``oss://…``), not a path inside the image."""
+    return uri is not None and "://" in uri and not uri.startswith("file://")
+
+
+def _local_params(params: list[str], remote: str) -> list[str]:
+    """``params`` with the flag naming ``remote`` pointed at the pulled copy instead."""
+    return [
+        f"{p.partition('=')[0]}={MODEL_REPOSITORY}" if p.partition("=")[2] == remote else p
+        for p in params
+    ]
+
+
+def _processor_container(
+    plan: registry.ReplicaPlan,
+    image: str,
+    mounts: list[Manifest],
+    desired: DesiredReplicaSet,
+    settings: KubernetesSettings,
+) -> Manifest:
+    resources = _resources(desired)
+    if desired.resources.gpu > 0:
+        resources["requests"][GPU_RESOURCE] = str(desired.resources.gpu)
+        resources["limits"][GPU_RESOURCE] = str(desired.resources.gpu)
+    container: Manifest = {
+        "name": PROCESSOR_CONTAINER,
+        "image": image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": list(settings.entrypoint),
+        "args": list(plan.openeas_args),
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "resources": resources,
+        "startupProbe": _probe(
+            plan.liveness_path,
+            period=STARTUP_PERIOD_SECONDS,
+            failures=math.ceil(settings.startup_timeout_seconds / STARTUP_PERIOD_SECONDS),
+        ),
+        "readinessProbe": _probe(plan.readiness_path, period=5, failures=3),
+        # A replica busy with long inferences may answer slowly; restart only when it is
+        # clearly gone.
+        "livenessProbe": _probe(plan.liveness_path, period=10, failures=6),
+        "securityContext": _container_security(),
+        # The processor's last lines (``openeas: <reason>``) become the termination message
+        # the runtime reports, without reading logs.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if plan.env:
+        container["env"] = [{"name": k, "value": v} for k, v in sorted(plan.env.items())]
+    if mounts:
+        container["volumeMounts"] = mounts
+    return container
+
+
+def _pull_container(
+    uri: str,
+    plan_env: dict[str, str],
+    image: str,
+    desired: DesiredReplicaSet,
+    settings: KubernetesSettings,
+) -> Manifest:
+    env: list[Manifest] = [{"name": k, "value": v} for k, v in sorted(plan_env.items())]
+    if settings.oss_endpoint and "OSS_ENDPOINT" not in plan_env:
+        env.append({"name": "OSS_ENDPOINT", "value": settings.oss_endpoint})
+    if settings.oss_region:
+        env.append({"name": "OSS_REGION", "value": settings.oss_region})
+    if settings.oss_secret:
+        env += [
+            {
+                "name": key,
+                "valueFrom": {
+                    "secretKeyRef": {"name": settings.oss_secret, "key": key, "optional": optional}
+                },
+            }
+            for key, optional in OSS_SECRET_KEYS
+        ]
+    return {
+        "name": PULL_CONTAINER,
+        "image": image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": list(settings.entrypoint),
+        "args": ["processor", "pull", uri, MODEL_REPOSITORY],
+        "env": env,
+        # The pull shares the replica's CPU and memory (init containers run before it), but
+        # not its GPUs.
+        "resources": _resources(desired),
+        "volumeMounts": [{"name": "models", "mountPath": MODEL_DIR}],
+        "securityContext": _container_security(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def _resources(desired: DesiredReplicaSet) -> dict[str, dict[str, str]]:
+    # requests == limits: Guaranteed QoS, so a replica is the last to be evicted and gets
+    # the whole cores it asked for (EAS sells cpu/memory as fixed amounts).
+    amounts = {"cpu": str(desired.resources.cpu), "memory": f"{desired.resources.memory_mb}Mi"}
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _probe(path: str, *, period: int, failures: int) -> Manifest:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _empty_dir(name: str, size: str, *, medium: str = "") -> Manifest:
+    source: Manifest = {}
+    if medium:
+        source["medium"] = medium
+    if size:
+        source["sizeLimit"] = size
+    return {"name": name, "emptyDir": source}
+
+
+def _pod_security(settings: KubernetesSettings) -> Manifest:
+    context: Manifest = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if settings.run_as_user is not None:
+        context.update(
+            runAsNonRoot=True,
+            runAsUser=settings.run_as_user,
+            runAsGroup=settings.run_as_user,
+            fsGroup=settings.run_as_user,  # so the emptyDir is writable by that user
+        )
+    return context
+
+
+def _container_security() -> Manifest:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _service(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(desired, settings),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {SERVICE_LABEL: desired.service},
+            "ports": [
+                {"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
+                for name, port in (
+                    ("http", HTTP_PORT),
+                    ("grpc", GRPC_PORT),
+                    ("metrics", METRICS_PORT),
+                )
+            ],
+        },
+    }

@@ -1,0 +1,176 @@
+"""What a service's pods say about its replicas: Kubernetes status → :class:`ReplicaStatus`.
+
+:meth:`~.runtime.KubernetesRuntime.observe` calls :func:`observation` with the objects it
+listed. Pure, so every pod state the kubelet and scheduler report is tested without a
+cluster. A replica that cannot work until something changes (bad params, a missing model,
+no server binary: the exit codes of :mod:`processors.exits`; an invalid image name) is
+``permanent``; a crash loop or an image still being retried is not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controlplane.runtime.base import Observation, ReplicaState, ReplicaStatus
+from controlplane.runtime.kubernetes.manifests import (
+    HTTP_PORT,
+    PULL_CONTAINER,
+    TEMPLATE_HASH_LABEL,
+)
+from processors import exits
+
+Object = dict[str, Any]
+
+# Exit codes after which restarting the same container cannot help.
+PERMANENT_EXITS = {exits.BAD_PARAMS, exits.PULL_PERMANENT, exits.NO_SERVER_BINARY}
+IMAGE_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+PERMANENT_IMAGE_REASONS = {"InvalidImageName", "ErrImageNeverPull"}
+# The kubelet cannot create the container: a missing Secret or key, a bad command.
+CREATE_REASONS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+MAX_MESSAGE = 2000  # a termination message holds up to 80 log lines; keep the last ones
+
+
+def observation(deployments: list[Object], pods: list[Object]) -> Observation:
+    """The replicas of one service, ordered by pod name (the order ``logs`` indexes)."""
+    live = [p for p in pods if _phase(p) not in ("Succeeded", "Failed")]
+    replicas = [replica_status(p) for p in sorted(live, key=_name)]
+    for deployment in deployments:
+        missing = _not_created(deployment, len(live))
+        if missing is not None:
+            replicas.append(missing)
+    return Observation(replicas)
+
+
+def replica_status(pod: Object) -> ReplicaStatus:
+    metadata = pod["metadata"]
+    status = pod.get("status") or {}
+    name = metadata["name"]
+    template = (metadata.get("labels") or {}).get(TEMPLATE_HASH_LABEL, "")
+    init = status.get("initContainerStatuses") or []
+    main = status.get("containerStatuses") or []
+    restarts = sum(int(c.get("restartCount") or 0) for c in init + main)
+
+    def replica(
+        state: ReplicaState, reason: str = "", message: str = "", **kw: Any
+    ) -> ReplicaStatus:
+        return ReplicaStatus(
+            name, template, state, restarts=restarts, reason=reason, message=_tail(message), **kw
+        )
+
+    if metadata.get("deletionTimestamp"):
+        return replica("Terminating")
+    if _phase(pod) == "Running" and _condition(pod, "Ready").get("status") == "True":
+        return replica("Running", endpoint=f"http://{status.get('podIP')}:{HTTP_PORT}")
+    for container in init + main:
+        problem = _container_problem(container, pod)
+        if problem is not None:
+            state, reason, message, permanent = problem
+            return replica(state, reason, message, permanent=permanent)
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled.get("status") == "False":
+        reason = scheduled.get("reason") or "Unschedulable"
+        return replica("Pending", reason, scheduled.get("message") or "")
+    return replica("Pending", *_progress(init + main))
+
+
+def _container_problem(
+    container: Object, pod: Object
+) -> tuple[ReplicaState, str, str, bool] | None:
+    """(state, reason, message, permanent) when this container keeps the replica from
+    serving in a way a human should hear about."""
+    name = container.get("name", "")
+    state = container.get("state") or {}
+    waiting = state.get("waiting") or {}
+    reason = waiting.get("reason", "")
+    if reason in IMAGE_REASONS:
+        permanent = reason in PERMANENT_IMAGE_REASONS
+        return (
+            ("Failed" if permanent else "CrashLoopBackOff"),
+            reason,
+            waiting.get("message", ""),
+            permanent,
+        )
+    if reason in CREATE_REASONS:
+        return "CrashLoopBackOff", reason, waiting.get("message", ""), False
+    ended = state.get("terminated") or {}
+    if not ended and reason == "CrashLoopBackOff":
+        ended = (container.get("lastState") or {}).get("terminated") or {}
+    if not ended or (ended.get("exitCode") == 0 and ended.get("reason") != "OOMKilled"):
+        return None
+    code = int(ended.get("exitCode") or 0)
+    permanent = code in PERMANENT_EXITS
+    message = _exit_message(name, code, ended, pod)
+    if ended.get("reason") == "OOMKilled":
+        why = "OOMKilled"
+    elif name == PULL_CONTAINER:
+        why = "ModelPullFailed"
+    else:
+        why = reason or ended.get("reason") or "Error"
+    return ("Failed" if permanent else "CrashLoopBackOff"), why, message, permanent
+
+
+def _exit_message(name: str, code: int, ended: Object, pod: Object) -> str:
+    said = (ended.get("message") or "").strip()
+    if ended.get("reason") == "OOMKilled":
+        limit = _memory_limit(pod, name)
+        said = f"container {name} ran out of memory (limit {limit}); raise metadata.memory" + (
+            f"\n{said}" if said else ""
+        )
+    return f"{said}\n(container {name} exited with code {code})".strip()
+
+
+def _memory_limit(pod: Object, container: str) -> str:
+    spec = pod.get("spec") or {}
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        if c.get("name") == container:
+            return str(((c.get("resources") or {}).get("limits") or {}).get("memory", "unset"))
+    return "unset"
+
+
+def _progress(containers: list[Object]) -> tuple[str, str]:
+    """Why a healthy replica is not ready yet: the kubelet's waiting reason (e.g.
+    ContainerCreating, PodInitializing), else it is up and loading its models."""
+    for c in containers:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            return waiting["reason"], waiting.get("message", "")
+    return "Starting", ""
+
+
+def _not_created(deployment: Object, pods: int) -> ReplicaStatus | None:
+    """A placeholder replica when the Deployment cannot create pods at all (quota, admission
+    webhooks): no pod exists to tell why, only the Deployment's ReplicaFailure condition."""
+    status = deployment.get("status") or {}
+    failure = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "ReplicaFailure"), None
+    )
+    wanted = int((deployment.get("spec") or {}).get("replicas") or 0)
+    if failure is None or failure.get("status") != "True" or pods >= wanted:
+        return None
+    labels = (((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
+        "labels"
+    ) or {}
+    return ReplicaStatus(
+        name=f"{deployment['metadata']['name']} (not created)",
+        template_hash=labels.get(TEMPLATE_HASH_LABEL, ""),
+        state="Pending",
+        reason=failure.get("reason") or "FailedCreate",
+        message=_tail(failure.get("message") or ""),
+    )
+
+
+def _condition(pod: Object, kind: str) -> Object:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), {})
+
+
+def _phase(pod: Object) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def _name(pod: Object) -> str:
+    return str(pod["metadata"]["name"])
+
+
+def _tail(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else "…" + message[-MAX_MESSAGE:]

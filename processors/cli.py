@@ -1,0 +1,100 @@
+"""``openeas processor …``: the commands a replica (or an operator) runs.
+
+``openeas.cli`` dispatches here. ``pull <uri> <dest>`` fetches a model repository;
+``run <processor> [--http-port …] -- <processor_params…>`` is every replica's command (see
+``processors.exits`` for the exit codes). Processor params follow ``--`` verbatim, so
+argparse never sees (or rewrites) the tenant's flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+from processors import exits, registry, repository
+from processors.exits import fail
+
+
+def main(argv: list[str]) -> int:
+    """Run ``openeas processor <argv…>``; the process exit code."""
+    head, params = _split_params(argv)
+    parser = _parser()
+    args = parser.parse_args(head)
+    # A replica's log is its stderr: storage's progress and retry warnings go there too
+    # (``pull`` prints its own summary, so only warnings).
+    level = logging.WARNING if args.command == "pull" else logging.INFO
+    logging.basicConfig(level=level, format="openeas: %(message)s")
+    try:
+        if args.command == "pull":
+            if params is not None:
+                parser.error("pull takes no processor params (nothing after --)")
+            return _pull(args.uri, Path(args.dest), args.endpoint)
+        return _run(args, params)
+    except KeyboardInterrupt:
+        return exits.INTERRUPTED
+
+
+def _split_params(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="openeas processor")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    pull = commands.add_parser("pull", help="download a model repository to a directory")
+    pull.add_argument("uri", help="oss://bucket/prefix")
+    pull.add_argument("dest", help="local directory (created; updated in place if present)")
+    pull.add_argument("--endpoint", help="OSS endpoint (default: $OSS_ENDPOINT)")
+
+    run = commands.add_parser(
+        "run",
+        help="pull the model repository, then run the processor's server",
+        usage="openeas processor run <processor> [options] -- <processor_params...>",
+    )
+    run.add_argument("processor", help=f"one of: {', '.join(registry.names())}")
+    run.add_argument("--http-port", type=int, default=8000)
+    run.add_argument("--grpc-port", type=int, default=8001)
+    run.add_argument("--metrics-port", type=int, default=8002)
+    run.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 in a pod)")
+    run.add_argument(
+        "--model-cache",
+        type=Path,
+        help="where remote repositories are pulled (default: $OPENEAS_MODEL_CACHE or a temp dir)",
+    )
+    return parser
+
+
+def _run(args: argparse.Namespace, params: list[str] | None) -> int:
+    if params is None:
+        return fail(
+            exits.BAD_PARAMS,
+            "give the processor params after --, e.g. "
+            "openeas processor run triton -- --model-repository=oss://<bucket>/<prefix>",
+        )
+    try:
+        processor = registry.get(args.processor)
+    except registry.ProcessorError as e:
+        return fail(exits.BAD_PARAMS, e.one_line())
+    if processor.run is None:
+        return fail(exits.BAD_PARAMS, f"processor {processor.name!r} has no runner")
+    ports = registry.Ports(args.http_port, args.grpc_port, args.metrics_port, host=args.host)
+    return processor.run(params, ports, args.model_cache)
+
+
+def _pull(uri: str, dest: Path, endpoint: str | None) -> int:
+    try:
+        report = repository.pull(uri, dest, endpoint=endpoint or os.environ.get("OSS_ENDPOINT"))
+    except repository.PullFailed as e:
+        return fail(e.exit_code, f"model pull failed: {e}")
+    print(
+        f"pulled {uri} into {report.dest}: {report.files} files, "
+        f"{report.bytes_downloaded} bytes downloaded, {report.bytes_reused} reused, "
+        f"{report.seconds:.2f} s"
+    )
+    return 0

@@ -1,0 +1,53 @@
+"""The replica plan of a ``triton`` service: what a runtime starts for each replica.
+
+The control plane's reconciler calls :func:`plan` (through the processor registry) when it
+computes the desired replicas. Pure. The replica runs ``openeas processor run triton``, which
+pulls the model repository and then starts tritonserver, so the same plan serves the local
+runtime (``command``, a process of this Python) and the kubernetes runtime (``openeas_args``
+under the image's ``openeas`` entry point).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from processors.registry import Ports, ReplicaPlan
+from processors.triton import flags
+
+READINESS_PATH = "/v2/health/ready"
+LIVENESS_PATH = "/v2/health/live"
+
+
+def run_args(params: Sequence[str], ports: Ports) -> list[str]:
+    """Arguments of ``openeas`` that run one replica with the platform's ports."""
+    return [
+        "processor",
+        "run",
+        "triton",
+        "--http-port",
+        str(ports.http),
+        "--grpc-port",
+        str(ports.grpc),
+        "--metrics-port",
+        str(ports.metrics),
+        "--host",
+        ports.host,
+        "--",
+        *params,
+    ]
+
+
+def plan(params: Sequence[str], ports: Ports, oss_endpoint: str | None) -> ReplicaPlan:
+    """Plan for one replica; ``oss_endpoint`` (the spec's) overrides ``OSS_ENDPOINT``."""
+    checked = flags.parse(params)
+    args = run_args(checked.normalised(), ports)
+    return ReplicaPlan(
+        command=[sys.executable, "-m", "openeas.cli", *args],
+        env={"OSS_ENDPOINT": oss_endpoint} if oss_endpoint else {},
+        http_port=ports.http,
+        readiness_path=READINESS_PATH,
+        liveness_path=LIVENESS_PATH,
+        model_uri=checked.model_repository,
+        openeas_args=args,
+    )

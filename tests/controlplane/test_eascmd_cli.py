@@ -1,0 +1,127 @@
+"""``eascmd`` against a live control plane over HTTP (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.eascmd import cli
+from tests.controlplane.conftest import ADMIN, LiveServer, seed_spec
+
+SEED = Path(__file__).resolve().parents[1] / "data" / "seed_triton.config"
+
+
+@pytest.fixture
+def eascmd(
+    live_api: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> Any:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for var in ("EAS_ENDPOINT", "EAS_TOKEN", "EAS_REGION"):
+        monkeypatch.delenv(var, raising=False)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    assert run("config", "-e", live_api.url, "-k", ADMIN)[0] == 0
+    return run
+
+
+def write(tmp_path: Path, spec: dict[str, Any], name: str = "triton.config") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(spec, indent=2))
+    return str(path)
+
+
+def test_config_is_saved_private(eascmd: Any, tmp_path: Path) -> None:
+    saved = tmp_path / "home" / ".eascmd" / "config"
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600
+    assert json.loads(saved.read_text())["token"] == ADMIN
+
+
+def test_create_prints_the_seed_table(eascmd: Any, tmp_path: Path) -> None:
+    code, out, _ = eascmd("create", write(tmp_path, seed_spec()), "--no-wait")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("[RequestId]: ")
+    assert lines[1] == lines[5] and set(lines[1]) == {"+", "-"}
+    assert lines[2].startswith("| Internet Endpoint | http://gateway.example:8080/api/predict/")
+    assert lines[3].startswith("| Intranet Endpoint | http://openeas-gateway.")
+    assert lines[4].startswith("| Token             | ")
+    assert len({len(line) for line in lines[1:6]}) == 1  # a rectangular table
+
+
+def test_seed_config_pasted_from_the_blog_is_refused_with_fixes(eascmd: Any) -> None:
+    code, out, err = eascmd("create", str(SEED))
+    assert code == 2 and out == ""
+    assert "nothing was created" in err
+    assert '"--model-repository=oss://triton-model-repo/models",' in err
+    assert "Traceback" not in err
+    assert eascmd("list")[1].strip() == "No services."
+
+
+def test_server_side_errors_name_field_and_fix(eascmd: Any, tmp_path: Path) -> None:
+    bad = seed_spec(metadata={"instance": "two", "gpu_memory": 3})
+    code, _, err = eascmd("create", write(tmp_path, bad))
+    assert code == 1
+    assert "metadata.instance" in err and "metadata.gpu_memory" in err
+    assert "remove it" in err
+
+
+def test_desc_list_modify_stop_start_events_delete(eascmd: Any, tmp_path: Path) -> None:
+    assert eascmd("create", write(tmp_path, seed_spec()), "--no-wait")[0] == 0
+    code, out, _ = eascmd("desc", "triton_test")
+    assert code == 0 and "| Status " in out and "Creating" in out
+
+    assert eascmd("modify", "triton_test", "-Dmetadata.instance=2", "--no-wait")[0] == 0
+    patch = write(tmp_path, {"metadata": {"cpu": 2}}, "patch.json")
+    assert eascmd("modify", "triton_test", "-s", patch, "--no-wait")[0] == 0
+    _, out, _ = eascmd("desc", "triton_test")
+    assert "3 (observed 0)" in out  # two modifications, two new generations
+
+    code, out, _ = eascmd("list")
+    assert code == 0 and "triton_test" in out and "1 of 1 service(s)" in out
+    assert eascmd("stop", "triton_test")[1] == "[OK] Service triton_test is stopping\n"
+    assert eascmd("start", "triton_test")[0] == 0
+    _, out, _ = eascmd("events", "triton_test")
+    for reason in ("Created", "Updated", "Stopping", "Starting"):
+        assert reason in out
+    rotated = eascmd("token", "triton_test", "--rotate")[1].strip()
+    assert eascmd("token", "triton_test")[1].strip() == rotated
+    assert eascmd("delete", "triton_test")[0] == 0
+    assert "Deleting" in eascmd("desc", "triton_test")[1]
+
+
+def test_unknown_service_and_bad_overrides(eascmd: Any) -> None:
+    code, _, err = eascmd("desc", "nope")
+    assert code == 1 and "no service named 'nope'" in err
+    code, _, err = eascmd("modify", "nope", "-Dmetadata")
+    assert code == 2 and "-Dkey.path=value" in err
+
+
+def test_unreachable_control_plane_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    monkeypatch.setenv("EAS_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("EAS_TOKEN", "x")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cli.main(["list"]) == 1
+    assert "cannot reach the control plane at http://127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_console_script_without_profile(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EAS_")} | {
+        "HOME": str(tmp_path)
+    }
+    eascmd = Path(sys.executable).parent / "eascmd"
+    done = subprocess.run([str(eascmd), "list"], env=env, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "eascmd config -e <endpoint> -k <admin token>" in done.stderr

@@ -1,0 +1,148 @@
+"""``openeas processor run triton`` for real: a replica's command (from the plan) brings up
+tritonserver on a local or an OSS repository (the stand-in), serves correct inferences to the
+official client, and stops cleanly on SIGTERM with no orphans; storage failures exit with
+their distinct codes. Also the shared ``triton_server`` fixture, and the command line."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from openeas import cli as openeas_cli
+from processors import exits, repository
+from processors.registry import Ports, ReplicaPlan
+from processors.storage.retry import Backoff
+from processors.triton import binary, flags, plan, run
+from tests.fixtures_triton import (
+    EXAMPLE_MODELS,
+    TritonServer,
+    check_example_models,
+    descendants,
+    free_port,
+    is_alive,
+    wait_ready,
+)
+from tests.oss_server import OssServer
+
+
+def test_tritonserver_argv_puts_the_platforms_flags_after_the_users() -> None:
+    server = binary.Tritonserver(
+        Path("/opt/tritonserver/bin/tritonserver"), "PATH", args=["--backend-directory=/b"]
+    )
+    checked = flags.parse(["--model-repository=oss://bucket/m", "--log-verbose=1"])
+    argv = run.tritonserver_argv(server, checked, Path("/cache/m"), Ports(1, 2, 3, "0.0.0.0"))
+    assert argv == [
+        "/opt/tritonserver/bin/tritonserver",
+        "--model-repository=/cache/m",
+        "--log-verbose=1",
+        "--http-port=1",
+        "--grpc-port=2",
+        "--metrics-port=3",
+        "--http-address=0.0.0.0",
+        "--grpc-address=0.0.0.0",
+        "--metrics-address=0.0.0.0",
+        "--backend-directory=/b",
+    ]
+
+
+def test_shared_triton_server_serves_the_example_models(triton_server: TritonServer) -> None:
+    assert triton_server.base_url == f"http://{triton_server.http_url}"
+    check_example_models(triton_server.http_url)
+
+
+def _replica(model_repository: str) -> ReplicaPlan:
+    ports = Ports(http=free_port(), grpc=free_port(), metrics=free_port())
+    return plan.plan([f"--model-repository={model_repository}"], ports, None)
+
+
+def serve_check_and_stop(
+    replica: ReplicaPlan, tmp_path: Path, env: Mapping[str, str] | None = None
+) -> str:
+    """Run the replica as a runtime would, check inference, SIGTERM it; its log."""
+    log = tmp_path / "replica.log"
+    environ = {**os.environ, **(env or {}), **replica.env}
+    environ.setdefault("OPENEAS_MODEL_CACHE", str(tmp_path / "model-cache"))
+    with log.open("wb") as out:
+        process = subprocess.Popen(replica.command, env=environ, stdout=out, stderr=out)
+    try:
+        base_url = f"http://127.0.0.1:{replica.http_port}"
+        wait_ready(base_url, process, log, path=replica.readiness_path)
+        with urllib.request.urlopen(base_url + replica.liveness_path, timeout=5) as live:
+            assert live.status == 200
+        family = descendants(process.pid)  # tritonserver and its python backend stubs
+        assert family, "tritonserver should run as the processor's child"
+        check_example_models(f"127.0.0.1:{replica.http_port}")
+
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, log.read_text(errors="replace")[-3000:]
+        deadline = time.monotonic() + 10
+        while any(map(is_alive, family)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in family if is_alive(pid)], "orphans left behind"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return log.read_text(errors="replace")
+
+
+@pytest.mark.slow
+def test_run_serves_a_local_repository_and_stops_on_sigterm(tmp_path: Path) -> None:
+    output = serve_check_and_stop(_replica(str(EXAMPLE_MODELS)), tmp_path)
+    assert f"openeas: serving {EXAMPLE_MODELS} from {EXAMPLE_MODELS}" in output
+
+
+@pytest.mark.slow
+def test_run_pulls_from_oss_then_serves(
+    oss_server: OssServer, oss_model_repo: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    ports = Ports(http=free_port(), grpc=free_port(), metrics=free_port())
+    # The spec's oss_endpoint wins over the replica's OSS_ENDPOINT (a dead port here).
+    replica = plan.plan([f"--model-repository={oss_model_repo}"], ports, oss_server.endpoint)
+    cache = tmp_path / "model-cache"
+    env = {"OSS_ENDPOINT": "http://127.0.0.1:9", "OPENEAS_MODEL_CACHE": str(cache)}
+
+    output = serve_check_and_stop(replica, tmp_path, env)
+
+    local = repository.slot(cache, oss_model_repo, oss_server.endpoint)
+    assert f"openeas: serving {oss_model_repo} from {local}" in output
+    assert (local / "add_sub" / "config.pbtxt").is_file()
+    assert oss_env["OSS_ACCESS_KEY_SECRET"] not in output
+
+
+def _run_in_process(model_repository: str, cache: Path) -> int:
+    argv = ["processor", "run", "triton", "--model-cache", str(cache), "--"]
+    return openeas_cli.main([*argv, f"--model-repository={model_repository}"])
+
+
+@pytest.mark.usefixtures("oss_env")
+def test_missing_bucket_exits_with_the_permanent_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run_in_process("oss://no-such-bucket/models", tmp_path) == exits.PULL_PERMANENT
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("openeas: model pull failed: "), lines
+
+
+@pytest.mark.usefixtures("oss_env")
+def test_server_errors_exit_with_the_temporary_code(
+    oss_server: OssServer,
+    oss_model_repo: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The package re-exports pull(), hiding its module: fetch the module to shorten retries.
+    pull_module = importlib.import_module("processors.storage.pull")
+    monkeypatch.setattr(pull_module, "BACKOFF", Backoff(attempts=2, first_delay=0.01))
+    oss_server.fail_next(n=100, status=503)
+    assert _run_in_process(oss_model_repo, tmp_path) == exits.PULL_TEMPORARY
+    assert capsys.readouterr().err.startswith("openeas: model pull failed: ")
