@@ -1,0 +1,187 @@
+"""The local runtime with real processes (a small stand-in replica instead of Triton, so
+this runs in seconds): readiness, crash restarts with backoff, permanent failures, scaling,
+rolling updates that never drop to zero ready replicas, logs, and no orphans."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from controlplane.runtime.base import DesiredReplicaSet, Resources
+from controlplane.runtime.local import LocalRuntime
+from processors import registry
+
+SCRIPT = Path(__file__).resolve().parents[1] / "data" / "fake_replica.py"
+
+
+def fake_plan(params: Sequence[str], ports: registry.Ports, _: str | None) -> registry.ReplicaPlan:
+    return registry.ReplicaPlan(
+        command=[sys.executable, str(SCRIPT), str(ports.http), params[0]], http_port=ports.http
+    )
+
+
+@pytest.fixture(autouse=True)
+def fake_processor() -> Iterator[None]:
+    registry.register(registry.Processor("fake", validate=list, plan=fake_plan))
+    yield
+    registry._REGISTRY.pop("fake")
+
+
+def want(replicas: int = 1, behaviour: str = "serve", template: str = "t1") -> DesiredReplicaSet:
+    return DesiredReplicaSet(
+        service="svc",
+        object_name="svc",
+        uid="u",
+        generation=1,
+        replicas=replicas,
+        processor="fake",
+        params=(behaviour,),
+        oss_endpoint=None,
+        resources=Resources(cpu=1, gpu=0, memory_mb=100),
+        template_hash=template,
+    )
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[LocalRuntime]:
+    rt = LocalRuntime(tmp_path, lambda _: None, probe_interval=0.05, base_backoff=0.2)
+    yield rt
+    await rt.close()
+
+
+async def until(check: Callable[[], Awaitable[object]], timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+async def states(rt: LocalRuntime) -> list[str]:
+    return [r.state for r in (await rt.observe("svc")).replicas]
+
+
+def states_are(rt: LocalRuntime, expected: list[str]) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return await states(rt) == expected
+
+    return check
+
+
+def pids(rt: LocalRuntime) -> list[int]:
+    return [r.process.pid for r in rt._replicas.get("svc", []) if r.process is not None]
+
+
+async def test_replica_becomes_ready_with_an_endpoint(runtime: LocalRuntime) -> None:
+    notified: list[str] = []
+    runtime.notify = notified.append
+    await runtime.apply(want())
+    await runtime.apply(want())  # idempotent: still one replica
+    assert len((await runtime.observe("svc")).replicas) == 1
+    await until(states_are(runtime, ["Running"]))
+    (replica,) = (await runtime.observe("svc")).replicas
+    assert replica.endpoint is not None and replica.endpoint.startswith("http://127.0.0.1:")
+    assert "svc" in notified
+    assert "fake replica on" in await runtime.logs("svc", None, 10)
+
+
+async def test_a_killed_replica_restarts_with_backoff(runtime: LocalRuntime) -> None:
+    await runtime.apply(want())
+    ready = states_are(runtime, ["Running"])
+    await until(ready)
+    (first,) = pids(runtime)
+    os.kill(first, signal.SIGKILL)
+
+    async def crashed() -> bool:
+        return (await runtime.observe("svc")).replicas[0].restarts == 1
+
+    await until(crashed)
+    await until(ready)
+    (second,) = pids(runtime)
+    assert second != first
+    (replica,) = (await runtime.observe("svc")).replicas
+    assert replica.restarts == 1 and replica.state == "Running"
+
+
+async def test_permanent_exit_is_failed_and_not_restarted(runtime: LocalRuntime) -> None:
+    await runtime.apply(want(behaviour="exit:3"))
+
+    await until(states_are(runtime, ["Failed"]))
+    (replica,) = (await runtime.observe("svc")).replicas
+    assert replica.permanent and replica.reason == "ModelPullFailed"
+    assert "oss://b/models is empty" in replica.message
+    await asyncio.sleep(0.5)
+    assert (await runtime.observe("svc")).replicas[0].restarts == 0
+
+
+async def test_transient_exit_is_a_crash_loop(runtime: LocalRuntime) -> None:
+    await runtime.apply(want(behaviour="exit:1"))
+
+    async def looping() -> bool:
+        r = (await runtime.observe("svc")).replicas
+        return bool(r) and r[0].state == "CrashLoopBackOff" and r[0].restarts >= 2
+
+    await until(looping)
+    assert "exited with code 1" in (await runtime.observe("svc")).replicas[0].message
+
+
+async def test_scale_up_and_down(runtime: LocalRuntime) -> None:
+    await runtime.apply(want(replicas=3))
+
+    await until(states_are(runtime, ["Running"] * 3))
+    await runtime.apply(want(replicas=1))
+    await until(states_are(runtime, ["Running"]))
+
+
+async def test_rolling_update_keeps_a_ready_replica(
+    runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await runtime.apply(want())
+    await until(states_are(runtime, ["Running"]))
+
+    async def ready_count() -> int:
+        return sum(r.state == "Running" for r in (await runtime.observe("svc")).replicas)
+
+    monkeypatch.setenv("FAKE_READY_AFTER", "1.0")  # the new replica takes a while
+    new = want(template="t2")
+    lowest = 1
+    for _ in range(300):
+        await runtime.apply(new)
+        lowest = min(lowest, await ready_count())
+        replicas = (await runtime.observe("svc")).replicas
+        if [(r.template_hash, r.state) for r in replicas] == [("t2", "Running")]:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("rollout did not finish")
+    assert lowest == 1
+
+
+async def test_delete_and_close_leave_no_process(runtime: LocalRuntime) -> None:
+    await runtime.apply(want(replicas=2))
+
+    await until(states_are(runtime, ["Running", "Running"]))
+    started = pids(runtime)
+    assert not await runtime.delete("svc")  # replicas stopping
+
+    async def gone() -> bool:
+        return await runtime.delete("svc")
+
+    await until(gone)
+    assert await runtime.services() == set()
+    for pid in started:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    await runtime.apply(replace(want(), service="svc"))
+    await until(states_are(runtime, ["Running"]))
+    last = pids(runtime)
+    await runtime.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(last[0], 0)

@@ -1,0 +1,256 @@
+"""The reconciler against an in-memory runtime: every transition and error path, on SQLite
+and PostgreSQL, plus leader election between two reconcilers on one database."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane import routes
+from controlplane.db import make_engine, make_sessions
+from controlplane.reconciler import Reconciler
+from controlplane.runtime.base import (
+    DesiredReplicaSet,
+    Notify,
+    Observation,
+    PermanentRuntimeError,
+    ReplicaStatus,
+    TemporaryRuntimeError,
+)
+from controlplane.services import Services
+from tests.controlplane.conftest import seed_spec
+
+
+class FakeRuntime:
+    """Replicas as records; tests flip their state and the runtime notifies like a real one."""
+
+    def __init__(self, notify: Notify) -> None:
+        self.notify = notify
+        self.replicas: dict[str, list[ReplicaStatus]] = {}
+        self.applied: list[DesiredReplicaSet] = []
+        self.fail_apply: list[Exception] = []
+        self.deletes_pending = 0
+        self.closed = False
+
+    async def apply(self, desired: DesiredReplicaSet) -> None:
+        self.applied.append(desired)
+        if self.fail_apply:
+            raise self.fail_apply.pop(0)
+        have = [
+            r
+            for r in self.replicas.get(desired.service, [])
+            if r.template_hash == desired.template_hash
+        ]
+        while len(have) < desired.replicas:
+            have.append(
+                ReplicaStatus(f"{desired.service}-{len(have)}", desired.template_hash, "Pending")
+            )
+        self.replicas[desired.service] = have[: desired.replicas]
+
+    async def observe(self, service: str) -> Observation:
+        return Observation(list(self.replicas.get(service, [])))
+
+    async def delete(self, service: str) -> bool:
+        if self.deletes_pending:
+            self.deletes_pending -= 1
+            return False
+        self.replicas.pop(service, None)
+        return True
+
+    async def services(self) -> set[str]:
+        return {s for s, r in self.replicas.items() if r}
+
+    async def logs(self, service: str, replica: int | None, tail: int) -> str:
+        return ""
+
+    async def close(self) -> None:
+        self.closed = True
+
+    def set_all(self, service: str, state: str, **kw: Any) -> None:
+        self.replicas[service] = [
+            ReplicaStatus(
+                r.name, r.template_hash, state, endpoint=f"http://127.0.0.1:{9000 + i}", **kw
+            )  # type: ignore[arg-type]
+            for i, r in enumerate(self.replicas[service])
+        ]
+        self.notify(service)
+
+
+class Harness:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+        self.services = Services(sessions, "local")
+        self.runtime: FakeRuntime | None = None
+
+    def make_reconciler(self, **kw: Any) -> Reconciler:
+        def factory(notify: Notify) -> FakeRuntime:
+            self.runtime = FakeRuntime(notify)
+            return self.runtime
+
+        return Reconciler(self.sessions, factory, "local", poll_seconds=0.05, **kw)
+
+    def row(self, name: str = "triton_test") -> Any:
+        return self.services.get("local", name)
+
+    async def until(self, check: Callable[[], bool], timeout: float = 5.0) -> None:
+        for _ in range(int(timeout / 0.02)):
+            if check():
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError("condition not reached")
+
+    def reasons(self, name: str = "triton_test") -> list[str]:
+        return [e.reason for e in self.services.events("local", name)]
+
+
+@pytest.fixture
+async def harness(database_url: str) -> AsyncIterator[Harness]:
+    engine = make_engine(database_url)
+    yield Harness(make_sessions(engine))
+    engine.dispose()
+
+
+@pytest.fixture
+async def running(harness: Harness) -> AsyncIterator[tuple[Harness, Reconciler]]:
+    reconciler = harness.make_reconciler(lease_ttl=1.0)
+    task = asyncio.create_task(reconciler.run())
+    await harness.until(lambda: harness.runtime is not None)
+    yield harness, reconciler
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def status(h: Harness) -> tuple[str, int, int, int]:
+    r = h.row()
+    return r.status, r.total_instances, r.pending_instances, r.running_instances
+
+
+async def test_create_waits_then_runs_and_publishes_endpoints(
+    running: tuple[Harness, Reconciler],
+) -> None:
+    h, _ = running
+    h.services.create(seed_spec(metadata={"instance": 2}))
+    await h.until(lambda: status(h) == ("Waiting", 2, 2, 0))
+    assert h.row().observed_generation == 1
+    before = routes.table(h.sessions, "local", 1000)
+    assert before.routes[0].endpoints == []
+    assert h.runtime is not None
+    h.runtime.set_all("triton_test", "Running")
+    await h.until(lambda: status(h) == ("Running", 2, 0, 2))
+    after = routes.table(h.sessions, "local", 1000)
+    assert after.version > before.version
+    assert after.routes[0].endpoints == ["http://127.0.0.1:9000", "http://127.0.0.1:9001"]
+    assert h.reasons() == ["Created", "Waiting", "Running"]
+
+
+async def test_unchanged_resync_writes_nothing(running: tuple[Harness, Reconciler]) -> None:
+    h, reconciler = running
+    h.services.create(seed_spec())
+    await h.until(lambda: status(h)[0] == "Waiting")
+    version = h.row().version
+    for _ in range(3):
+        await reconciler.reconcile("triton_test")
+    assert h.row().version == version
+
+
+async def test_permanent_error_fails_until_a_new_generation(
+    running: tuple[Harness, Reconciler],
+) -> None:
+    h, _ = running
+    assert h.runtime is not None
+    h.runtime.fail_apply.append(PermanentRuntimeError("UnknownResourceGroup", "no group r9"))
+    h.services.create(seed_spec())
+    await h.until(lambda: h.row().status == "Failed")
+    row = h.row()
+    assert (row.reason, row.message, row.observed_generation) == (
+        "UnknownResourceGroup",
+        "no group r9",
+        1,
+    )
+    applied = len(h.runtime.applied)
+    await asyncio.sleep(0.3)
+    assert len(h.runtime.applied) == applied  # not retried for the same generation
+    h.services.scale("local", "triton_test", 1)
+    h.services.update("local", "triton_test", {"metadata": {"cpu": 2}})
+    await h.until(lambda: h.row().status == "Waiting")
+
+
+async def test_temporary_errors_are_retried_with_backoff(
+    running: tuple[Harness, Reconciler],
+) -> None:
+    h, _ = running
+    assert h.runtime is not None
+    h.runtime.fail_apply += [TemporaryRuntimeError("api down"), TemporaryRuntimeError("again")]
+    h.services.create(seed_spec())
+    await h.until(lambda: h.row().status == "Waiting")
+    assert len(h.runtime.applied) == 3
+
+
+async def test_crashloop_then_recovery(running: tuple[Harness, Reconciler]) -> None:
+    h, _ = running
+    assert h.runtime is not None
+    h.services.create(seed_spec())
+    await h.until(lambda: h.row().status == "Waiting")
+    h.runtime.set_all(
+        "triton_test",
+        "CrashLoopBackOff",
+        restarts=3,
+        reason="CrashLoopBackOff",
+        message="exited with code 1:\nerror: creating server",
+    )
+    await h.until(lambda: h.row().status == "Failed")
+    assert "creating server" in h.row().message
+    h.runtime.set_all("triton_test", "Running")
+    await h.until(lambda: h.row().status == "Running")
+    assert h.reasons()[-2:] == ["Failed", "Running"]
+
+
+async def test_stop_start_and_delete(running: tuple[Harness, Reconciler]) -> None:
+    h, _ = running
+    assert h.runtime is not None
+    h.services.create(seed_spec())
+    await h.until(lambda: h.row().status == "Waiting")
+    h.services.set_stopped("local", "triton_test", True)
+    await h.until(lambda: h.row().status == "Stopped")
+    assert h.runtime.replicas["triton_test"] == []
+    h.services.set_stopped("local", "triton_test", False)
+    await h.until(lambda: h.row().status == "Waiting")
+    h.runtime.deletes_pending = 2  # the runtime needs a few rounds to remove everything
+    h.services.request_delete("local", "triton_test")
+    await h.until(lambda: h.services.page(page=1, size=10)[1] == 0)
+    assert "triton_test" not in h.runtime.replicas
+
+
+async def test_orphans_in_the_runtime_are_removed(harness: Harness) -> None:
+    reconciler = harness.make_reconciler(lease_ttl=1.0)
+    task = asyncio.create_task(reconciler.run())
+    await harness.until(lambda: harness.runtime is not None)
+    assert harness.runtime is not None
+    harness.runtime.replicas["ghost"] = [ReplicaStatus("ghost-0", "h", "Running")]
+    await reconciler.reconcile("ghost")
+    assert "ghost" not in harness.runtime.replicas
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_only_one_of_two_reconcilers_leads(harness: Harness) -> None:
+    first = harness.make_reconciler(lease_ttl=0.6)
+    second = harness.make_reconciler(lease_ttl=0.6)
+    tasks = [asyncio.create_task(first.run()), asyncio.create_task(second.run())]
+    await harness.until(lambda: first.is_leader or second.is_leader)
+    await asyncio.sleep(0.8)
+    assert first.is_leader != second.is_leader
+    leader, follower = (first, second) if first.is_leader else (second, first)
+    harness.services.create(seed_spec())
+    await harness.until(lambda: harness.row().status == "Waiting")
+    assert follower.runtime is None
+    # The leader goes away; the other takes over once the lease expires.
+    tasks[0 if leader is first else 1].cancel()
+    await harness.until(lambda: follower.is_leader, timeout=5)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

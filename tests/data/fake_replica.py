@@ -1,0 +1,29 @@
+"""A stand-in replica process for local-runtime tests: serves /v2/health/ready on the
+given port (after an optional delay) or exits with a given code, like a processor would."""
+
+import http.server
+import os
+import sys
+import time
+
+port, behaviour = int(sys.argv[1]), sys.argv[2]
+print(f"fake replica on {port}: {behaviour}", flush=True)
+if behaviour.startswith("exit:"):
+    time.sleep(0.2)
+    print("openeas: model pull failed: oss://b/models is empty", file=sys.stderr, flush=True)
+    sys.exit(int(behaviour.split(":")[1]))
+ready_at = time.monotonic() + float(os.environ.get("FAKE_READY_AFTER", "0"))
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        ok = self.path == "/v2/health/ready" and time.monotonic() >= ready_at
+        self.send_response(200 if ok else 503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
