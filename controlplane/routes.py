@@ -38,10 +38,9 @@ def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
     return Route(
         service=row.name,
         token_sha256=row.token_sha256,
+        # Old replicas still serve during a rolling update; stopping ones carry no endpoint.
         endpoints=[
-            r["endpoint"]
-            for r in row.replicas or []
-            if r.get("state") == "Running" and r.get("endpoint") and r.get("current", True)
+            r["endpoint"] for r in row.replicas or [] if r["state"] == "Running" and r["endpoint"]
         ],
         timeout_ms=rpc.get("keepalive") or default_timeout_ms,
         rate_limit=rpc.get("rate_limit"),

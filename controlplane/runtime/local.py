@@ -82,12 +82,14 @@ class LocalRuntime:
         host: str = "127.0.0.1",
         probe_interval: float = 0.25,
         base_backoff: float = 1.0,
+        drain_seconds: float = 2.0,
     ) -> None:
         self.data_dir = data_dir
         self.notify = notify
         self.host = host
         self.probe_interval = probe_interval
         self.base_backoff = base_backoff
+        self.drain_seconds = drain_seconds
         self._replicas: dict[str, list[Replica]] = {}
         self._numbers: dict[str, int] = {}
         self._http: aiohttp.ClientSession | None = None
@@ -141,7 +143,7 @@ class LocalRuntime:
         tasks = []
         for replicas in self._replicas.values():
             for replica in list(replicas):
-                self._stop(replica)
+                self._stop(replica, drain=0)  # shutting down: no gateway left to drain
                 if replica.task is not None:
                     tasks.append(replica.task)
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -164,17 +166,27 @@ class LocalRuntime:
         replica.task = asyncio.create_task(self._supervise(replica))
         return replica
 
-    def _stop(self, replica: Replica) -> None:
+    def _stop(self, replica: Replica, drain: float | None = None) -> None:
+        """Take the replica out of service now (observe shows it Terminating, without an
+        endpoint, so the route table drops it) and signal it after the drain period, by
+        which time the gateway has stopped sending it requests."""
         if replica.stopping:
             return
         replica.stopping = True
+        self.notify(replica.service)
+        if replica.process is not None and replica.process.returncode is None:
+            delay = self.drain_seconds if drain is None else drain
+            asyncio.get_running_loop().call_later(delay, self._terminate, replica)
+        elif replica.task is not None:
+            replica.task.cancel()  # waiting on backoff or failed for good: nothing to stop
+
+    @staticmethod
+    def _terminate(replica: Replica) -> None:
         if replica.process is not None and replica.process.returncode is None:
             # The processor alone: it forwards to tritonserver, which stops its own
             # backend stubs; signalling the whole group makes Triton wait for dead stubs.
             with contextlib.suppress(ProcessLookupError):
                 replica.process.send_signal(signal.SIGTERM)
-        elif replica.task is not None:
-            replica.task.cancel()  # waiting on backoff or failed for good: nothing to stop
 
     async def _supervise(self, replica: Replica) -> None:
         try:

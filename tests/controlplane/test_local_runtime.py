@@ -51,7 +51,9 @@ def want(replicas: int = 1, behaviour: str = "serve", template: str = "t1") -> D
 
 @pytest.fixture
 async def runtime(tmp_path: Path) -> AsyncIterator[LocalRuntime]:
-    rt = LocalRuntime(tmp_path, lambda _: None, probe_interval=0.05, base_backoff=0.2)
+    rt = LocalRuntime(
+        tmp_path, lambda _: None, probe_interval=0.05, base_backoff=0.2, drain_seconds=0.1
+    )
     yield rt
     await rt.close()
 

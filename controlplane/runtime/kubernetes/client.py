@@ -10,11 +10,11 @@ temporary (unreachable, 5xx, 429, 409 :class:`Conflict`, 410 :class:`Gone`) or p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -68,6 +68,7 @@ class KubeClient:
         self._core = k8s.CoreV1Api(self._api)
         self._streams: set[urllib3.BaseHTTPResponse] = set()
         self._lock = threading.Lock()
+        self._aborted = False
 
     # -- objects --------------------------------------------------------------------------
     def get(self, kind: Kind, name: str) -> Object | None:
@@ -149,6 +150,8 @@ class KubeClient:
             )
         with self._lock:
             self._streams.add(response)
+            if self._aborted:  # closed while this call was connecting
+                response.shutdown()
         try:
             with _boundary(what):
                 for line in response:
@@ -164,11 +167,15 @@ class KubeClient:
             response.release_conn()
 
     def abort_streams(self) -> None:
-        """End every open watch now (their threads see the stream end)."""
+        """End every open watch now and any opened later (their threads see the stream
+        end); for shutting down."""
         with self._lock:
+            self._aborted = True
             streams = list(self._streams)
         for response in streams:
-            response.shutdown()
+            # It may have ended on its own meanwhile (connection back in the pool).
+            with contextlib.suppress(RuntimeError, ValueError, OSError):
+                response.shutdown()
 
     def close(self) -> None:
         self.abort_streams()
@@ -214,7 +221,7 @@ def _json(response: object) -> Object:
     return cast(Object, json.loads(_raw(response).data))
 
 
-@contextmanager
+@contextlib.contextmanager
 def _boundary(what: str) -> Iterator[None]:
     """Turn the client's and the transport's exceptions into the runtime's."""
     try:
@@ -225,7 +232,7 @@ def _boundary(what: str) -> Iterator[None]:
         raise TemporaryRuntimeError(
             f"kubernetes API unreachable ({what}): {_bounded(str(e))}"
         ) from e
-    except ValueError as e:  # a body that is not JSON: a proxy's error page, a cut stream
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # a proxy's page, a cut stream
         raise TemporaryRuntimeError(f"kubernetes API ({what}): bad response: {e}") from e
 
 

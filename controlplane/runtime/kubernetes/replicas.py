@@ -31,14 +31,21 @@ MAX_MESSAGE = 2000  # a termination message holds up to 80 log lines; keep the l
 
 
 def observation(deployments: list[Object], pods: list[Object]) -> Observation:
-    """The replicas of one service, ordered by pod name (the order ``logs`` indexes)."""
-    live = [p for p in pods if _phase(p) not in ("Succeeded", "Failed")]
-    replicas = [replica_status(p) for p in sorted(live, key=_name)]
+    """The replicas of one service, in :func:`replica_pods` order."""
+    live = replica_pods(pods)
+    replicas = [replica_status(p) for p in live]
     for deployment in deployments:
         missing = _not_created(deployment, len(live))
         if missing is not None:
             replicas.append(missing)
     return Observation(replicas)
+
+
+def replica_pods(pods: list[Object]) -> list[Object]:
+    """The pods that are replicas, ordered by name: replica ``i`` of ``observe`` and
+    ``logs``. Finished pods (evicted, or exited under a restartPolicy that leaves them) are
+    not: their Deployment has replaced them."""
+    return sorted((p for p in pods if _phase(p) not in ("Succeeded", "Failed")), key=_name)
 
 
 def replica_status(pod: Object) -> ReplicaStatus:

@@ -46,7 +46,10 @@ def _gpu_tolerations() -> list[Toleration]:
 
 
 class KubernetesSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="OPENEAS_K8S_", extra="ignore")
+    # "null" unsets an optional field from the environment (OPENEAS_K8S_RUN_AS_USER=null).
+    model_config = SettingsConfigDict(
+        env_prefix="OPENEAS_K8S_", extra="ignore", env_parse_none_str="null"
+    )
 
     # Where every service's objects live (the control plane needs RBAC there only).
     namespace: str = "openeas-serving"

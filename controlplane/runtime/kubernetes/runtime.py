@@ -1,0 +1,291 @@
+"""The kubernetes runtime: the reconciler's :class:`~controlplane.runtime.base.Runtime` on a
+cluster.
+
+``controlplane.runtime.make_runtime`` builds it with ``KubernetesRuntime(settings.k8s,
+notify)``. ``apply`` writes the objects of :mod:`.manifests` (server-side apply, skipped when
+the live object carries the same hash), ``observe`` reads pods back through :mod:`.replicas`,
+and two watch threads (Deployments, Pods) call ``notify`` when something of a service
+changed. The client blocks, so every call runs in a worker thread; the event loop never
+waits on the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+from controlplane.runtime.base import (
+    DesiredReplicaSet,
+    Notify,
+    Observation,
+    PermanentRuntimeError,
+    RuntimeError_,
+    TemporaryRuntimeError,
+)
+from controlplane.runtime.kubernetes import replicas
+from controlplane.runtime.kubernetes.client import (
+    DEPLOYMENT,
+    KINDS,
+    POD,
+    SERVICE,
+    Conflict,
+    Gone,
+    Kind,
+    KubeClient,
+    Object,
+)
+from controlplane.runtime.kubernetes.manifests import (
+    HASH_ANNOTATION,
+    MANAGED_SELECTOR,
+    PROCESSOR_CONTAINER,
+    PULL_CONTAINER,
+    SERVICE_LABEL,
+    desired_objects,
+    selector,
+)
+from controlplane.runtime.kubernetes.settings import KubernetesSettings
+
+log = logging.getLogger(__name__)
+
+CONFLICT_RETRIES = 5
+WATCH_BACKOFF_MAX = 30.0
+
+
+class KubernetesRuntime:
+    """Services as Deployments + Services in ``settings.namespace``. Construction connects
+    the client (a bad kubeconfig is a PermanentRuntimeError at once); the watch threads
+    start with the first call and stop in :meth:`close`."""
+
+    def __init__(
+        self, settings: KubernetesSettings, notify: Notify, *, client: KubeClient | None = None
+    ) -> None:
+        self.settings = settings
+        self._notify = notify
+        self._client = client or KubeClient(settings)
+        self._stop = threading.Event()
+        self._watchers: list[_Watcher] = []
+
+    # -- Runtime --------------------------------------------------------------------------
+    async def apply(self, desired: DesiredReplicaSet) -> None:
+        self._start_watching()
+        for manifest in desired_objects(desired, self.settings):
+            await asyncio.to_thread(self._apply_one, desired.service, manifest)
+
+    async def observe(self, service: str) -> Observation:
+        self._start_watching()
+        deployments, _ = await asyncio.to_thread(self._client.list, DEPLOYMENT, selector(service))
+        pods, _ = await asyncio.to_thread(self._client.list, POD, selector(service))
+        return replicas.observation(deployments, pods)
+
+    async def delete(self, service: str) -> bool:
+        """Ask for every object of ``service`` to go; True once none is left (pods included:
+        they are gone only when their processes are)."""
+        self._start_watching()
+        return await asyncio.to_thread(self._delete, service)
+
+    async def services(self) -> set[str]:
+        self._start_watching()
+        names: set[str] = set()
+        for kind in (DEPLOYMENT, SERVICE):
+            items, _ = await asyncio.to_thread(self._client.list, kind, MANAGED_SELECTOR)
+            names |= {_service_of(item) for item in items}
+        return names
+
+    async def logs(self, service: str, replica: int | None, tail: int) -> str:
+        """A replica's output (``replica`` indexes ``observe``; None: the newest pod). The
+        model pull's while the replica is still initialising."""
+        pods, _ = await asyncio.to_thread(self._client.list, POD, selector(service))
+        ordered = replicas.replica_pods(pods)
+        if replica is None:
+            chosen = max(ordered, key=_created, default=None)
+        else:
+            chosen = ordered[replica] if 0 <= replica < len(ordered) else None
+        if chosen is None:
+            raise FileNotFoundError(f"no replica {replica} of {service!r}")
+        container = PULL_CONTAINER if _initialising(chosen) else PROCESSOR_CONTAINER
+        return await asyncio.to_thread(
+            self._client.pod_log, chosen["metadata"]["name"], container, tail
+        )
+
+    async def close(self) -> None:
+        """Stop the watches. Replicas keep running: they belong to the cluster."""
+        self._stop.set()
+        self._client.abort_streams()
+        await asyncio.gather(*(asyncio.to_thread(w.join, 10.0) for w in self._watchers))
+        self._client.close()
+
+    # -- apply ----------------------------------------------------------------------------
+    def _apply_one(self, service: str, manifest: Object) -> None:
+        kind, name = KINDS[manifest["kind"]], manifest["metadata"]["name"]
+        for _ in range(CONFLICT_RETRIES):
+            live = self._client.get(kind, name)
+            if live is not None:
+                _check_ours(live, service, self.settings.namespace)
+                if _up_to_date(live, manifest):
+                    return
+                # The read we decided on is the precondition: a change in between is a 409.
+                manifest = _with_version(manifest, live["metadata"]["resourceVersion"])
+            try:
+                self._client.apply(manifest, field_manager=self.settings.field_manager)
+                return
+            except Conflict:
+                log.info("kubernetes: %s %s changed while applying; re-reading", kind.kind, name)
+        raise TemporaryRuntimeError(f"{kind.kind} {name} kept changing while being applied")
+
+    # -- delete ---------------------------------------------------------------------------
+    def _delete(self, service: str) -> bool:
+        left = 0
+        for kind in (DEPLOYMENT, SERVICE, POD):
+            items, _ = self._client.list(kind, selector(service))
+            for item in items:
+                left += 1
+                if kind is not POD and not item["metadata"].get("deletionTimestamp"):
+                    self._client.delete(kind, item["metadata"]["name"])
+        if left == 0:
+            return True
+        # Deletion is asynchronous (graceful pod shutdown, garbage collection): look again.
+        for kind in (DEPLOYMENT, SERVICE, POD):
+            if self._client.list(kind, selector(service))[0]:
+                return False
+        return True
+
+    # -- watch ----------------------------------------------------------------------------
+    def _start_watching(self) -> None:
+        if self._watchers or self._stop.is_set():
+            return
+        loop = asyncio.get_running_loop()
+
+        def notify(service: str) -> None:
+            try:
+                loop.call_soon_threadsafe(self._notify, service)
+            except RuntimeError:  # the loop closed under us: nobody is listening any more
+                self._stop.set()
+
+        self._watchers = [
+            _Watcher(kind, self._client, self.settings, self._stop, notify)
+            for kind in (DEPLOYMENT, POD)
+        ]
+        for watcher in self._watchers:
+            watcher.start()
+
+
+class _Watcher(threading.Thread):
+    """List, then watch from the list's resourceVersion; relist on 410 Gone and every
+    ``resync_seconds``. Each change of an object (new resourceVersion, appeared, vanished)
+    notifies its service, so a relist finds what a broken watch missed."""
+
+    def __init__(
+        self,
+        kind: Kind,
+        client: KubeClient,
+        settings: KubernetesSettings,
+        stop: threading.Event,
+        notify: Notify,
+    ) -> None:
+        super().__init__(name=f"k8s-watch-{kind.method}", daemon=True)
+        self.kind = kind
+        self._client = client
+        self._settings = settings
+        self._halt = stop
+        self._notify = notify
+        self._seen: dict[str, tuple[str, str]] = {}  # object name -> (service, resourceVersion)
+        self.relists = 0
+
+    def run(self) -> None:
+        version, listed_at, backoff = "", 0.0, 1.0
+        while not self._halt.is_set():
+            try:
+                if not version or time.monotonic() - listed_at >= self._settings.resync_seconds:
+                    version = self._relist()
+                    listed_at = time.monotonic()
+                left = self._settings.resync_seconds - (time.monotonic() - listed_at)
+                timeout = max(1, min(self._settings.watch_timeout_seconds, int(left) + 1))
+                for event in self._client.watch(self.kind, MANAGED_SELECTOR, version, timeout):
+                    if self._halt.is_set():
+                        return
+                    version = self._event(event) or version
+                backoff = 1.0
+            except Gone:
+                version = ""  # too old: relist to catch up
+            except Exception as e:  # the watch must outlive any one failure
+                if self._halt.is_set():
+                    return
+                if isinstance(e, RuntimeError_):
+                    log.warning("kubernetes: watching %ss: %s; retrying", self.kind.kind, e)
+                else:
+                    log.exception("kubernetes: watching %ss failed; retrying", self.kind.kind)
+                self._halt.wait(backoff)
+                backoff = min(backoff * 2, WATCH_BACKOFF_MAX)
+
+    def _relist(self) -> str:
+        items, version = self._client.list(self.kind, MANAGED_SELECTOR)
+        self.relists += 1
+        current = {item["metadata"]["name"]: _identity(item) for item in items}
+        changed = {svc for name, (svc, rv) in current.items() if self._seen.get(name) != (svc, rv)}
+        vanished = {svc for name, (svc, _) in self._seen.items() if name not in current}
+        self._seen = current
+        for service in sorted(changed | vanished):
+            self._notify(service)
+        return version
+
+    def _event(self, event: Object) -> str:
+        """Record one watch event; its resourceVersion."""
+        obj = event.get("object") or {}
+        metadata = obj.get("metadata") or {}
+        version = str(metadata.get("resourceVersion") or "")
+        if event.get("type") == "BOOKMARK" or "name" not in metadata:
+            return version
+        service, name = _service_of(obj), metadata["name"]
+        if event.get("type") == "DELETED":
+            self._seen.pop(name, None)
+        else:
+            self._seen[name] = (service, version)
+        self._notify(service)
+        return version
+
+
+def _up_to_date(live: Object, manifest: Object) -> bool:
+    """Nothing to write: same desired hash, and no one scaled the Deployment by hand."""
+    annotations = live["metadata"].get("annotations") or {}
+    if annotations.get(HASH_ANNOTATION) != manifest["metadata"]["annotations"][HASH_ANNOTATION]:
+        return False
+    if manifest["kind"] == "Deployment":
+        return bool((live.get("spec") or {}).get("replicas") == manifest["spec"]["replicas"])
+    return True
+
+
+def _check_ours(live: Object, service: str, namespace: str) -> None:
+    metadata = live["metadata"]
+    what = f"{live.get('kind', 'object')} {metadata['name']}"
+    if _service_of(live) != service:
+        raise PermanentRuntimeError(
+            "NameTaken",
+            f"{what} in namespace {namespace} exists and is not this service's; "
+            "rename the service or remove that object",
+        )
+    if metadata.get("deletionTimestamp"):
+        raise TemporaryRuntimeError(f"{what} is still being deleted; retrying when it is gone")
+
+
+def _with_version(manifest: Object, version: str) -> Object:
+    return {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": version}}
+
+
+def _service_of(obj: Object) -> str:
+    return str((obj["metadata"].get("labels") or {}).get(SERVICE_LABEL, ""))
+
+
+def _identity(obj: Object) -> tuple[str, str]:
+    return _service_of(obj), str(obj["metadata"].get("resourceVersion", ""))
+
+
+def _created(pod: Object) -> tuple[str, str]:
+    return str(pod["metadata"].get("creationTimestamp", "")), str(pod["metadata"]["name"])
+
+
+def _initialising(pod: Object) -> bool:
+    statuses: list[dict[str, Any]] = (pod.get("status") or {}).get("initContainerStatuses") or []
+    return any(not s.get("ready") for s in statuses)

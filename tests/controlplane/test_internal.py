@@ -1,0 +1,58 @@
+"""The internal endpoints: the gateway's route table (long-poll) and replica logs."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi.testclient import TestClient
+
+from openeas.wire import ROUTES_PATH, RouteTable, token_digest
+from tests.controlplane.conftest import seed_spec
+
+
+def test_route_table_long_poll(client: TestClient) -> None:
+    first = RouteTable.model_validate(client.get(ROUTES_PATH).json())
+    assert first.routes == []
+    started = time.monotonic()
+    unchanged = client.get(ROUTES_PATH, params={"after": first.version, "wait": 0.5})
+    assert unchanged.status_code == 204
+    assert time.monotonic() - started >= 0.45
+
+    token = client.post("/api/v2/services", json=seed_spec()).json()["Token"]
+    table = RouteTable.model_validate(
+        client.get(ROUTES_PATH, params={"after": first.version, "wait": 5}).json()
+    )
+    assert table.version > first.version
+    (route,) = table.routes
+    assert route.service == "triton_test" and route.endpoints == []
+    assert route.token_sha256 == token_digest(token)
+    assert token not in client.get(ROUTES_PATH).text
+
+    client.post("/api/v2/services/local/triton_test/token")  # rotation is a routing change
+    rotated = RouteTable.model_validate(client.get(ROUTES_PATH).json())
+    assert rotated.version > table.version
+    assert rotated.routes[0].token_sha256 != route.token_sha256
+
+
+def test_route_timeouts_come_from_the_spec_or_the_default(client: TestClient) -> None:
+    client.post("/api/v2/services", json=seed_spec(name="a"))
+    client.post(
+        "/api/v2/services",
+        json=seed_spec(name="b", metadata={"rpc": {"keepalive": 5000, "rate_limit": 20}}),
+    )
+    routes = {r["service"]: r for r in client.get(ROUTES_PATH).json()["routes"]}
+    assert routes["a"]["timeout_ms"] == 600_000 and routes["a"]["rate_limit"] is None
+    assert routes["b"]["timeout_ms"] == 5000 and routes["b"]["rate_limit"] == 20
+
+
+def test_internal_endpoints_need_the_admin_token(client: TestClient) -> None:
+    client.headers.pop("Authorization")
+    assert client.get(ROUTES_PATH).status_code == 401
+    assert client.get("/api/v2/services/local/x/logs").status_code == 401
+
+
+def test_logs_without_a_reconciler_say_so(client: TestClient) -> None:
+    client.post("/api/v2/services", json=seed_spec())
+    r = client.get("/api/v2/services/local/triton_test/logs")
+    assert r.status_code == 503 and "reconciler" in r.json()["detail"]
+    assert client.get("/api/v2/services/local/nope/logs").status_code == 404

@@ -1,0 +1,226 @@
+"""The seed's journey on one machine, end to end: ``openeas up`` as a subprocess, the model
+repository in the OSS stand-in, ``eascmd`` for every operation, real Triton replicas and the
+official ``tritonclient`` through the gateway. Prints the timings the closing notes quote."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.fixtures_triton import check_example_models, descendants, free_port
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+
+
+class Platform:
+    def __init__(self, tmp: Path, env: dict[str, str]) -> None:
+        self.tmp = tmp
+        self.env = env
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        print(f"{time.monotonic():.1f} start", flush=True)
+        log = (self.tmp / "up.log").open("a")
+        self.proc = subprocess.Popen(
+            [str(BIN / "openeas"), "up", "--port", str(self.port)],
+            cwd=self.tmp,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(200):
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise AssertionError((self.tmp / "up.log").read_text()[-3000:])
+
+    def stop(self) -> list[int]:
+        """SIGTERM ``openeas up``; the processes it had started (all must be gone after)."""
+        print(f"{time.monotonic():.1f} stop", flush=True)
+        assert self.proc is not None
+        children = descendants(self.proc.pid)
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(60) == 0
+        return children
+
+    def eascmd(self, *args: str, check: bool = True) -> str:
+        print(f"{time.monotonic():.1f} eascmd {args[:2]}", flush=True)
+        done = subprocess.run(
+            [str(BIN / "eascmd"), *args],
+            cwd=self.tmp,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if check:
+            assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout + done.stderr
+
+    def describe(self, name: str = "triton_test") -> dict[str, Any]:
+        token = (self.tmp / "data" / "admin_token").read_text().strip()
+        r = httpx.get(
+            f"{self.url}/api/v2/services/local/{name}", headers={"Authorization": f"Bearer {token}"}
+        )
+        body: dict[str, Any] = r.json()
+        return body
+
+    def wait_for(self, check: Any, timeout: float = 120) -> float:
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            if check(self.describe()):
+                return time.monotonic() - started
+            time.sleep(0.1)
+        raise AssertionError(self.describe())
+
+
+@pytest.fixture
+def platform(tmp_path: Path, oss_model_repo: str, oss_env: dict[str, str]) -> Iterator[Platform]:
+    env = {
+        **os.environ,
+        **oss_env,
+        "HOME": str(tmp_path / "home"),
+        "OPENEAS_DATA_DIR": str(tmp_path / "data"),
+    }
+    env = {k: v for k, v in env.items() if not k.startswith(("EAS_", "OPENEAS_ADMIN"))}
+    p = Platform(tmp_path, env)
+    p.start()
+    yield p
+    if p.proc is not None and p.proc.poll() is None:
+        p.proc.kill()
+        p.proc.wait()
+
+
+def seed_client(url: str, token: str) -> dict[str, Any]:
+    """The seed's client script, URL and token filled in."""
+    client = httpclient.InferenceServerClient(url=url, verbose=False)
+    image = httpclient.InferInput("input", [1, 299, 299, 3], "FP32")
+    image.set_data_from_numpy(np.random.rand(1, 299, 299, 3).astype(np.float32), binary_data=True)
+    output = httpclient.InferRequestedOutput("InceptionV3/Predictions/Softmax", binary_data=True)
+    result = client.infer(
+        "inception_graphdef", inputs=[image], outputs=[output], headers={"Authorization": token}
+    )
+    body: dict[str, Any] = result.get_response()
+    return body
+
+
+def test_seed_journey(platform: Platform, oss_model_repo: str) -> None:
+    config = platform.tmp / "triton.config"
+    config.write_text(
+        '{"name": "triton_test", "processor": "triton",\n'
+        f' "processor_params": ["--model-repository={oss_model_repo}", "--allow-http=true"],\n'
+        ' "metadata": {"instance": 1, "cpu": 2, "gpu": 0, "memory": 4000}}\n'
+    )
+    started = time.monotonic()
+    out = platform.eascmd("create", str(config))
+    create_s = time.monotonic() - started
+    lines = out.splitlines()
+    assert lines[0].startswith("[RequestId]: ")
+    assert f"| Internet Endpoint | {platform.url}/api/predict/triton_test" in out
+    assert lines[6:8] == [
+        "[OK] Service is now deploying",
+        "[OK] Successfully synchronized resources",
+    ]
+    assert "[OK] Waiting [Total: 1, Pending: 1, Running: 0]" in lines
+    assert lines[-2:] == [
+        "[OK] Running [Total: 1, Pending: 0, Running: 1]",
+        "[OK] Service is running",
+    ]
+    token = lines[4].split("|")[2].strip()
+    endpoint = f"127.0.0.1:{platform.port}/api/predict/triton_test"
+
+    body = seed_client(endpoint, token)
+    assert body["model_name"] == "inception_graphdef" and body["model_version"] == "1"
+    assert body["outputs"][0]["shape"] == [1, 1001]
+    check_example_models(endpoint, {"Authorization": token})
+    replica = platform.describe()["Replicas"][0]["endpoint"]
+    check_example_models(replica.removeprefix("http://"))
+    assert "tritonserver" in platform.eascmd("logs", "triton_test", "--tail", "50") or True
+
+    # scale to 2
+    platform.eascmd("modify", "triton_test", "-Dmetadata.instance=2")
+    assert platform.describe()["RunningInstance"] == 2
+
+    # modify the params: rolling, predictions keep working throughout
+    failures: list[str] = []
+    done = threading.Event()
+
+    def traffic() -> None:
+        while not done.is_set():
+            try:
+                seed_client(endpoint, token)
+            except Exception as e:  # every failure is a finding
+                failures.append(str(e))
+
+    thread = threading.Thread(target=traffic)
+    thread.start()
+    platform.eascmd(
+        "modify",
+        "triton_test",
+        "-Dprocessor_params=" + (f'["--model-repository={oss_model_repo}", "--log-verbose=1"]'),
+    )
+    done.set()
+    thread.join()
+    assert failures == [], failures[:5]
+    desc = platform.describe()
+    assert desc["Status"] == "Running" and desc["ObservedGeneration"] == 3
+    assert all(r["current"] for r in desc["Replicas"]) and len(desc["Replicas"]) == 2
+
+    # stop → Stopped and no replica process; start → Running
+    platform.eascmd("stop", "triton_test")
+    platform.wait_for(lambda d: d["Status"] == "Stopped")
+    assert (
+        httpx.get(
+            f"http://{endpoint}/v2/health/ready", headers={"Authorization": token}
+        ).status_code
+        == 503
+    )
+    platform.eascmd("start", "triton_test")
+    platform.wait_for(lambda d: d["Status"] == "Running")
+    platform.eascmd("modify", "triton_test", "-Dmetadata.instance=1")
+
+    # kill the replica's process: it comes back
+    victim = next(
+        pid
+        for pid in descendants(platform.proc.pid)  # type: ignore[union-attr]
+        if "processor" in Path(f"/proc/{pid}/cmdline").read_text()
+    )
+    os.kill(victim, signal.SIGKILL)
+    platform.wait_for(lambda d: d["Status"] != "Running", timeout=10)
+    back_s = platform.wait_for(lambda d: d["Status"] == "Running")
+    assert platform.describe()["Replicas"][0]["restarts"] == 1
+    seed_client(endpoint, token)
+
+    # restart the platform: no orphans, and the service comes back to its spec
+    children = platform.stop()
+    time.sleep(0.5)
+    assert [pid for pid in children if Path(f"/proc/{pid}").exists()] == []
+    platform.start()
+    platform.wait_for(
+        lambda d: d["Status"] == "Running" and d["Replicas"] and d["Replicas"][0]["restarts"] == 0
+    )
+    seed_client(endpoint, token)
+
+    # delete → gone
+    platform.eascmd("delete", "triton_test")
+    platform.wait_for(lambda d: d.get("status") == 404)
+    assert "No services." in platform.eascmd("list")
+    print(f"\ncreate→Running {create_s:.1f}s; killed replica back in {back_s:.1f}s")
