@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import func, select
@@ -26,7 +26,7 @@ from controlplane.errors import (
     ServiceNotFound,
 )
 from controlplane.models import EventRow, ServiceRow, utcnow
-from controlplane.spec import split_token, validate_spec
+from controlplane.spec import Check, split_token, validate_spec
 from openeas.wire import token_digest
 
 T = TypeVar("T")
@@ -53,9 +53,12 @@ def add_event(row: ServiceRow, reason: str, message: str, *, warning: bool = Fal
 class Services:
     """Operations on the services of one cluster."""
 
-    def __init__(self, sessions: sessionmaker[Session], cluster: str) -> None:
+    def __init__(
+        self, sessions: sessionmaker[Session], cluster: str, checks: Sequence[Check] = ()
+    ) -> None:
         self._sessions = sessions
         self.cluster = cluster
+        self._checks = checks
 
     # -- reads ---------------------------------------------------------------------------
     def get(self, cluster: str, name: str) -> ServiceRow:
@@ -97,7 +100,7 @@ class Services:
 
     # -- writes --------------------------------------------------------------------------
     def create(self, data: Any) -> tuple[ServiceRow, str]:
-        spec = validate_spec(data)
+        spec = validate_spec(data, self._checks)
         stored, custom_token = split_token(spec)
         token = custom_token or new_token()
         row = ServiceRow(
@@ -134,7 +137,7 @@ class Services:
 
         def change(row: ServiceRow) -> None:
             current = dict(row.spec, token=row.token)
-            spec = validate_spec(merge_patch(current, patch))
+            spec = validate_spec(merge_patch(current, patch), self._checks)
             stored, token = split_token(spec)
             if token and token != row.token:
                 _set_token(row, token)
@@ -148,7 +151,7 @@ class Services:
     def scale(self, cluster: str, name: str, instance: int) -> ServiceRow:
         def change(row: ServiceRow) -> None:
             metadata = dict(row.spec.get("metadata", {}), instance=instance)
-            spec = validate_spec(dict(row.spec, metadata=metadata))
+            spec = validate_spec(dict(row.spec, metadata=metadata), self._checks)
             stored, _ = split_token(spec)
             if stored != row.spec:
                 row.spec = stored

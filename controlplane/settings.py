@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from controlplane.runtime.kubernetes.settings import KubernetesSettings
+
 ADMIN_TOKEN_FILE = "admin_token"
 
 
@@ -31,6 +33,8 @@ class Settings(BaseSettings):
     default_timeout_ms: int = 600_000
     # Desired-state knobs of the reconciler.
     resync_seconds: float = 30.0
+    # The kubernetes runtime's own settings (OPENEAS_K8S_*), used when runtime=kubernetes.
+    k8s: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -8,6 +8,7 @@ never reaches the database.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -79,9 +80,12 @@ def k8s_name(name: str) -> str:
     return name.replace("_", "-")
 
 
-def validate_spec(data: Any) -> ServiceSpec:
-    """Parse and check a spec (schema, then processor flags); InvalidSpec lists every
-    problem with its field path."""
+Check = Callable[["ServiceSpec"], list[FieldProblem]]
+
+
+def validate_spec(data: Any, checks: Sequence[Check] = ()) -> ServiceSpec:
+    """Parse and check a spec (schema, processor flags, then the deployment's own
+    ``checks``, e.g. known resource groups); InvalidSpec lists every problem with its path."""
     try:
         spec = ServiceSpec.model_validate(data)
     except ValidationError as e:
@@ -91,6 +95,9 @@ def validate_spec(data: Any) -> ServiceSpec:
         params = processor.validate(spec.processor_params)
     except registry.ProcessorError as e:
         raise InvalidSpec([FieldProblem(e.field, str(e), e.fix)]) from e
+    problems = [p for check in checks for p in check(spec)]
+    if problems:
+        raise InvalidSpec(problems)
     return spec.model_copy(update={"processor_params": params})
 
 

@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "controlplane": "controlplane.cli:controlplane_main",
     "gateway": "gateway.cli:main",
     "up": "openeas.up:main",
+    "manifests": "controlplane.runtime.kubernetes.manifest_cli:main",
 }
 
 

@@ -14,12 +14,28 @@ from sqlalchemy import Engine, text
 from controlplane.api import internal, problems
 from controlplane.api import services as services_api
 from controlplane.db import make_sessions
+from controlplane.errors import FieldProblem
 from controlplane.reconciler import Reconciler
 from controlplane.services import Services
 from controlplane.settings import Settings
-from controlplane.spec import ServiceSpec
+from controlplane.spec import Check, ServiceSpec
 
 CONSOLE = Path(__file__).resolve().parents[1] / "console" / "index.html"
+
+
+def deployment_checks(settings: Settings) -> list[Check]:
+    """Spec checks that depend on where replicas run (a 4xx at create time, not a Failed
+    service later)."""
+    if settings.runtime != "kubernetes":
+        return []
+    from controlplane.runtime.kubernetes.manifests import check_resource_group
+
+    def resource_group(spec: ServiceSpec) -> list[FieldProblem]:
+        problem = check_resource_group(spec.metadata.resource, settings.k8s)
+        fix = "use one of the resource groups configured in OPENEAS_K8S_RESOURCE_GROUPS"
+        return [FieldProblem("metadata.resource", problem, fix)] if problem else []
+
+    return [resource_group]
 
 
 def create_app(settings: Settings, engine: Engine, reconciler: Reconciler | None = None) -> FastAPI:
@@ -30,7 +46,7 @@ def create_app(settings: Settings, engine: Engine, reconciler: Reconciler | None
     )
     problems.install(app)
     sessions = make_sessions(engine)
-    services = Services(sessions, settings.cluster_id)
+    services = Services(sessions, settings.cluster_id, deployment_checks(settings))
     app.include_router(services_api.router(services, settings))
     app.include_router(internal.router(sessions, services, settings, reconciler))
 

@@ -232,3 +232,21 @@ def test_health_ready_and_openapi(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
     assert "ServiceSpec" in schema["components"]["schemas"]
     assert "/api/v2/services/{cluster}/{name}/scale" in schema["paths"]
+
+
+def test_unknown_resource_group_is_a_4xx_on_kubernetes(settings: Any) -> None:
+    from controlplane.api.app import create_app
+    from controlplane.db import make_engine
+    from controlplane.runtime.kubernetes.settings import KubernetesSettings
+
+    k8s = KubernetesSettings(resource_groups={"eas-r-gpu": {"node_selector": {"gpu": "a10"}}})
+    on_k8s = settings.model_copy(update={"runtime": "kubernetes", "k8s": k8s})
+    engine = make_engine(on_k8s.sqlalchemy_url)
+    with TestClient(create_app(on_k8s, engine)) as c:
+        c.headers["Authorization"] = f"Bearer {on_k8s.admin_token}"
+        r = c.post("/api/v2/services", json=seed_spec())  # resource "eas-r-1"
+        assert r.status_code == 422
+        assert "eas-r-gpu" in errors_of(r)["metadata.resource"]
+        ok = seed_spec(metadata={"resource": "eas-r-gpu"})
+        assert c.post("/api/v2/services", json=ok).status_code == 200
+    engine.dispose()

@@ -1,0 +1,42 @@
+"""Fixtures of the kubernetes runtime's tests: a running API stand-in and settings whose
+kubeconfig points at it (see ``tests/kubernetes/k8s_server.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controlplane.runtime.kubernetes.settings import KubernetesSettings
+from tests.kubernetes.k8s_server import ApiStandIn
+
+RESOURCE_GROUPS = {
+    "eas-r-a10": {
+        "node_selector": {"openeas.io/pool": "a10"},
+        "tolerations": [
+            {"key": "openeas.io/pool", "operator": "Equal", "value": "a10", "effect": "NoSchedule"}
+        ],
+    },
+    "eas-r-cpu": {"node_selector": {"openeas.io/pool": "cpu"}},
+}
+
+
+@pytest.fixture
+def k8s() -> Iterator[ApiStandIn]:
+    server = ApiStandIn().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def k8s_settings(
+    k8s: ApiStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> KubernetesSettings:
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    return KubernetesSettings(
+        kubeconfig=str(k8s.write_kubeconfig(tmp_path / "kubeconfig")),
+        resource_groups=RESOURCE_GROUPS,  # type: ignore[arg-type]
+        request_timeout_seconds=5,
+    )
