@@ -1,0 +1,161 @@
+"""A resumable download of one object: ``<id>.data`` plus ``<id>.json`` in the work directory.
+
+:func:`processors.storage.pull.pull` makes one :class:`Partial` per file it must fetch; worker
+threads fill its parts and :meth:`Partial.record` each verified part, so an interrupted pull
+resumes with the missing parts only. The id hashes key, ETag and size: a changed object never
+resumes from stale bytes. Resumed parts are re-read and checked against their recorded CRC
+before being trusted, then the whole file is checked against OSS's CRC64 (or the ETag's MD5).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+
+from processors.storage.crc64 import Crc64, combine
+from processors.storage.errors import TemporaryStorageError
+from processors.storage.plan import RemoteFile, part_ranges
+
+_READ = 1 << 20
+_MD5_ETAG = re.compile(r"[0-9A-Fa-f]{32}")  # simple uploads; multipart ETags end in "-<n>"
+
+log = logging.getLogger(__name__)
+
+
+class Partial:
+    def __init__(self, directory: Path, file: RemoteFile, part_size: int) -> None:
+        ident = hashlib.sha256(f"{file.key}\0{file.etag}\0{file.size}".encode()).hexdigest()[:32]
+        self.file = file
+        self.data = directory / f"{ident}.data"
+        self._state = directory / f"{ident}.json"
+        self._part_size = part_size
+        self.ranges = part_ranges(file.size, part_size)
+        self._lock = threading.Lock()
+        self._done: dict[int, int] = {}  # part index -> CRC64 of the part
+        self.object_crc: int | None = None
+        self._resume()
+
+    @property
+    def pending(self) -> list[int]:
+        return [i for i in range(len(self.ranges)) if i not in self._done]
+
+    @property
+    def resumed_bytes(self) -> int:
+        return sum(self.ranges[i][1] - self.ranges[i][0] + 1 for i in self._done)
+
+    def record(self, index: int, crc: int, object_crc: int | None) -> None:
+        """Mark part ``index`` written and its CRC; persisted at once so a crash keeps it."""
+        with self._lock:
+            self._note_object_crc(object_crc)
+            self._done[index] = crc
+            self._save()
+
+    def note_object_crc(self, object_crc: int | None) -> None:
+        with self._lock:
+            self._note_object_crc(object_crc)
+
+    def verify(self) -> int:
+        """Check the finished file against OSS's CRC64 (else the ETag's MD5) and return its
+        CRC64. A mismatch discards the download so the next pull fetches it afresh."""
+        where = f"{self.file.key} ({self.file.size} bytes)"
+        size = self.data.stat().st_size
+        if self.pending or size != self.file.size:
+            self.discard()
+            raise TemporaryStorageError(f"{where}: incomplete download ({size} bytes on disk)")
+        crc = 0
+        for i, (start, end) in enumerate(self.ranges):
+            crc = combine(crc, self._done[i], end - start + 1)
+        if self.object_crc is not None and crc != self.object_crc:
+            self.discard()
+            raise TemporaryStorageError(
+                f"{where}: CRC64 {crc} differs from OSS's {self.object_crc}: corrupted in transit"
+            )
+        if self.object_crc is None and _MD5_ETAG.fullmatch(self.file.etag):
+            md5 = self._md5()
+            if md5.lower() != self.file.etag.lower():
+                self.discard()
+                raise TemporaryStorageError(
+                    f"{where}: MD5 {md5} differs from the ETag {self.file.etag}: "
+                    "corrupted in transit"
+                )
+        elif self.object_crc is None:
+            log.debug("%s: no CRC64 and a multipart ETag: checked by size only", self.file.key)
+        return crc
+
+    def prepare(self) -> None:
+        if not self.data.exists():
+            with self.data.open("wb") as f:
+                f.truncate(self.file.size)
+
+    def discard(self) -> None:
+        self.data.unlink(missing_ok=True)
+        self._state.unlink(missing_ok=True)
+        self._done.clear()
+
+    def _note_object_crc(self, object_crc: int | None) -> None:
+        if object_crc is None:
+            return
+        if self.object_crc is not None and self.object_crc != object_crc:
+            raise TemporaryStorageError(f"{self.file.key}: object changed during the pull")
+        self.object_crc = object_crc
+
+    def _save(self) -> None:
+        state = {
+            "key": self.file.key,
+            "etag": self.file.etag,
+            "size": self.file.size,
+            "part_size": self._part_size,
+            "object_crc": self.object_crc,
+            "done": {str(i): crc for i, crc in sorted(self._done.items())},
+        }
+        tmp = self._state.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self._state)
+
+    def _resume(self) -> None:
+        if not self._state.exists():
+            return
+        try:
+            state = json.loads(self._state.read_text())
+            if state["part_size"] != self._part_size or self.data.stat().st_size != self.file.size:
+                raise ValueError("different layout")
+            done = {int(i): int(crc) for i, crc in state["done"].items()}
+            object_crc = state["object_crc"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            self.discard()
+            return
+        # Parts are trusted only if the bytes on disk still have the CRC recorded for them.
+        self._done = {
+            i: crc for i, crc in done.items() if i < len(self.ranges) and self._crc(i) == crc
+        }
+        self.object_crc = None if object_crc is None else int(object_crc)
+        if self._done:
+            log.info(
+                "%s: resuming, %d of %d parts already here",
+                self.file.key,
+                len(self._done),
+                len(self.ranges),
+            )
+
+    def _crc(self, index: int) -> int:
+        start, end = self.ranges[index]
+        crc = Crc64()
+        with self.data.open("rb") as f:
+            f.seek(start)
+            remaining = end - start + 1
+            while remaining and (chunk := f.read(min(_READ, remaining))):
+                crc.update(chunk)
+                remaining -= len(chunk)
+        return crc.value
+
+    def _md5(self) -> str:
+        digest = hashlib.md5(usedforsecurity=False)
+        with self.data.open("rb") as f:
+            while chunk := f.read(_READ):
+                digest.update(chunk)
+        return digest.hexdigest()

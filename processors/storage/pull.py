@@ -1,0 +1,269 @@
+"""Model repository pull: the step a triton replica runs before ``tritonserver`` starts.
+
+The triton processor (``openeas processor pull`` and ``openeas processor run``) calls
+:func:`pull`. For ``oss://`` it lists the prefix, fetches files in parallel (big ones as ranged
+parts), checks each against OSS's CRC64 (or the ETag's MD5), links files unchanged since the
+last pull instead of fetching them, keeps interrupted downloads to resume, and swaps the
+finished tree into place atomically. For a local URI it copies the tree the same way (the
+processor normally uses a local repository in place, see
+:func:`processors.storage.uri.resolve_local`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from processors.storage.crc64 import Crc64
+from processors.storage.errors import PermanentStorageError, TemporaryStorageError
+from processors.storage.manifest import Entry, Manifest
+from processors.storage.oss import OssBucket, RemoteObject
+from processors.storage.partial import Partial
+from processors.storage.plan import LocalStat, RemoteFile, plan, remote_files
+from processors.storage.retry import Backoff
+from processors.storage.staging import Workspace
+from processors.storage.uri import LocalLocation, OssLocation, parse_uri
+
+BACKOFF = Backoff()  # module-level so tests can shorten the waits
+_CHUNK = 1 << 20  # bytes read per call: bounds memory at workers x 1 MiB
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PullReport:
+    dest: Path
+    files: int
+    bytes_downloaded: int  # fetched (or copied, for a local URI) by this pull
+    bytes_reused: int  # linked from the previous copy or resumed from an interrupted pull
+    seconds: float
+
+
+def pull(
+    uri: str,
+    dest: Path,
+    *,
+    endpoint: str | None = None,
+    workers: int = 8,
+    part_size: int = 8 * 2**20,
+) -> PullReport:
+    """Make ``dest`` an exact, verified copy of the repository at ``uri``.
+
+    ``endpoint`` overrides ``OSS_ENDPOINT`` (the service's ``oss_endpoint``). Raises
+    :class:`~processors.storage.errors.PermanentStorageError` when the user must fix something
+    and :class:`~processors.storage.errors.TemporaryStorageError` when a later retry may work.
+    """
+    if workers < 1 or part_size < 1:
+        raise ValueError(f"workers and part_size must be positive, not {workers}, {part_size}")
+    started = time.monotonic()
+    location = parse_uri(uri)
+    dest = Path(os.path.abspath(dest))
+    bucket = (
+        OssBucket(location, endpoint=endpoint, pool_size=workers)
+        if isinstance(location, OssLocation)
+        else None
+    )
+    with Workspace(dest).locked() as work:
+        tree = work.new_tree()
+        try:
+            if bucket is None:
+                assert isinstance(location, LocalLocation)
+                files, downloaded, reused = _copy_local(location, work, tree)
+            else:
+                files, downloaded, reused = _pull_oss(bucket, work, tree, workers, part_size)
+            work.commit(tree)
+        except OSError as e:  # network errors were translated at the OSS boundary: this is disk
+            raise PermanentStorageError(f"cannot write the repository beside {dest}: {e}") from e
+        finally:
+            shutil.rmtree(tree, ignore_errors=True)
+    report = PullReport(dest, files, downloaded, reused, time.monotonic() - started)
+    log.info(
+        "pulled %s into %s: %d files, %d bytes downloaded, %d reused, %.2fs",
+        location,
+        dest,
+        files,
+        downloaded,
+        reused,
+        report.seconds,
+    )
+    return report
+
+
+def _pull_oss(
+    bucket: OssBucket, work: Workspace, tree: Path, workers: int, part_size: int
+) -> tuple[int, int, int]:
+    files = remote_files(bucket.location, _list(bucket))
+    previous = Manifest.load(work.dest)
+    entries = previous.files if previous else {}
+    todo = plan(files, entries, _local_stats(work.dest, entries))
+    partials = [Partial(work.partials, f, part_size) for f in todo.fetch]
+    log.info(
+        "%s: %d files, %d to fetch (%d bytes), %d unchanged",
+        bucket.location,
+        len(files),
+        len(todo.fetch),
+        sum(f.size for f in todo.fetch),
+        len(todo.reuse),
+    )
+    reused = sum(f.size for f in todo.reuse) + sum(p.resumed_bytes for p in partials)
+    downloaded = _download(bucket, partials, workers)
+    crcs: dict[str, int] = {f.path: entries[f.path].crc for f in todo.reuse}
+    for f in todo.reuse:
+        _place(work.dest / f.path, tree / f.path)
+    for p in partials:
+        crcs[p.file.path] = p.verify()
+        _place(p.data, tree / p.file.path)
+    Manifest(str(bucket.location), {f.path: _entry(f, crcs[f.path], tree) for f in files}).save(
+        tree
+    )
+    return len(files), downloaded, reused
+
+
+def _list(bucket: OssBucket) -> list[RemoteObject]:
+    objects: list[RemoteObject] = []
+    token: str | None = ""
+    while token is not None:
+        page, token = BACKOFF.run(functools.partial(bucket.list_page, token))
+        objects.extend(page)
+    return objects
+
+
+class _Stopped(Exception):
+    """Another part failed: this one gives up quietly."""
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.value += n
+
+
+def _download(bucket: OssBucket, partials: list[Partial], workers: int) -> int:
+    """Fetch every pending part, biggest files first so their parts are not the tail."""
+    for p in partials:
+        p.prepare()
+    tasks = [(p, i) for p in sorted(partials, key=lambda p: -p.file.size) for i in p.pending]
+    counter = _Counter()
+    stop = threading.Event()
+    with ThreadPoolExecutor(max(1, min(workers, len(tasks))), "oss-pull") as pool:
+        futures = [pool.submit(_fetch_part, bucket, p, i, stop, counter) for p, i in tasks]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+        finally:
+            # All done, or one failed (or we were interrupted): the rest need not go on, and
+            # running parts stop at their next chunk instead of finishing.
+            stop.set()
+            for future in futures:
+                future.cancel()
+    errors = [e for f in futures if not f.cancelled() and (e := f.exception()) is not None]
+    if errors:
+        # Report what the user must fix before what a retry might fix.
+        raise next((e for e in errors if isinstance(e, PermanentStorageError)), errors[0])
+    return counter.value
+
+
+def _fetch_part(
+    bucket: OssBucket, partial: Partial, index: int, stop: threading.Event, counter: _Counter
+) -> None:
+    file = partial.file
+    start, end = partial.ranges[index]
+    length = end - start + 1
+    crc = Crc64()
+    written = 0
+    object_crc: int | None = None
+
+    def attempt() -> None:
+        # Each retry resumes at the first byte not yet written, with the CRC carried over.
+        nonlocal written, object_crc
+        with bucket.open_range(file.key, start + written, end, file.etag) as body:
+            object_crc = body.object_crc
+            partial.note_object_crc(object_crc)
+            while written < length:
+                if stop.is_set():
+                    raise _Stopped
+                chunk = body.read(min(_CHUNK, length - written))
+                if not chunk:
+                    raise _closed_early(bucket, file, written, length)
+                _write_at(fd, chunk, start + written, partial.data)
+                crc.update(chunk)
+                written += len(chunk)
+                counter.add(len(chunk))
+
+    fd = os.open(partial.data, os.O_WRONLY)
+    try:
+        BACKOFF.run(attempt, stop)
+    except _Stopped:
+        return
+    finally:
+        os.close(fd)
+    partial.record(index, crc.value, object_crc)
+
+
+def _closed_early(
+    bucket: OssBucket, file: RemoteFile, written: int, length: int
+) -> TemporaryStorageError:
+    return TemporaryStorageError(
+        f"oss://{bucket.location.bucket}/{file.key}: connection ended after {written} of "
+        f"{length} bytes"
+    )
+
+
+def _write_at(fd: int, data: bytes, offset: int, path: Path) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.pwrite(fd, view, offset)
+            view, offset = view[n:], offset + n
+    except OSError as e:
+        raise PermanentStorageError(f"cannot write {path}: {e.strerror}") from e
+
+
+def _local_stats(dest: Path, entries: Mapping[str, Entry]) -> dict[str, LocalStat]:
+    stats: dict[str, LocalStat] = {}
+    for path in entries:
+        try:
+            st = (dest / path).lstat()
+        except OSError:
+            continue
+        stats[path] = LocalStat(st.st_size, st.st_mtime_ns)
+    return stats
+
+
+def _place(src: Path, dst: Path) -> None:
+    """Put ``src``'s content at ``dst``: a hard link (free) where possible, else a copy."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _entry(file: RemoteFile, crc: int, tree: Path) -> Entry:
+    mtime_ns = (tree / file.path).stat().st_mtime_ns
+    return Entry(file.key, file.etag, file.size, crc, mtime_ns)
+
+
+def _copy_local(location: LocalLocation, work: Workspace, tree: Path) -> tuple[int, int, int]:
+    source = location.path
+    if not source.is_dir():
+        raise PermanentStorageError(f"model repository {source} is not a directory: check the path")
+    if source == work.dest:
+        raise PermanentStorageError(f"{source} is both source and destination: pick another dest")
+    shutil.copytree(source, tree, dirs_exist_ok=True)
+    copied = [p for p in tree.rglob("*") if p.is_file()]
+    if not copied:
+        raise PermanentStorageError(f"model repository {source} is empty: put the models there")
+    Manifest(str(source)).save(tree)
+    return len(copied), sum(p.stat().st_size for p in copied), 0

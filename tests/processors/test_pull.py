@@ -1,0 +1,579 @@
+"""Model repository pull from the OSS stand-in: exact bytes, caching, parts, retries, resume,
+atomic replacement, and the one-line reasons users get for what they must fix."""
+
+from __future__ import annotations
+
+import filecmp
+import importlib
+import json
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import oss2
+import pytest
+
+from processors.storage import (
+    PermanentStorageError,
+    TemporaryStorageError,
+    pull,
+)
+from processors.storage.manifest import NAME as MANIFEST
+from processors.storage.oss import RemoteObject
+from processors.storage.plan import LocalStat, RemoteFile, part_ranges, plan, remote_files
+from processors.storage.retry import Backoff
+from processors.storage.uri import OssLocation
+from tests.fixtures_oss import (
+    ACCESS_KEY_SECRET,
+    BUCKET,
+    EXAMPLE_MODELS,
+    STS_KEY_ID,
+    STS_KEY_SECRET,
+    STS_TOKEN,
+    oss_bucket,
+    upload_dir,
+)
+from tests.oss_server import Call, OssServer
+
+MiB = 1 << 20
+pull_module = importlib.import_module("processors.storage.pull")  # `pull` is also the function
+
+
+@pytest.fixture(autouse=True)
+def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pull_module, "BACKOFF", Backoff(attempts=3, first_delay=0.001))
+
+
+@pytest.fixture
+def prefix(oss_server: OssServer) -> str:
+    """A fresh prefix holding a copy of the example models, so tests may change it."""
+    name = f"t-{uuid.uuid4().hex[:8]}/models"
+    upload_dir(oss_server, BUCKET, name, EXAMPLE_MODELS)
+    return name
+
+
+def same_tree(a: Path, b: Path) -> bool:
+    """Same relative file paths with byte-identical content (manifest and caches aside)."""
+
+    def files(root: Path) -> list[str]:
+        return sorted(
+            str(p.relative_to(root))
+            for p in root.rglob("*")
+            if p.is_file() and p.name != MANIFEST and "__pycache__" not in p.parts
+        )
+
+    names = files(a)
+    return names == files(b) and all(filecmp.cmp(a / n, b / n, shallow=False) for n in names)
+
+
+def gets(server: OssServer) -> list[Call]:
+    return [c for c in server.calls if c.method == "GET" and c.key]
+
+
+def range_from(offset: int) -> Callable[[Call], bool]:
+    """Matches the GETs of the part that starts at ``offset``."""
+    return lambda call: (call.range or "").startswith(f"bytes={offset}-")
+
+
+def put_random(server: OssServer, key: str, size: int) -> bytes:
+    data = os.urandom(size)
+    oss_bucket(server).put_object(key, data)
+    return data
+
+
+# -- the whole journey ---------------------------------------------------------------------------
+def test_pulls_the_example_models_byte_exact(
+    oss_server: OssServer, oss_model_repo: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    report = pull(oss_model_repo, tmp_path / "repo")
+
+    assert same_tree(tmp_path / "repo", EXAMPLE_MODELS)
+    sizes = sum(
+        p.stat().st_size
+        for p in EXAMPLE_MODELS.rglob("*")
+        if "__pycache__" not in p.parts and p.is_file()
+    )
+    assert (report.files, report.bytes_downloaded, report.bytes_reused) == (5, sizes, 0)
+    assert report.dest == tmp_path / "repo"
+    assert sorted(c.key for c in gets(oss_server)) == sorted(
+        f"models/{p.relative_to(EXAMPLE_MODELS).as_posix()}"
+        for p in EXAMPLE_MODELS.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+    assert [p.name for p in tmp_path.iterdir()] != []
+    assert not list((tmp_path / ".repo.openeas").glob("tree-*"))
+
+
+def test_second_pull_of_an_unchanged_repository_downloads_nothing(
+    oss_server: OssServer, oss_model_repo: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    first = pull(oss_model_repo, tmp_path / "repo")
+    oss_server.reset()
+
+    second = pull(oss_model_repo, tmp_path / "repo")
+
+    assert oss_server.bytes_served() == 0
+    assert [c.method for c in oss_server.calls] == ["GET"]  # the listing only
+    assert (second.bytes_downloaded, second.bytes_reused) == (0, first.bytes_downloaded)
+    assert same_tree(tmp_path / "repo", EXAMPLE_MODELS)
+
+
+def test_only_changed_files_are_fetched_and_removed_ones_go(
+    oss_server: OssServer, prefix: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    uri = f"oss://{BUCKET}/{prefix}"
+    pull(uri, tmp_path / "repo")
+    client = oss_bucket(oss_server)
+    client.put_object(f"{prefix}/add_sub/config.pbtxt", b'name: "add_sub"\n# changed\n')
+    client.delete_object(f"{prefix}/inception_graphdef/inception_labels.txt")
+    client.put_object(f"{prefix}/new_model/config.pbtxt", b'name: "new_model"\n')
+    oss_server.reset()
+
+    report = pull(uri, tmp_path / "repo")
+
+    assert sorted(c.key for c in gets(oss_server)) == [
+        f"{prefix}/add_sub/config.pbtxt",
+        f"{prefix}/new_model/config.pbtxt",
+    ]
+    repo = tmp_path / "repo"
+    assert (repo / "add_sub/config.pbtxt").read_bytes() == b'name: "add_sub"\n# changed\n'
+    assert (repo / "new_model/config.pbtxt").exists()
+    assert not (repo / "inception_graphdef/inception_labels.txt").exists()
+    assert report.files == 5
+    assert (repo / "add_sub/1/model.py").read_bytes() == (
+        EXAMPLE_MODELS / "add_sub/1/model.py"
+    ).read_bytes()
+
+
+def test_a_locally_edited_file_is_fetched_again(
+    oss_server: OssServer, prefix: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    uri = f"oss://{BUCKET}/{prefix}"
+    pull(uri, tmp_path / "repo")
+    (tmp_path / "repo/add_sub/config.pbtxt").write_text("edited by hand\n")
+    oss_server.reset()
+
+    pull(uri, tmp_path / "repo")
+
+    assert [c.key for c in gets(oss_server)] == [f"{prefix}/add_sub/config.pbtxt"]
+    assert same_tree(tmp_path / "repo", EXAMPLE_MODELS)
+
+
+def test_big_files_come_in_ranged_parts(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    key = f"big-{uuid.uuid4().hex[:6]}/m/1/model.bin"
+    data = put_random(oss_server, key, 5 * MiB + 123)
+    oss_server.reset()
+
+    report = pull(f"oss://{BUCKET}/{key.rsplit('/', 3)[0]}", tmp_path / "r", part_size=MiB)
+
+    assert (tmp_path / "r/m/1/model.bin").read_bytes() == data
+    ranges = sorted(c.range or "" for c in gets(oss_server))
+    expected = [f"bytes={s}-{e}" for s, e in part_ranges(len(data), MiB)]
+    assert ranges == sorted(expected) and len(ranges) == 6
+    assert all(c.status == 206 for c in gets(oss_server))
+    assert report.bytes_downloaded == len(data) == oss_server.bytes_served(key)
+
+
+def test_zero_byte_files_and_directory_markers(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    base = f"z-{uuid.uuid4().hex[:6]}"
+    client = oss_bucket(oss_server)
+    client.put_object(f"{base}/", b"")  # "folders" made in the console
+    client.put_object(f"{base}/m/", b"")
+    client.put_object(f"{base}/m/empty.txt", b"")
+
+    report = pull(f"oss://{BUCKET}/{base}", tmp_path / "r")
+
+    assert report.files == 1
+    assert (tmp_path / "r/m/empty.txt").read_bytes() == b""
+
+
+def test_bucket_root_and_v4_sts_credentials(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root_bucket = f"root-{uuid.uuid4().hex[:6]}"
+    oss_server.create_bucket(root_bucket)
+    oss_bucket(oss_server, root_bucket).put_object("m/config.pbtxt", b"x")
+    monkeypatch.setenv("OSS_ACCESS_KEY_ID", STS_KEY_ID)
+    monkeypatch.setenv("OSS_ACCESS_KEY_SECRET", STS_KEY_SECRET)
+    monkeypatch.setenv("OSS_SESSION_TOKEN", STS_TOKEN)
+    monkeypatch.setenv("OSS_REGION", oss_server.region)
+
+    pull(f"oss://{root_bucket}", tmp_path / "r")
+
+    assert (tmp_path / "r/m/config.pbtxt").read_bytes() == b"x"
+
+
+def test_endpoint_argument_overrides_the_environment(
+    oss_model_repo: str,
+    oss_server: OssServer,
+    oss_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OSS_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    pull(oss_model_repo, tmp_path / "r", endpoint=oss_server.endpoint)
+    assert same_tree(tmp_path / "r", EXAMPLE_MODELS)
+
+
+def test_local_uris_are_copied(tmp_path: Path) -> None:
+    report = pull(f"file://{EXAMPLE_MODELS}", tmp_path / "r")
+    assert same_tree(tmp_path / "r", EXAMPLE_MODELS)
+    assert report.files >= 5
+    with pytest.raises(PermanentStorageError, match="is not a directory"):
+        pull(str(tmp_path / "missing"), tmp_path / "r2")
+
+
+# -- temporary trouble ---------------------------------------------------------------------------
+def test_5xx_and_dropped_connections_are_retried(
+    oss_server: OssServer, oss_model_repo: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    oss_server.fail_next(2, status=503)  # the listing, twice
+    oss_server.fail_next(1, status=500, match=lambda c: c.key.endswith("model.py"))
+    oss_server.drop_next(1, after=100, match=lambda c: c.key.endswith("labels.txt"))
+
+    pull(oss_model_repo, tmp_path / "repo")
+
+    assert same_tree(tmp_path / "repo", EXAMPLE_MODELS)
+    statuses = [c.status for c in oss_server.calls]
+    assert statuses.count(503) == 2 and statuses.count(500) == 1
+    labels = [c for c in oss_server.calls if c.key.endswith("labels.txt")]
+    assert [c.sent for c in labels] == [100, 11011]
+
+
+def test_a_dropped_connection_resumes_inside_the_part(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    base = f"drop-{uuid.uuid4().hex[:6]}"
+    key = f"{base}/m/model.bin"
+    data = put_random(oss_server, key, 4 * MiB)
+    oss_server.drop_next(1, after=2 * MiB + MiB // 2)
+
+    pull(f"oss://{BUCKET}/{base}", tmp_path / "r")
+
+    assert (tmp_path / "r/m/model.bin").read_bytes() == data
+    first, second = gets(oss_server)
+    # The retry starts after the last whole chunk that arrived, not at byte 0.
+    assert (first.range, second.range) == (
+        f"bytes=0-{4 * MiB - 1}",
+        f"bytes={2 * MiB}-{4 * MiB - 1}",
+    )
+
+
+def test_persistent_5xx_is_a_temporary_error_after_bounded_retries(
+    oss_server: OssServer, oss_model_repo: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    oss_server.fail_next(100, status=500)
+    with pytest.raises(TemporaryStorageError, match=r"500 InternalError.*gave up after 3"):
+        pull(oss_model_repo, tmp_path / "repo")
+    assert len(oss_server.calls) == 3
+    assert not (tmp_path / "repo").exists()
+
+
+def test_unreachable_endpoint_is_temporary(
+    oss_model_repo: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    with pytest.raises(TemporaryStorageError, match=r"cannot reach OSS at http://127\.0\.0\.1:9"):
+        pull(oss_model_repo, tmp_path / "r", endpoint="http://127.0.0.1:9")
+
+
+def test_corruption_is_caught_by_crc64_then_md5(
+    oss_server: OssServer, prefix: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    uri = f"oss://{BUCKET}/{prefix}"
+    oss_server.corrupt_next(1, match=lambda c: c.key.endswith("add_sub/1/model.py"))
+    with pytest.raises(TemporaryStorageError, match=r"CRC64 .* differs from OSS's"):
+        pull(uri, tmp_path / "repo")
+
+    oss_server.crc_headers = False  # older objects / proxies: only the ETag (MD5) is left
+    oss_server.corrupt_next(1, match=lambda c: c.key.endswith("add_sub/1/model.py"))
+    with pytest.raises(TemporaryStorageError, match=r"MD5 .* differs from the ETag"):
+        pull(uri, tmp_path / "repo")
+
+    pull(uri, tmp_path / "repo")
+    assert same_tree(tmp_path / "repo", EXAMPLE_MODELS)
+
+
+def test_an_interrupted_download_resumes_with_the_missing_parts(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    base = f"resume-{uuid.uuid4().hex[:6]}"
+    key = f"{base}/m/1/model.bin"
+    data = put_random(oss_server, key, 6 * MiB)
+    oss_server.drop_next(100, after=1000, match=range_from(3 * MiB))
+
+    with pytest.raises(TemporaryStorageError, match="gave up after 3"):
+        pull(f"oss://{BUCKET}/{base}", tmp_path / "r", part_size=MiB, workers=1)
+    assert not (tmp_path / "r").exists()
+
+    oss_server.reset()
+    report = pull(f"oss://{BUCKET}/{base}", tmp_path / "r", part_size=MiB, workers=1)
+
+    assert (tmp_path / "r/m/1/model.bin").read_bytes() == data
+    assert oss_server.bytes_served(key) == 3 * MiB == report.bytes_downloaded
+    assert report.bytes_reused == 3 * MiB
+    assert not (tmp_path / ".r.openeas/partial").exists()  # cleaned once in place
+
+
+def test_resume_distrusts_parts_whose_bytes_changed_on_disk(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    base = f"distrust-{uuid.uuid4().hex[:6]}"
+    key = f"{base}/m/model.bin"
+    data = put_random(oss_server, key, 4 * MiB)
+    oss_server.drop_next(100, match=range_from(3 * MiB))
+    with pytest.raises(TemporaryStorageError):
+        pull(f"oss://{BUCKET}/{base}", tmp_path / "r", part_size=MiB, workers=1)
+    (partial,) = (tmp_path / ".r.openeas/partial").glob("*.data")
+    with partial.open("r+b") as f:  # bit rot (or a crash before the page cache was flushed)
+        f.write(b"\0" * 10)
+    oss_server.reset()
+
+    pull(f"oss://{BUCKET}/{base}", tmp_path / "r", part_size=MiB, workers=1)
+
+    assert (tmp_path / "r/m/model.bin").read_bytes() == data
+    assert oss_server.bytes_served(key) == 2 * MiB  # part 0 again, and part 3
+
+
+def test_a_failed_pull_leaves_the_previous_copy_intact(
+    oss_server: OssServer, prefix: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    uri = f"oss://{BUCKET}/{prefix}"
+    pull(uri, tmp_path / "repo")
+    manifest = (tmp_path / "repo" / MANIFEST).read_text()
+    client = oss_bucket(oss_server)
+    client.put_object(f"{prefix}/add_sub/config.pbtxt", b"v2")
+    client.put_object(f"{prefix}/inception_graphdef/config.pbtxt", b"v2")
+    oss_server.fail_next(100, match=lambda c: c.key.endswith("inception_graphdef/config.pbtxt"))
+
+    with pytest.raises(TemporaryStorageError):
+        pull(uri, tmp_path / "repo")
+
+    assert same_tree(tmp_path / "repo", EXAMPLE_MODELS)  # old copy, untouched, complete
+    assert (tmp_path / "repo" / MANIFEST).read_text() == manifest
+    assert not list((tmp_path / ".repo.openeas").glob("tree-*"))
+    oss_server.reset()
+    pull(uri, tmp_path / "repo")
+    assert (tmp_path / "repo/inception_graphdef/config.pbtxt").read_bytes() == b"v2"
+
+
+# -- what the user must fix ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("env", "uri", "reason"),
+    [
+        (
+            {"OSS_ACCESS_KEY_SECRET": "wrong"},
+            "oss://triton-model-repo/models",
+            "OSS rejected the signature: OSS_ACCESS_KEY_SECRET is not the secret of "
+            "OSS_ACCESS_KEY_ID",
+        ),
+        (
+            {"OSS_ACCESS_KEY_ID": "LTAI-unknown"},
+            "oss://triton-model-repo/models",
+            "OSS does not know OSS_ACCESS_KEY_ID",
+        ),
+        (
+            {
+                "OSS_ACCESS_KEY_ID": STS_KEY_ID,
+                "OSS_ACCESS_KEY_SECRET": STS_KEY_SECRET,
+                "OSS_SESSION_TOKEN": "expired-token",
+            },
+            "oss://triton-model-repo/models",
+            "OSS rejected OSS_SESSION_TOKEN: fetch a fresh STS token",
+        ),
+        ({}, "oss://no-such-bucket/models", "oss://no-such-bucket/models/: bucket does not exist"),
+        ({}, "oss://triton-model-repo/nothing-here", "is empty: upload the model repository"),
+        (
+            {"OSS_ACCESS_KEY_ID": ""},
+            "oss://triton-model-repo/models",
+            "OSS_ACCESS_KEY_ID is not set",
+        ),
+        (
+            {"OSS_ACCESS_KEY_SECRET": ""},
+            "oss://triton-model-repo/m",
+            "OSS_ACCESS_KEY_SECRET is not set",
+        ),
+        ({"OSS_ENDPOINT": ""}, "oss://triton-model-repo/models", "OSS_ENDPOINT is not set"),
+    ],
+)
+def test_permanent_errors_say_what_to_fix(
+    oss_server: OssServer,
+    oss_model_repo: str,
+    oss_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    uri: str,
+    reason: str,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    with pytest.raises(PermanentStorageError) as caught:
+        pull(uri, tmp_path / "repo")
+
+    message = str(caught.value)
+    assert reason in message and "\n" not in message
+    assert len(oss_server.calls) <= 1  # permanent means: not retried
+    for secret in (ACCESS_KEY_SECRET, STS_KEY_SECRET, "expired-token"):
+        assert secret not in message
+    cause = caught.value.__cause__
+    if isinstance(cause, oss2.exceptions.OssError):  # chained, but scrubbed of signed material
+        assert "StringToSign" not in str(cause) and "expired-token" not in str(cause)
+
+
+def test_access_denied_by_bucket_acl(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    private = f"private-{uuid.uuid4().hex[:6]}"
+    oss_server.create_bucket(private)
+    oss_bucket(oss_server, private).put_object("models/a", b"a")
+    oss_server.set_grants(private, {"someone-else": "read"})
+    with pytest.raises(PermanentStorageError, match="access denied: let this AccessKey list"):
+        pull(f"oss://{private}/models", tmp_path / "r")
+
+
+def test_refuses_to_replace_a_directory_it_did_not_make(
+    oss_model_repo: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home/notes.txt").write_text("mine")
+    with pytest.raises(PermanentStorageError, match="not empty and was not made by a pull"):
+        pull(oss_model_repo, tmp_path / "home")
+    assert (tmp_path / "home/notes.txt").read_text() == "mine"
+    (tmp_path / "empty").mkdir()
+    pull(oss_model_repo, tmp_path / "empty")  # an empty mount point is fine
+
+
+def test_never_logs_credentials(
+    oss_server: OssServer,
+    oss_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    oss_model_repo: str,
+) -> None:
+    monkeypatch.setenv("OSS_ACCESS_KEY_ID", STS_KEY_ID)
+    monkeypatch.setenv("OSS_ACCESS_KEY_SECRET", STS_KEY_SECRET)
+    monkeypatch.setenv("OSS_SESSION_TOKEN", STS_TOKEN)
+    oss_server.fail_next(1)
+    with caplog.at_level(logging.DEBUG):
+        pull(oss_model_repo, tmp_path / "r")
+        monkeypatch.setenv("OSS_ACCESS_KEY_SECRET", "wrong")
+        with pytest.raises(PermanentStorageError):
+            pull(oss_model_repo, tmp_path / "r2")
+    assert "models/add_sub/config.pbtxt" in caplog.text or "oss://" in caplog.text
+    for secret in (STS_KEY_SECRET, STS_TOKEN, "wrong", "Signature"):
+        assert secret not in caplog.text
+
+
+# -- planning, table-style -----------------------------------------------------------------------
+LOC = OssLocation("b", "models/")
+
+
+@pytest.mark.parametrize(
+    ("keys", "reason"),
+    [
+        ([], "oss://b/models/ is empty"),
+        (["models/"], "oss://b/models/ is empty"),
+        (["models/a/../../etc/passwd"], "cannot be a file of the repository"),
+        (["models/a//b"], "cannot be a file of the repository"),
+        (["models/.openeas-manifest.json"], "cannot be a file of the repository"),
+        (["models/m/config", "models/m/config/x"], "m/config is both a file and a directory"),
+    ],
+)
+def test_remote_files_refuse_unplaceable_keys(keys: list[str], reason: str) -> None:
+    with pytest.raises(PermanentStorageError, match=reason):
+        remote_files(LOC, [RemoteObject(k, 1, "E") for k in keys])
+
+
+def test_remote_files_map_keys_to_paths() -> None:
+    objects = [
+        RemoteObject(k, 1, "E") for k in ("models/", "models/m/", "models/m/1/a", "models/b")
+    ]
+    assert [f.path for f in remote_files(LOC, objects)] == ["b", "m/1/a"]
+    root = remote_files(OssLocation("b", ""), [RemoteObject("x/y", 1, "E")])
+    assert root == [RemoteFile("x/y", "x/y", 1, "E")]
+
+
+@pytest.mark.parametrize(
+    ("etag", "local", "reused"),
+    [
+        ("E1", LocalStat(3, 7), True),
+        ("E2", LocalStat(3, 7), False),  # object changed
+        ("E1", LocalStat(3, 8), False),  # copy touched
+        ("E1", None, False),  # copy gone
+    ],
+)
+def test_plan_reuses_only_unchanged_untouched_files(
+    etag: str, local: LocalStat | None, reused: bool
+) -> None:
+    from processors.storage.manifest import Entry
+
+    f = RemoteFile("a", "models/a", 3, etag)
+    previous = {"a": Entry("models/a", "E1", 3, 1, 7)}
+    result = plan([f], previous, {"a": local} if local else {})
+    assert (result.reuse == [f]) is reused and (result.fetch == [f]) is not reused
+
+
+def test_part_ranges() -> None:
+    assert part_ranges(0, 4) == []
+    assert part_ranges(4, 4) == [(0, 3)]
+    assert part_ranges(9, 4) == [(0, 3), (4, 7), (8, 8)]
+
+
+def test_manifest_records_what_was_pulled(
+    oss_model_repo: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    pull(oss_model_repo, tmp_path / "r")
+    manifest = json.loads((tmp_path / "r" / MANIFEST).read_text())
+    entry = manifest["files"]["add_sub/config.pbtxt"]
+    assert manifest["source"] == "oss://triton-model-repo/models/"
+    assert entry["key"] == "models/add_sub/config.pbtxt" and isinstance(entry["crc"], int)
+
+
+def test_readers_always_see_a_whole_repository(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    base = f"swap-{uuid.uuid4().hex[:6]}"
+    client = oss_bucket(oss_server)
+    dest = tmp_path / "repo"
+    seen: list[str] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            try:
+                seen.append((dest / "m/version").read_text())
+            except FileNotFoundError:
+                seen.append("missing")
+
+    client.put_object(f"{base}/m/version", b"0")
+    pull(f"oss://{BUCKET}/{base}", dest)
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for version in range(1, 11):
+            client.put_object(f"{base}/m/version", str(version).encode())
+            pull(f"oss://{BUCKET}/{base}", dest)
+    finally:
+        done.set()
+        thread.join()
+    assert "missing" not in seen and "" not in seen
+    assert (dest / "m/version").read_text() == "10"
+
+
+def test_concurrent_pulls_into_one_destination_take_turns(
+    oss_server: OssServer, oss_model_repo: str, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    with ThreadPoolExecutor(3) as pool:
+        reports = list(pool.map(lambda _: pull(oss_model_repo, tmp_path / "repo"), range(3)))
+    assert same_tree(tmp_path / "repo", EXAMPLE_MODELS)
+    assert sorted(r.bytes_downloaded == 0 for r in reports) == [False, True, True]
