@@ -28,6 +28,7 @@ from controlplane.runtime.base import (
     Observation,
     PermanentRuntimeError,
     Runtime,
+    RuntimeError_,
     TemporaryRuntimeError,
 )
 from controlplane.services import add_event
@@ -92,9 +93,15 @@ class Reconciler:
                 await asyncio.to_thread(self.lease.release)
 
     async def _lead(self) -> None:
+        try:
+            self.runtime = self._runtime_factory(self.notify)
+        except RuntimeError_ as e:
+            # No runtime (bad kubeconfig, no service account): say so and try again later
+            # instead of leading with nothing to act through.
+            log.error("reconciler: cannot start the runtime: %s", e)
+            return
         self.is_leader = True
         log.info("reconciler: leading as %s", self.lease.holder)
-        self.runtime = self._runtime_factory(self.notify)
         tasks = [
             asyncio.create_task(self._work()),
             asyncio.create_task(self._poll_changes()),

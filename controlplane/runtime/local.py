@@ -34,7 +34,12 @@ from processors import exits, registry
 
 log = logging.getLogger(__name__)
 
-PERMANENT_EXITS = {exits.BAD_PARAMS, exits.PULL_PERMANENT, exits.NO_SERVER_BINARY}
+# Exit codes that restarting cannot fix, and the reason the service shows for each.
+PERMANENT_EXITS = {
+    exits.BAD_PARAMS: "BadProcessorParams",
+    exits.PULL_PERMANENT: "ModelPullFailed",
+    exits.NO_SERVER_BINARY: "ServerBinaryMissing",
+}
 TAIL_LINES = 12
 MAX_BACKOFF = 60.0
 STOP_GRACE = 15.0
@@ -199,7 +204,7 @@ class LocalRuntime:
                 replica.message = f"exited with code {code}" + (f":\n{tail}" if tail else "")
                 if code in PERMANENT_EXITS:
                     replica.state, replica.permanent = "Failed", True
-                    replica.reason = _exit_reason(code)
+                    replica.reason = PERMANENT_EXITS[code]
                     self.notify(replica.service)
                     await asyncio.Event().wait()  # stay Failed until stopped
                 replica.restarts += 1
@@ -298,11 +303,3 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
             return "".join(deque(f, maxlen=lines)).strip()
     except OSError:
         return ""
-
-
-def _exit_reason(code: int) -> str:
-    return {
-        exits.BAD_PARAMS: "BadProcessorParams",
-        exits.PULL_PERMANENT: "ModelPullFailed",
-        exits.NO_SERVER_BINARY: "ServerBinaryMissing",
-    }.get(code, "ProcessExited")

@@ -254,3 +254,21 @@ async def test_only_one_of_two_reconcilers_leads(harness: Harness) -> None:
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_runtime_that_cannot_start_is_retried(harness: Harness) -> None:
+    attempts: list[int] = []
+
+    def factory(notify: Notify) -> FakeRuntime:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise PermanentRuntimeError("KubernetesConfig", "no service account token")
+        harness.runtime = FakeRuntime(notify)
+        return harness.runtime
+
+    reconciler = Reconciler(harness.sessions, factory, "local", lease_ttl=0.3)
+    task = asyncio.create_task(reconciler.run())
+    await harness.until(lambda: reconciler.is_leader)
+    assert len(attempts) == 2
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,205 @@
+{{/* Names, labels and the pieces several templates share. */}}
+
+{{- define "openeas.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "openeas.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* "<fullname>-<suffix>", kept to 63 characters. Call with (list $ "suffix"). */}}
+{{- define "openeas.component" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s-%s" (include "openeas.fullname" $root | trunc 50 | trimSuffix "-") (index . 1) }}
+{{- end }}
+
+{{/* Selector labels of one component. Call with (list $ "component"). */}}
+{{- define "openeas.selectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ include "openeas.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{/* Every object's labels. Call with (list $ "component"). */}}
+{{- define "openeas.labels" -}}
+{{- $root := index . 0 -}}
+helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" }}
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+app.kubernetes.io/part-of: openeas
+{{ include "openeas.selectorLabels" . }}
+{{- end }}
+
+{{- define "openeas.servingNamespace" -}}
+{{- .Values.serving.namespace | default .Release.Namespace }}
+{{- end }}
+
+{{- define "openeas.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "openeas.component" (list . "controlplane")) }}
+{{- else }}
+{{- .Values.serviceAccount.name | default "default" }}
+{{- end }}
+{{- end }}
+
+{{/* "repository:tag", the tag defaulting to the chart's appVersion. Call with (list $ image). */}}
+{{- define "openeas.image" -}}
+{{- $image := index . 1 -}}
+{{- printf "%s:%s" $image.repository ($image.tag | default (index . 0).Chart.AppVersion) }}
+{{- end }}
+
+{{/* The Secret the chart writes (admin token, database URL), unless both are external. */}}
+{{- define "openeas.secretName" -}}
+{{- include "openeas.fullname" . }}
+{{- end }}
+
+{{- define "openeas.adminTokenSecret" -}}
+{{- .Values.auth.existingSecret | default (include "openeas.secretName" .) }}
+{{- end }}
+
+{{- define "openeas.postgresqlName" -}}
+{{- include "openeas.component" (list . "postgresql") }}
+{{- end }}
+
+{{- define "openeas.postgresqlSecret" -}}
+{{- .Values.postgresql.auth.existingSecret | default (include "openeas.postgresqlName" .) }}
+{{- end }}
+
+{{/* The OSS Secret replicas read (empty: anonymous pulls). */}}
+{{- define "openeas.ossSecret" -}}
+{{- if .Values.oss.existingSecret }}
+{{- .Values.oss.existingSecret }}
+{{- else if .Values.oss.accessKeyId }}
+{{- include "openeas.component" (list . "oss") }}
+{{- end }}
+{{- end }}
+
+{{/*
+A generated secret value that survives upgrades: the one already stored in the live Secret
+(lookup; empty under `helm template`), else a new random one. Base64, ready for `data:`.
+Call with (list $ secretName namespace key).
+*/}}
+{{- define "openeas.keptRandom" -}}
+{{- $live := lookup "v1" "Secret" (index . 2) (index . 1) -}}
+{{- $key := index . 3 -}}
+{{- if and $live $live.data (hasKey $live.data $key) }}
+{{- index $live.data $key }}
+{{- else }}
+{{- randAlphaNum 43 | b64enc }}
+{{- end }}
+{{- end }}
+
+{{- define "openeas.controlplaneUrl" -}}
+{{- printf "http://%s:%d" (include "openeas.component" (list . "controlplane")) (int .Values.controlplane.service.port) }}
+{{- end }}
+
+{{/* Scheme and host of an Ingress. Call with the component's ingress values. */}}
+{{- define "openeas.ingressUrl" -}}
+{{- printf "%s://%s" (ternary "https" "http" (ne .tlsSecret "")) .host }}
+{{- end }}
+
+{{- define "openeas.intranetUrl" -}}
+{{- if .Values.intranetUrl }}
+{{- .Values.intranetUrl }}
+{{- else }}
+{{- $port := int .Values.gateway.service.port -}}
+{{- $host := printf "%s.%s.svc.cluster.local" (include "openeas.component" (list . "gateway")) .Release.Namespace -}}
+{{- ternary (printf "http://%s" $host) (printf "http://%s:%d" $host $port) (eq $port 80) }}
+{{- end }}
+{{- end }}
+
+{{- define "openeas.publicUrl" -}}
+{{- if .Values.publicUrl }}
+{{- .Values.publicUrl }}
+{{- else if .Values.gateway.ingress.enabled }}
+{{- include "openeas.ingressUrl" .Values.gateway.ingress }}
+{{- else }}
+{{- include "openeas.intranetUrl" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Settings given as a map of camelCase names -> env vars PREFIX + UPPER_SNAKE_CASE, values as
+pydantic-settings reads them (strings as they are, everything else as JSON; null unsets).
+Empty output for an empty map. Call with (list "OPENEAS_GATEWAY_" map).
+*/}}
+{{- define "openeas.configEnv" -}}
+{{- $env := list -}}
+{{- range $name, $value := index . 1 -}}
+{{- $env = append $env (dict "name" (printf "%s%s" (index $ 0) ($name | snakecase | upper)) "value" (ternary $value (toJson $value) (kindIs "string" $value))) -}}
+{{- end -}}
+{{- if $env }}{{ toYaml $env }}{{ end -}}
+{{- end }}
+
+{{/*
+How a pod reaches the database: OPENEAS_DATABASE_URL from the chart's or the operator's
+Secret; for the bundled PostgreSQL a password-less URL plus PGPASSWORD, which libpq reads,
+so the password lives only in the PostgreSQL Secret. Call with (list $ secretName) where
+secretName holds `database-url` for database.url (the migration hook has its own copy).
+*/}}
+{{- define "openeas.databaseEnv" -}}
+{{- $root := index . 0 -}}
+{{- $v := $root.Values -}}
+{{- $url := dict "name" "OPENEAS_DATABASE_URL" -}}
+{{- $env := list -}}
+{{- if $v.postgresql.enabled -}}
+{{- $password := dict "name" (include "openeas.postgresqlSecret" $root) "key" $v.postgresql.auth.existingSecretKey -}}
+{{- $env = append $env (dict "name" "PGPASSWORD" "valueFrom" (dict "secretKeyRef" $password)) -}}
+{{- $_ := set $url "value" (printf "postgresql+psycopg://%s@%s:5432/%s" $v.postgresql.auth.username (include "openeas.postgresqlName" $root) $v.postgresql.auth.database) -}}
+{{- else if $v.database.existingSecret -}}
+{{- $_ := set $url "valueFrom" (dict "secretKeyRef" (dict "name" $v.database.existingSecret "key" $v.database.existingSecretKey)) -}}
+{{- else -}}
+{{- $_ := set $url "valueFrom" (dict "secretKeyRef" (dict "name" (index . 1) "key" "database-url")) -}}
+{{- end -}}
+{{- append $env $url | toYaml }}
+{{- end }}
+
+{{/* The image's user (deploy/docker/Dockerfile) and a locked-down container. */}}
+{{- define "openeas.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "openeas.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+{{- end }}
+
+{{- define "openeas.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets -}}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The data dir (`openeas migrate` creates it) on an emptyDir: the root filesystem is read-only. */}}
+{{- define "openeas.dataDirEnv" -}}
+- name: OPENEAS_DATA_DIR
+  value: /var/lib/openeas
+{{- end }}
+
+{{/*
+serving.resourceGroups (Kubernetes spelling: nodeSelector) as the JSON of
+OPENEAS_K8S_RESOURCE_GROUPS (the settings' spelling: node_selector).
+*/}}
+{{- define "openeas.resourceGroups" -}}
+{{- $groups := dict -}}
+{{- range $id, $group := .Values.serving.resourceGroups }}
+{{- $_ := set $groups $id (dict "node_selector" ($group.nodeSelector | default dict) "tolerations" ($group.tolerations | default list)) }}
+{{- end }}
+{{- $groups | toJson }}
+{{- end }}
