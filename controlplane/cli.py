@@ -72,8 +72,13 @@ def controlplane_main(argv: list[str]) -> int:
     return run_until_signal(plane.serve(bind(args.host, args.port)), plane.stop)
 
 
-def run_until_signal(main: Coroutine[Any, Any, None], stop: Callable[[], None]) -> int:
-    """Run ``main``; SIGINT/SIGTERM call ``stop`` so it can shut down cleanly."""
+def run_until_signal(
+    main: Coroutine[Any, Any, None],
+    stop: Callable[[], None],
+    run: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run,
+) -> int:
+    """Run ``main`` with ``run`` (an event loop runner); SIGINT/SIGTERM call ``stop`` so it
+    can shut down cleanly."""
 
     async def runner() -> None:
         loop = asyncio.get_running_loop()
@@ -81,5 +86,5 @@ def run_until_signal(main: Coroutine[Any, Any, None], stop: Callable[[], None]) 
             loop.add_signal_handler(sig, stop)
         await main
 
-    asyncio.run(runner())
+    run(runner())
     return 0

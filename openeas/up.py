@@ -19,6 +19,7 @@ from controlplane.cli import announce_admin_token, run_until_signal
 from controlplane.eascmd import profile
 from controlplane.server import ControlPlane, bind
 from controlplane.settings import Settings, ensure_admin_token
+from gateway import cli as gateway_cli
 from gateway.app import start_gateway
 from gateway.routes import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
@@ -66,4 +67,4 @@ def main(argv: list[str]) -> int:
         await serving
         print("openeas: stopped", flush=True)
 
-    return run_until_signal(serve(), stopping.set)
+    return run_until_signal(serve(), stopping.set, run=gateway_cli.run)  # uvloop if present

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from controlplane.runtime.base import Notify, Runtime
-from controlplane.settings import Settings
+
+if TYPE_CHECKING:  # settings import the kubernetes runtime's settings from this package
+    from controlplane.settings import Settings
 
 
 def make_runtime(settings: Settings, notify: Notify) -> Runtime:

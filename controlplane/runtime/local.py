@@ -31,6 +31,7 @@ from controlplane.runtime.base import (
     ReplicaStatus,
 )
 from processors import exits, registry
+from processors.triton.supervisor import die_with
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +242,7 @@ class LocalRuntime:
                 stderr=asyncio.subprocess.STDOUT,
                 env=env,
                 start_new_session=True,  # its own group: stopping it stops tritonserver too
+                preexec_fn=die_with(os.getpid()),  # no orphan even if we are SIGKILLed
             )
         self.notify(replica.service)
         base = f"http://{self.host}:{http}"

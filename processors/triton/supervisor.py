@@ -43,7 +43,7 @@ def supervise(argv: Sequence[str], env: Mapping[str, str]) -> int:
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
-        child = subprocess.Popen(list(argv), env=dict(env), preexec_fn=_die_with(os.getpid()))
+        child = subprocess.Popen(list(argv), env=dict(env), preexec_fn=die_with(os.getpid()))
         for signum in pending:
             os.kill(child.pid, signum)
         return exit_code(_wait(child))
@@ -66,7 +66,7 @@ def _wait(child: subprocess.Popen[bytes]) -> int:
             return child.returncode
 
 
-def _die_with(parent: int) -> Callable[[], None]:
+def die_with(parent: int) -> Callable[[], None]:
     """preexec_fn: SIGTERM the child when ``parent`` dies, even by SIGKILL."""
 
     def arrange() -> None:

@@ -105,8 +105,12 @@ def platform(tmp_path: Path, oss_model_repo: str, oss_env: dict[str, str]) -> It
     p.start()
     yield p
     if p.proc is not None and p.proc.poll() is None:
-        p.proc.kill()
-        p.proc.wait()
+        p.proc.terminate()
+        try:
+            p.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            p.proc.kill()  # its replicas die with it (PR_SET_PDEATHSIG)
+            p.proc.wait()
 
 
 def seed_client(url: str, token: str) -> dict[str, Any]:
@@ -218,6 +222,18 @@ def test_seed_journey(platform: Platform, oss_model_repo: str) -> None:
         lambda d: d["Status"] == "Running" and d["Replicas"] and d["Replicas"][0]["restarts"] == 0
     )
     seed_client(endpoint, token)
+
+    # even a SIGKILLed platform leaves no replica behind
+    assert platform.proc is not None
+    children = descendants(platform.proc.pid)
+    platform.proc.kill()
+    platform.proc.wait()
+    deadline = time.monotonic() + 40
+    while [p for p in children if Path(f"/proc/{p}").exists()] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p for p in children if Path(f"/proc/{p}").exists()] == []
+    platform.start()
+    platform.wait_for(lambda d: d["Status"] == "Running")
 
     # delete → gone
     platform.eascmd("delete", "triton_test")

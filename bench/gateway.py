@@ -1,0 +1,494 @@
+"""Benchmark of the gateway against direct Triton and nginx, in one run.
+
+Run by hand (``python bench/gateway.py``; needs ``nginx`` and ``wrk`` from Debian) to get the
+figures quoted in the gateway's closing note. It starts, each as its own process:
+
+- ``tritonserver`` on ``examples/models`` (python backend, CPU);
+- ``nginx`` as a reverse proxy with the same route and token check as the gateway
+  (``map`` on ``Authorization``, both the bare and ``Bearer`` forms; upstream keep-alive);
+- the gateway (``gateway.app.start_gateway`` with a static route table).
+
+The server side (Triton and whichever proxy is measured) is pinned to one core
+(``--server-cpu``), the load generators to another (``--client-cpu``), so a proxy's cost
+shows as throughput Triton loses, as it would on a busy node. For both models (``add_sub``:
+4 floats; ``inception_graphdef``: a 1 MB ``[1,299,299,3]`` FP32 input) it prints:
+
+1. sequential latency p50/p95/p99 with the official ``tritonclient.http`` client (binary
+   tensors), and the p50 each proxy adds to direct Triton;
+2. throughput with ``wrk`` (a Lua script POSTs the same binary infer body) at 1, 8 and 64
+   connections, as requests/s and as ratios to direct Triton and to nginx.
+
+Both phases run ``--repeat`` interleaved rounds (direct, nginx, gateway, direct, …) and
+report the median, because other work on a shared machine moves single runs by ±20 %.
+Every request of every phase must succeed (HTTP 200); a run with failures says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "examples" / "models"
+SERVICE = "bench"
+
+WRK_LUA = r"""
+local f = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
+local body = f:read("*all")
+f:close()
+wrk.method = "POST"
+wrk.body = body
+wrk.path = os.getenv("BENCH_PATH")
+wrk.headers["Inference-Header-Content-Length"] = os.getenv("BENCH_HLEN")
+wrk.headers["Content-Type"] = "application/octet-stream"
+local token = os.getenv("BENCH_TOKEN")
+if token ~= nil and token ~= "" then wrk.headers["Authorization"] = token end
+local bad = 0
+response = function(status, headers, body)
+  if status ~= 200 then bad = bad + 1 end
+end
+done = function(summary, latency, requests)
+  io.write(string.format("BENCH requests=%d duration_us=%d non200=%d sockerr=%d p50_us=%d\n",
+    summary.requests, summary.duration, summary.errors.status,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    latency:percentile(50)))
+end
+"""
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/nginx-body;
+  proxy_temp_path {tmp}/nginx-proxy;
+  fastcgi_temp_path {tmp}/nginx-fastcgi;
+  uwsgi_temp_path {tmp}/nginx-uwsgi;
+  scgi_temp_path {tmp}/nginx-scgi;
+  client_max_body_size 64m;
+  client_body_buffer_size 2m;
+  keepalive_requests 100000;
+  map $http_authorization $openeas_token_ok {{
+    default 0;
+    "{token}" 1;
+    "Bearer {token}" 1;
+  }}
+  upstream triton {{
+    server 127.0.0.1:{triton_port};
+    keepalive 128;
+    keepalive_requests 100000;
+  }}
+  server {{
+    listen 127.0.0.1:{port};
+    location /api/predict/{service}/ {{
+      if ($openeas_token_ok = 0) {{ return 401; }}
+      proxy_pass http://triton/;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization "";
+      proxy_request_buffering off;
+      proxy_buffers 16 64k;
+      proxy_buffer_size 64k;
+      proxy_busy_buffers_size 128k;
+    }}
+  }}
+}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except urllib.error.HTTPError:
+            return  # it answers
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} not up after {timeout:.0f} s")
+
+
+@contextmanager
+def process(
+    argv: list[str], log: Path, *, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def pinned(cpu: int, argv: list[str]) -> list[str]:
+    return ["taskset", "-c", str(cpu), *argv]
+
+
+# --- workloads -------------------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    model: str
+    body: Path
+    header_len: int
+    sequential: int  # requests for the latency phase
+
+
+def make_bodies(tmp: Path, sequential_small: int, sequential_large: int) -> list[Workload]:
+    import numpy as np
+
+    out = []
+    a = np.arange(4, dtype=np.float32)
+    b = np.ones(4, dtype=np.float32)
+    image = np.random.default_rng(0).random((1, 299, 299, 3), dtype=np.float32)
+    cases = [
+        ("add_sub", [("INPUT0", a), ("INPUT1", b)], ["OUTPUT0", "OUTPUT1"], sequential_small),
+        (
+            "inception_graphdef",
+            [("input", image)],
+            ["InceptionV3/Predictions/Softmax"],
+            sequential_large,
+        ),
+    ]
+    for model, inputs, outputs, n in cases:
+        header = {
+            "inputs": [
+                {
+                    "name": name,
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+                for name, x in inputs
+            ],
+            "outputs": [{"name": o, "parameters": {"binary_data": True}} for o in outputs],
+        }
+        head = json.dumps(header).encode()
+        path = tmp / f"{model}.body"
+        path.write_bytes(head + b"".join(x.tobytes() for _, x in inputs))
+        out.append(Workload(model, path, len(head), n))
+    return out
+
+
+def sequential_latency(url: str, workload: Workload, token: str | None, n: int) -> list[float]:
+    """Per-request latency (ms) of ``n`` infers with tritonclient (after a warm-up)."""
+    import numpy as np
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(url=url)
+    if workload.model == "add_sub":
+        inputs = [httpclient.InferInput(n, [4], "FP32") for n in ("INPUT0", "INPUT1")]
+        inputs[0].set_data_from_numpy(np.arange(4, dtype=np.float32))
+        inputs[1].set_data_from_numpy(np.ones(4, dtype=np.float32))
+    else:
+        image = np.random.default_rng(0).random((1, 299, 299, 3), dtype=np.float32)
+        inputs = [httpclient.InferInput("input", [1, 299, 299, 3], "FP32")]
+        inputs[0].set_data_from_numpy(image)
+    samples = []
+    try:
+        for i in range(n + 20):
+            headers = {"Authorization": token} if token else None
+            t = time.perf_counter()
+            client.infer(workload.model, inputs, headers=headers)
+            if i >= 20:  # warm-up
+                samples.append((time.perf_counter() - t) * 1000.0)
+    finally:
+        client.close()
+    return samples
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b > 0 else "n/a"
+
+
+def pct(samples: list[float], p: float) -> float:
+    return statistics.quantiles(samples, n=1000, method="inclusive")[int(p * 10) - 1]
+
+
+@dataclass
+class WrkResult:
+    rps: float
+    non200: int
+    sockerr: int
+
+
+def run_wrk(
+    cpu: int,
+    base: str,
+    path: str,
+    workload: Workload,
+    token: str | None,
+    connections: int,
+    duration: float,
+    lua: Path,
+) -> WrkResult:
+    env = dict(os.environ)
+    env.update(
+        BENCH_BODY=str(workload.body),
+        BENCH_HLEN=str(workload.header_len),
+        BENCH_PATH=path,
+        BENCH_TOKEN=token or "",
+    )
+    argv = pinned(
+        cpu,
+        [
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{duration:g}s",
+            "--timeout",
+            "30s",
+            "-s",
+            str(lua),
+            base,
+        ],
+    )
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    m = re.search(r"BENCH requests=(\d+) duration_us=(\d+) non200=(\d+) sockerr=(\d+)", out)
+    if m is None:
+        raise RuntimeError(f"unexpected wrk output:\n{out}")
+    requests, us, non200, sockerr = (int(g) for g in m.groups())
+    return WrkResult(requests / (us / 1e6), non200, sockerr)
+
+
+# --- the gateway under test, as its own process -----------------------------------------
+
+
+def serve_gateway(port: int, upstream: str, token: str) -> None:
+    """``--serve-gateway``: a gateway with a static table (one service, one replica)."""
+    sys.path.insert(0, str(ROOT))
+    from gateway.app import start_gateway
+    from gateway.routes import StaticRouteSource
+    from gateway.settings import GatewaySettings
+    from openeas.wire import Route, RouteTable, token_digest
+
+    table = RouteTable(
+        version=1,
+        routes=[
+            Route(
+                service=SERVICE,
+                token_sha256=token_digest(token),
+                endpoints=[upstream],
+                timeout_ms=60_000,
+                status="Running",
+            )
+        ],
+    )
+
+    async def main() -> None:
+        runner = await start_gateway(
+            GatewaySettings(), StaticRouteSource(table), host="127.0.0.1", port=port
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        await stop.wait()
+        await runner.close()
+
+    from gateway.cli import run
+
+    run(main())
+
+
+# --- orchestration ----------------------------------------------------------------------
+
+
+def start_triton(tmp: Path, cpu: int) -> tuple[list[str], dict[str, str], int]:
+    sys.path.insert(0, str(ROOT))
+    from processors.triton import binary
+
+    server = binary.locate()
+    port = free_port()
+    argv = [
+        str(server.binary),
+        f"--model-repository={MODELS}",
+        f"--http-port={port}",
+        f"--grpc-port={free_port()}",
+        f"--metrics-port={free_port()}",
+        "--http-address=127.0.0.1",
+        "--grpc-address=127.0.0.1",
+        "--metrics-address=127.0.0.1",
+        "--log-verbose=0",
+        *server.args,
+    ]
+    return pinned(cpu, argv), server.environ(os.environ), port
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    ap.add_argument(
+        "--duration-large",
+        type=float,
+        default=12.0,
+        help="seconds per wrk run for the 1 MB model (its requests take ~25 ms of Triton "
+        "each: at 64 connections a short run holds only a couple of rounds)",
+    )
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved wrk runs per point")
+    ap.add_argument("--connections", default="1,8,64")
+    ap.add_argument("--sequential-small", type=int, default=1000)
+    ap.add_argument("--sequential-large", type=int, default=100)
+    ap.add_argument("--server-cpu", type=int, default=0)
+    ap.add_argument("--client-cpu", type=int, default=1)
+    ap.add_argument("--models", default="add_sub,inception_graphdef")
+    ap.add_argument("--targets", default="direct,nginx,gateway")
+    ap.add_argument("--serve-gateway", nargs=3, metavar=("PORT", "UPSTREAM", "TOKEN"))
+    args = ap.parse_args(argv)
+    if args.serve_gateway:
+        port, upstream, token = args.serve_gateway
+        serve_gateway(int(port), upstream, token)
+        return 0
+    for tool in ("nginx", "wrk", "taskset"):
+        if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
+            print(
+                f"bench: {tool} not found (apt-get install nginx wrk util-linux)", file=sys.stderr
+            )
+            return 2
+    # SIGTERM unwinds like Ctrl-C, so every process started below is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    os.sched_setaffinity(0, {args.client_cpu})
+    conns = [int(c) for c in args.connections.split(",")]
+    targets = args.targets.split(",")
+    token = secrets.token_hex(16)
+
+    with tempfile.TemporaryDirectory(prefix="openeas-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        workloads = [
+            w
+            for w in make_bodies(tmp, args.sequential_small, args.sequential_large)
+            if w.model in args.models.split(",")
+        ]
+        lua = tmp / "post.lua"
+        lua.write_text(WRK_LUA)
+        triton_argv, triton_env, triton_port = start_triton(tmp, args.server_cpu)
+        triton_base = f"http://127.0.0.1:{triton_port}"
+        nginx_port, gateway_port = free_port(), free_port()
+        (tmp / "nginx.conf").write_text(
+            NGINX_CONF.format(
+                tmp=tmp, token=token, triton_port=triton_port, port=nginx_port, service=SERVICE
+            )
+        )
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        gateway_argv = [sys.executable, __file__, "--serve-gateway", str(gateway_port)]
+        gateway_argv += [triton_base, token]
+        with (
+            process(triton_argv, tmp / "triton.log", env=triton_env) as triton,
+            process(
+                pinned(args.server_cpu, [nginx, "-c", str(tmp / "nginx.conf"), "-p", str(tmp)]),
+                tmp / "nginx.log",
+            ) as ngx,
+            process(pinned(args.server_cpu, gateway_argv), tmp / "gateway.log") as gw,
+        ):
+            wait_http(f"{triton_base}/v2/health/ready", triton)
+            wait_http(f"http://127.0.0.1:{nginx_port}/", ngx)
+            wait_http(f"http://127.0.0.1:{gateway_port}/gateway/healthz", gw)
+            prefix = f"/api/predict/{SERVICE}"
+            endpoints = {
+                "direct": (f"127.0.0.1:{triton_port}", "", None),
+                "nginx": (f"127.0.0.1:{nginx_port}", prefix, token),
+                "gateway": (f"127.0.0.1:{gateway_port}", prefix, token),
+            }
+            print(
+                f"server side pinned to CPU {args.server_cpu}, clients to CPU {args.client_cpu}; "
+                f"wrk {args.duration:g} s per run ({args.duration_large:g} s for the 1 MB model)",
+                flush=True,
+            )
+            failures = 0
+            for w in workloads:
+                print(f"\n== {w.model} ({w.body.stat().st_size} B request) ==", flush=True)
+                lat: dict[str, list[float]] = {name: [] for name in targets}
+                for _ in range(args.repeat):  # interleaved rounds
+                    for name in targets:
+                        hostport, pre, tok = endpoints[name]
+                        n = max(1, w.sequential // args.repeat)
+                        lat[name] += sequential_latency(hostport + pre, w, tok, n)
+                print("sequential latency, ms (tritonclient, binary tensors):")
+                d50 = pct(lat["direct"], 50) if "direct" in lat else 0.0
+                n50 = pct(lat["nginx"], 50) if "nginx" in lat else 0.0
+                for name, s in lat.items():
+                    added = pct(s, 50) - d50
+                    line = (
+                        f"  {name:8s} p50 {pct(s, 50):7.3f}  p95 {pct(s, 95):7.3f}  "
+                        f"p99 {pct(s, 99):7.3f}  added p50 {added:+.3f}"
+                    )
+                    if name == "gateway" and "nginx" in lat:
+                        line += f"  ({ratio(added, n50 - d50)} nginx's added p50)"
+                    print(line, flush=True)
+                print(
+                    "throughput, requests/s (wrk; median of "
+                    f"{args.repeat}, ratio to direct, to nginx):"
+                )
+                for c in conns:
+                    runs: dict[str, list[WrkResult]] = {name: [] for name in targets}
+                    for _ in range(args.repeat):  # interleaved: noise hits all alike
+                        for name in targets:
+                            hostport, pre, tok = endpoints[name]
+                            path = f"{pre}/v2/models/{w.model}/infer"
+                            base = f"http://{hostport}"
+                            run_wrk(args.client_cpu, base, path, w, tok, c, 1.0, lua)  # warm
+                            seconds = args.duration if w.model == "add_sub" else args.duration_large
+                            r = run_wrk(args.client_cpu, base, path, w, tok, c, seconds, lua)
+                            runs[name].append(r)
+                            failures += r.non200 + r.sockerr
+                    res = {
+                        name: sorted(rs, key=lambda r: r.rps)[len(rs) // 2]
+                        for name, rs in runs.items()
+                    }
+                    parts = []
+                    for name, r in res.items():
+                        part = f"{name} {r.rps:8.1f}"
+                        if name != "direct" and "direct" in res:
+                            part += f" ({ratio(r.rps, res['direct'].rps)} direct"
+                            if name != "nginx" and "nginx" in res:
+                                part += f", {ratio(r.rps, res['nginx'].rps)} nginx"
+                            part += ")"
+                        bad = sum(x.non200 + x.sockerr for x in runs[name])
+                        if bad:
+                            part += f" [{bad} failed]"
+                        parts.append(part)
+                    print(f"  c={c:<3d} " + " | ".join(parts), flush=True)
+            if failures:
+                print(f"\n{failures} requests failed during the throughput runs")
+                return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""The gateway: request dispatch, lifecycle and the embeddable entry point.
+
+``openeas gateway`` (:mod:`gateway.cli`) and ``openeas up`` both call
+:func:`start_gateway`. It runs in the caller's event loop (on :mod:`gateway.server`'s
+HTTP/1.1 protocol, not a web framework: see there why), so ``openeas up`` can run it beside
+uvicorn and pass ``fallback_upstream`` to put the control-plane API behind the same port.
+
+Paths: ``/api/predict/<service>/…`` → a replica; ``settings.metrics_path`` (``/metrics``)
+and ``settings.health_path`` (``/gateway/healthz``) are the gateway's own; anything else
+goes to ``fallback_upstream`` when set, else 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+from collections.abc import Coroutine
+from typing import Any
+from urllib.parse import urlsplit
+
+from gateway.balancer import EndpointPool
+from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from gateway.metrics import GatewayMetrics
+from gateway.paths import BadTarget, parse_target
+from gateway.problems import Problem, write_problem
+from gateway.proxy import FallbackProxy, PredictProxy
+from gateway.routes import Health, RouteSource, RouteState
+from gateway.server import HttpServer, Request
+from gateway.settings import GatewaySettings
+from gateway.upstream import UpstreamPool
+from openeas.wire import RouteTable
+
+log = logging.getLogger(__name__)
+
+
+class Gateway:
+    """One gateway instance: route state fed by a source, the proxies, the metrics."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        route_source: RouteSource,
+        *,
+        fallback_upstream: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.route_source = route_source
+        self.fallback_upstream = fallback_upstream
+        self.metrics = GatewayMetrics()
+        self.balancer = EndpointPool(down_s=settings.replica_down_s)
+        self.routes = RouteState(self.balancer, default_timeout_ms=settings.default_timeout_ms)
+        self._first_table = asyncio.Event()
+        self.routes.listeners.append(self._on_table)
+        self._upstreams: UpstreamPool | None = None
+        self._predict: PredictProxy | None = None
+        self._fallback: FallbackProxy | None = None
+        self._source_task: asyncio.Task[None] | None = None
+
+    def _on_table(self, table: RouteTable) -> None:
+        self.metrics.route_version.set((), table.version)
+        self._first_table.set()
+        if self._upstreams is not None:
+            routed = {
+                (ep.host, ep.port) for r in self.routes.services.values() for ep in r.endpoints
+            }
+            if self._fallback is not None:
+                routed.add((self._fallback.host, self._fallback.port))
+            self._upstreams.keep_only(routed)
+
+    async def start(self) -> None:
+        self._upstreams = UpstreamPool(keepalive_s=self.settings.keepalive_s)
+        self._predict = PredictProxy(
+            self.settings, self.routes, self.balancer, self.metrics, self._upstreams
+        )
+        if self.fallback_upstream:
+            self._fallback = FallbackProxy(
+                self.fallback_upstream,
+                self._upstreams,
+                connect_timeout_s=self.settings.connect_timeout_ms / 1000.0,
+                max_body_bytes=self.settings.max_body_bytes,
+            )
+        self._source_task = asyncio.create_task(self._run_source(), name="gateway-routes")
+
+    async def _run_source(self) -> None:
+        # A source is expected to run forever; if one crashes on a bug, say so and restart
+        # it rather than serving a frozen table silently.
+        while True:
+            try:
+                await self.route_source.run(self.routes.apply)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("route source crashed; restarting it in 1 s")
+                await asyncio.sleep(1.0)
+
+    async def wait_for_routes(self, timeout: float | None = None) -> bool:
+        """True once a first route table is in; False if ``timeout`` passed first."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._first_table.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        if self._source_task is not None:
+            self._source_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._source_task
+            self._source_task = None
+        if self._upstreams is not None:
+            await self._upstreams.close()
+            self._upstreams = None
+
+    def health(self) -> tuple[int, Health]:
+        """``(status, body)`` of the health path: 200 once a route table is in force (even
+        if the control plane is unreachable since — the body says so), else 503."""
+        body: Health = {
+            "status": "ok" if self.routes.version is not None else "starting",
+            "route_table_version": self.routes.version,
+            "services": len(self.routes.services),
+        }
+        body.update(self.route_source.health())
+        return (200 if self.routes.version is not None else 503), body
+
+    def render_metrics(self) -> bytes:
+        cp = self.route_source.health().get("control_plane")
+        if cp is not None:
+            self.metrics.control_plane_up.set((), 1.0 if cp == "ok" else 0.0)
+        # In-flight counts live in the route state (kept per request anyway); read here.
+        self.metrics.in_flight.values = {
+            (name,): float(entry.in_flight.count) for name, entry in self.routes.services.items()
+        }
+        return self.metrics.render()
+
+    def handle(self, request: Request) -> Coroutine[Any, Any, None] | None:
+        """The server's handler: answer now (and finish), or return the coroutine that
+        will (see :mod:`gateway.server`)."""
+        raw = request.target
+        if raw[:1] != "/":
+            if raw.startswith(("http://", "https://")):  # absolute-form (RFC 9112 §3.2.2)
+                parts = urlsplit(raw)
+                raw = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+                request.target = raw
+            else:
+                return self._answer(request, Problem(400, "request-target must be a path"))
+        if request.upgrade:
+            problem = Problem(501, "protocol upgrades are not supported")
+            request.keep_alive = False
+            return self._answer(request, problem)
+        try:
+            target = parse_target(raw)
+        except BadTarget as e:
+            return self._answer(request, Problem(400, str(e)))
+        if target is not None:
+            assert self._predict is not None, "Gateway.start() was not awaited"
+            return self._predict.dispatch(request, target)
+        path = request.path
+        if path == self.settings.health_path:
+            status, body = self.health()
+            request.conn.write_response(
+                status,
+                [(b"content-type", b"application/json"), (b"cache-control", b"no-store")],
+                json.dumps(body).encode(),
+            )
+            request.finish()
+            return None
+        if path == self.settings.metrics_path:
+            if request.method not in ("GET", "HEAD"):
+                problem = Problem(405, "metrics are read with GET", headers={"Allow": "GET"})
+                return self._answer(request, problem)
+            request.conn.write_response(
+                200, [(b"content-type", METRICS_CONTENT_TYPE.encode())], self.render_metrics()
+            )
+            request.finish()
+            return None
+        if self._fallback is not None:
+            return self._fallback.handle(request)
+        problem = Problem(404, "not found: predict calls go to /api/predict/<service>/<path>")
+        return self._answer(request, problem)
+
+    @staticmethod
+    def _answer(request: Request, problem: Problem) -> None:
+        write_problem(request, problem)
+        request.finish()
+
+
+class GatewayRunner:
+    """A started gateway bound to a socket; :meth:`close` stops both."""
+
+    def __init__(self, gateway: Gateway, server: HttpServer) -> None:
+        self.gateway = gateway
+        self.server = server
+
+    def _address(self) -> tuple[str, int]:
+        for sock in self.server.sockets:
+            name = sock.getsockname()
+            if isinstance(name, tuple):
+                return str(name[0]), int(name[1])
+        raise RuntimeError("gateway is not bound to a TCP port")
+
+    @property
+    def port(self) -> int:
+        return self._address()[1]
+
+    @property
+    def host(self) -> str:
+        return self._address()[0]
+
+    @property
+    def url(self) -> str:
+        host = self.host
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+
+    async def close(self, grace_s: float = 10.0) -> None:
+        """Stop accepting, let requests in progress finish (up to ``grace_s``), stop."""
+        await self.server.close(grace_s)
+        await self.gateway.close()
+
+
+async def start_gateway(
+    settings: GatewaySettings,
+    route_source: RouteSource,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    fallback_upstream: str | None = None,
+    reuse_port: bool = False,
+    sock: socket.socket | None = None,
+) -> GatewayRunner:
+    """Start a gateway in the running event loop and return once it listens.
+
+    ``host``/``port`` default to the settings' (``port=0`` picks a free one, see
+    :attr:`GatewayRunner.port`); ``sock`` serves an already-bound socket instead.
+    ``fallback_upstream`` (e.g. ``"http://127.0.0.1:41000"``) receives every request that
+    is not a predict call, metrics or the gateway's health path."""
+    gateway = Gateway(settings, route_source, fallback_upstream=fallback_upstream)
+    await gateway.start()
+    server = HttpServer(gateway.handle, keepalive_s=75.0, buffer_bytes=settings.buffer_body_bytes)
+    try:
+        if sock is not None:
+            await server.listen(sock=sock)
+        else:
+            await server.listen(
+                host if host is not None else settings.host,
+                settings.port if port is None else port,
+                reuse_port=reuse_port,
+            )
+    except BaseException:
+        await server.close(0)
+        await gateway.close()
+        raise
+    return GatewayRunner(gateway, server)

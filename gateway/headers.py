@@ -1,0 +1,95 @@
+"""Which header fields cross the proxy (RFC 9110 §7.6.1): pure functions on the raw
+``(name, value)`` byte pairs the parsers produce.
+
+Hop-by-hop fields, and every field the ``Connection`` header names, belong to one
+connection and are dropped in both directions; ``Authorization`` is dropped towards a
+replica because service tokens never leave the gateway. Everything else — notably
+``Content-Type``, ``Content-Encoding`` and Triton's ``Inference-Header-Content-Length`` —
+passes byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+HOP_BY_HOP_BYTES = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"transfer-encoding",
+        b"upgrade",
+        b"trailer",  # we never forward trailers, so never announce them
+    }
+)
+
+# Set by the proxy itself: Host names the replica, Content-Length follows the body as it
+# is actually sent, Expect is answered by the gateway, not relayed.
+REQUEST_REPLACED = frozenset({b"host", b"content-length", b"expect"})
+PREDICT_DROPPED = REQUEST_REPLACED | {b"authorization"}
+FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"})
+
+
+def connection_listed_bytes(values: Iterable[bytes]) -> frozenset[bytes]:
+    """Field names listed in ``Connection`` header values (lower-case)."""
+    names: set[bytes] = set()
+    for value in values:
+        for token in value.split(b","):
+            token = token.strip().lower()
+            if token:
+                names.add(token)
+    return frozenset(names)
+
+
+def forward_request_headers(
+    headers: list[tuple[bytes, bytes]],
+    *,
+    drop: frozenset[bytes],
+    peer: str | None,
+) -> list[bytes]:
+    """Request fields for the upstream as ready-to-join header lines: without hop-by-hop
+    fields, ``Proxy-*``, the fields ``Connection`` names and ``drop``; with
+    ``X-Forwarded-For`` extended by ``peer`` and ``X-Forwarded-Proto``/``-Host`` set unless
+    the client sent them. ``headers`` names are lower-case (as :mod:`gateway.server`
+    stores them)."""
+    out: list[bytes] = []
+    xff: bytes | None = None
+    host: bytes | None = None
+    listed: frozenset[bytes] | None = None
+    proto = fhost = False
+    for name, value in headers:
+        if name in _SPECIAL:
+            if name == b"host":
+                host = value
+            elif name == b"connection":
+                listed = connection_listed_bytes((value,)) | (listed or frozenset())
+            elif name == b"x-forwarded-for":
+                xff = value if xff is None else xff + b", " + value
+                continue
+            elif name == b"x-forwarded-proto":
+                proto = True
+            elif name == b"x-forwarded-host":
+                fhost = True
+            if name in HOP_BY_HOP_BYTES or name in drop:
+                continue
+        elif name in drop or name[:6] == b"proxy-":
+            continue
+        out += (name, b": ", value, b"\r\n")
+    if listed:
+        out = [
+            part for i in range(0, len(out), 4) if out[i] not in listed for part in out[i : i + 4]
+        ]
+    if peer:
+        p = peer.encode("latin-1")
+        xff = p if xff is None else xff + b", " + p
+    if xff is not None:
+        out += (b"x-forwarded-for: ", xff, b"\r\n")
+    if not proto:
+        out.append(b"x-forwarded-proto: http\r\n")
+    if host is not None and not fhost:
+        out += (b"x-forwarded-host: ", host, b"\r\n")
+    return out
+
+
+_SPECIAL = HOP_BY_HOP_BYTES | FORWARDED | {b"host"}

@@ -1,0 +1,186 @@
+"""Prometheus text exposition (format 0.0.4) for the gateway, written by hand: a handful
+of counters, gauges and histograms updated on the request path, so each update is a dict
+lookup and an add. Labels are service names and status codes only — never a token, a
+path or anything a client chose freely (unknown services count under ``service=""``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+LabelValues = tuple[str, ...]
+
+# Proxy latencies span sub-millisecond (small tensors) to seconds (big batches).
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(names: tuple[str, ...], values: LabelValues, extra: str = "") -> str:
+    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
+    if extra:
+        parts.append(extra)
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def _num(value: float) -> str:
+    if value == float("inf"):
+        return "+Inf"
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+class _Metric:
+    kind = ""
+
+    def __init__(self, name: str, help_text: str, labelnames: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.help = help_text
+        self.labelnames = labelnames
+
+    def header(self) -> list[str]:
+        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+
+    def samples(self) -> Iterable[str]:
+        raise NotImplementedError
+
+
+class Counter(_Metric):
+    kind = "counter"
+
+    def __init__(self, name: str, help_text: str, labelnames: tuple[str, ...] = ()) -> None:
+        super().__init__(name, help_text, labelnames)
+        self.values: dict[LabelValues, float] = {}
+
+    def inc(self, labels: LabelValues = (), amount: float = 1.0) -> None:
+        self.values[labels] = self.values.get(labels, 0.0) + amount
+
+    def samples(self) -> Iterable[str]:
+        for labels, value in sorted(self.values.items()):
+            yield f"{self.name}{_labels(self.labelnames, labels)} {_num(value)}"
+
+
+class Gauge(Counter):
+    kind = "gauge"
+
+    def set(self, labels: LabelValues, value: float) -> None:
+        self.values[labels] = value
+
+    def dec(self, labels: LabelValues = (), amount: float = 1.0) -> None:
+        self.values[labels] = self.values.get(labels, 0.0) - amount
+
+
+class _HistogramChild:
+    __slots__ = ("counts", "sum")
+
+    def __init__(self, n: int) -> None:
+        self.counts = [0] * (n + 1)  # last slot: above the largest bound (+Inf only)
+        self.sum = 0.0
+
+
+class Histogram(_Metric):
+    kind = "histogram"
+
+    def __init__(
+        self,
+        name: str,
+        help_text: str,
+        labelnames: tuple[str, ...] = (),
+        buckets: tuple[float, ...] = LATENCY_BUCKETS,
+    ) -> None:
+        super().__init__(name, help_text, labelnames)
+        self.buckets = tuple(sorted(buckets))
+        self.children: dict[LabelValues, _HistogramChild] = {}
+
+    def observe(self, labels: LabelValues, value: float) -> None:
+        child = self.children.get(labels)
+        if child is None:
+            child = self.children[labels] = _HistogramChild(len(self.buckets))
+        child.counts[bisect_left(self.buckets, value)] += 1
+        child.sum += value
+
+    def samples(self) -> Iterable[str]:
+        for labels, child in sorted(self.children.items()):
+            cumulative = 0
+            for bound, count in zip(self.buckets, child.counts, strict=False):
+                cumulative += count
+                le = f'le="{_num(bound)}"'
+                yield f"{self.name}_bucket{_labels(self.labelnames, labels, le)} {cumulative}"
+            cumulative += child.counts[-1]
+            inf = 'le="+Inf"'
+            yield f"{self.name}_bucket{_labels(self.labelnames, labels, inf)} {cumulative}"
+            yield f"{self.name}_sum{_labels(self.labelnames, labels)} {_num(child.sum)}"
+            yield f"{self.name}_count{_labels(self.labelnames, labels)} {cumulative}"
+
+
+class GatewayMetrics:
+    """Every metric the gateway exports; one instance per gateway app."""
+
+    def __init__(self) -> None:
+        p = "openeas_gateway_"
+        self.requests = Counter(
+            p + "requests_total",
+            "Predict requests answered, by service and status code.",
+            ("service", "code"),
+        )
+        self.duration = Histogram(
+            p + "request_duration_seconds",
+            "Predict request latency as seen by the gateway, headers in to last byte out.",
+            ("service",),
+        )
+        self.upstream_duration = Histogram(
+            p + "upstream_duration_seconds",
+            "Time from sending a request to a replica to the end of its response.",
+            ("service",),
+        )
+        self.in_flight = Gauge(
+            p + "in_flight_requests", "Predict requests being forwarded now.", ("service",)
+        )
+        self.upstream_errors = Counter(
+            p + "upstream_errors_total",
+            "Replica failures: connect (refused, skipped to another), timeout, broken.",
+            ("service", "kind"),
+        )
+        self.route_version = Gauge(p + "route_table_version", "Version of the route table in use.")
+        self.control_plane_up = Gauge(
+            p + "control_plane_up", "1 when the last route sync with the control plane worked."
+        )
+        self.all: tuple[_Metric, ...] = (
+            self.requests,
+            self.duration,
+            self.upstream_duration,
+            self.in_flight,
+            self.upstream_errors,
+            self.route_version,
+            self.control_plane_up,
+        )
+
+    def render(self) -> bytes:
+        lines: list[str] = []
+        for metric in self.all:
+            lines.extend(metric.header())
+            lines.extend(metric.samples())
+        return ("\n".join(lines) + "\n").encode("utf-8")

@@ -1,0 +1,388 @@
+"""The proxies: predict calls to a service's replicas, and (in ``openeas up``) everything
+else to the control plane. :mod:`gateway.app` calls ``dispatch`` once per request; the
+byte-level work is in :mod:`gateway.upstream`.
+
+A predict call is refused, in this order, with: 404 unknown service · 401 missing/wrong
+token · 403 Triton admin path · 413 body over the limit · 503 no ready replica · 429 over
+the rate limit or queue size. Then it goes to the replica with the fewest requests in
+flight; one that refuses the connection is skipped (nothing was sent to it). Past that
+point: 504 if the replica does not answer within the service's timeout, 502 if it fails
+before its response head; a failure after the head cuts the client connection, since the
+status is already out.
+
+Two paths share that logic. The *fast path* — whole small body already read, an idle
+keep-alive connection to the chosen replica — runs entirely in callbacks. Everything else
+(connecting, skipping refusing replicas, streaming large bodies) runs as a coroutine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from hmac import compare_digest
+from typing import Any
+
+from gateway.auth import presented_token, token_matches
+from gateway.balancer import Endpoint, EndpointPool, split_base_url
+from gateway.headers import PREDICT_DROPPED, REQUEST_REPLACED, forward_request_headers
+from gateway.metrics import GatewayMetrics
+from gateway.paths import Target, is_admin_path
+from gateway.problems import Problem, unauthorized, write_problem
+from gateway.routes import RouteState, ServiceRoute
+from gateway.server import BodyTooLarge, ClientGone, Request
+from gateway.settings import GatewaySettings
+from gateway.upstream import (
+    Exchange,
+    UpstreamConnection,
+    UpstreamError,
+    UpstreamPool,
+    request_head,
+)
+
+# What a client that stops waiting is counted as (nginx's convention), for metrics only.
+CLIENT_CLOSED = 499
+
+
+async def relay(
+    request: Request,
+    conn: UpstreamConnection,
+    head: bytes,
+    body: bytes | None,
+    *,
+    stream_body: bool,
+    timeout_s: float | None,
+) -> Exchange:
+    """Coroutine form of one exchange: send, relay, return the finished
+    :class:`Exchange` (see its ``status`` and ``error``); :class:`ClientGone` if the
+    client disconnected meanwhile."""
+    done: asyncio.Future[Exchange] = asyncio.get_running_loop().create_future()
+
+    def on_done(ex: Exchange) -> None:
+        if not done.done():
+            done.set_result(ex)
+
+    ex = Exchange(request, conn, timeout_s=timeout_s, on_done=on_done)
+    ex.send(head, body)
+    if stream_body:
+        ex.request_body_sent = False
+        request.body.pipe_to(conn)
+    try:
+        await done
+    except asyncio.CancelledError:
+        ex.abort()
+        raise
+    finally:
+        if stream_body:
+            request.body.detach()
+    if ex.aborted:
+        raise ClientGone()  # the client left mid-exchange
+    return ex
+
+
+class PredictProxy:
+    """``/api/predict/<service>/<triton path>`` → a ready replica of ``<service>``."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        routes: RouteState,
+        balancer: EndpointPool,
+        metrics: GatewayMetrics,
+        upstreams: UpstreamPool,
+    ) -> None:
+        self.settings = settings
+        self.routes = routes
+        self.balancer = balancer
+        self.metrics = metrics
+        self.upstreams = upstreams
+        self._connect_s = settings.connect_timeout_ms / 1000.0
+
+    # -- admission (shared) ---------------------------------------------------------------
+
+    def _admit(self, request: Request, target: Target, entry: ServiceRoute) -> None:
+        """Raise the :class:`Problem` that refuses this call, or take its place in the
+        service's in-flight count (the caller must :meth:`_leave`)."""
+        name = entry.route.service
+        auth = request.hmap.get(b"authorization")
+        accepted = entry.accepted
+        if auth is None or accepted is None or not compare_digest(auth, accepted):
+            token = presented_token(auth)
+            if token is None:
+                raise unauthorized(name, "missing Authorization header with the service token")
+            if not token_matches(token, entry.digest):
+                raise unauthorized(name, "the token does not match this service")
+            entry.accepted = auth
+        path = target.path_qs.lower()
+        if (
+            "repository" in path or "sharedmemory" in path or "trace" in path or "logging" in path
+        ) and is_admin_path(target.segments):
+            raise Problem(
+                403,
+                "Triton's admin API (model repository, shared memory, trace, logging) "
+                "is not available through the gateway",
+                service=name,
+            )
+        length = request.content_length
+        limit = self.settings.max_body_bytes
+        if length is not None and length > limit:
+            raise Problem(
+                413, f"request body of {length} bytes exceeds the limit of {limit}", service=name
+            )
+        if not entry.endpoints:
+            raise Problem(
+                503,
+                f"service {name!r} has no ready replica (status: {entry.route.status})",
+                service=name,
+                headers={"Retry-After": str(self.settings.retry_after_s)},
+            )
+        bucket = entry.bucket
+        if bucket is not None and not bucket.try_acquire():
+            raise Problem(
+                429,
+                f"service {name!r} is over its rate limit of {entry.route.rate_limit} requests/s",
+                service=name,
+                headers={"Retry-After": str(bucket.retry_after_s())},
+            )
+        if not entry.in_flight.try_enter():
+            raise Problem(
+                429,
+                f"service {name!r} already has {entry.in_flight.limit} requests in flight",
+                service=name,
+                headers={"Retry-After": "1"},
+            )
+
+    @staticmethod
+    def _leave(entry: ServiceRoute) -> None:
+        entry.in_flight.leave()
+
+    def _count(self, label: str, code: int, started: float) -> None:
+        self.metrics.requests.inc((label, str(code)))
+        self.metrics.duration.observe((label,), time.perf_counter() - started)
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def dispatch(self, request: Request, target: Target) -> Coroutine[Any, Any, None] | None:
+        started = time.perf_counter()
+        entry = self.routes.services.get(target.service)
+        try:
+            if entry is None:
+                raise Problem(404, f"no service named {target.service!r}")
+            self._admit(request, target, entry)
+        except Problem as p:
+            self._count(target.service if entry is not None else "", p.status, started)
+            write_problem(request, p, close=p.status == 413)
+            request.finish()
+            return None
+        if request.body.complete and (request.content_length is not None or not request.has_body):
+            endpoint = self.balancer.choose(entry.endpoints)
+            if endpoint is not None:
+                conn = self.upstreams.idle(endpoint.host, endpoint.port)
+                if conn is not None:
+                    self._fast(request, target, entry, endpoint, conn, started)
+                    return None
+        return self._slow(request, target, entry, started)
+
+    def _upstream_headers(self, request: Request, length: int | None) -> list[bytes]:
+        headers = forward_request_headers(request.headers, drop=PREDICT_DROPPED, peer=request.peer)
+        if length:
+            headers.append(b"content-length: %d\r\n" % length)
+        return headers
+
+    def _fast(
+        self,
+        request: Request,
+        target: Target,
+        entry: ServiceRoute,
+        endpoint: Endpoint,
+        conn: UpstreamConnection,
+        started: float,
+    ) -> None:
+        body = request.body.take() if request.has_body else None
+        headers = self._upstream_headers(request, len(body) if body else None)
+        head = request_head(request.method, target.path_qs, endpoint.host_header, headers)
+        endpoint.outstanding += 1
+        ex = Exchange(
+            request,
+            conn,
+            timeout_s=entry.timeout_s,
+            on_done=self._fast_done,
+            context=(entry, endpoint, started, time.perf_counter()),
+        )
+        ex.send(head, body)
+
+    def _fast_done(self, ex: Exchange) -> None:
+        context: tuple[ServiceRoute, Endpoint, float, float] = ex.context  # type: ignore[assignment]
+        entry, endpoint, started, sent_at = context
+        endpoint.outstanding -= 1
+        entry.in_flight.count -= 1
+        name = entry.route.service
+        request = ex.request
+        if ex.aborted:
+            self._count(name, CLIENT_CLOSED, started)
+            return
+        if ex.error is None:
+            now = time.perf_counter()
+            label = (name,)
+            metrics = self.metrics
+            metrics.upstream_duration.observe(label, now - sent_at)
+            metrics.duration.observe(label, now - started)
+            metrics.requests.inc((name, str(ex.status)))
+            request.finish()
+            return
+        self.metrics.upstream_errors.inc((name, ex.error.kind))
+        if ex.status:
+            self._count(name, ex.status, started)
+        else:
+            p = self._upstream_problem(entry, ex.error)
+            self._count(name, p.status, started)
+            write_problem(request, p)
+        request.finish()
+
+    @staticmethod
+    def _upstream_problem(entry: ServiceRoute, error: UpstreamError) -> Problem:
+        name = entry.route.service
+        if error.kind == "timeout":
+            return Problem(
+                504,
+                f"the replica did not answer within {entry.timeout_s * 1000:.0f} ms",
+                service=name,
+            )
+        return Problem(502, f"the replica failed: {error}", service=name)
+
+    async def _slow(
+        self, request: Request, target: Target, entry: ServiceRoute, started: float
+    ) -> None:
+        name = entry.route.service
+        code = 500
+        try:
+            code = await self._forward(request, target, entry)
+        except Problem as p:
+            code = p.status
+            write_problem(request, p, close=p.status == 413)
+        except ClientGone:
+            code = CLIENT_CLOSED
+            request.conn.close()
+        except asyncio.CancelledError:
+            code = CLIENT_CLOSED
+            raise
+        finally:
+            self._leave(entry)
+            self._count(name, code, started)
+
+    async def _forward(self, request: Request, target: Target, entry: ServiceRoute) -> int:
+        """Connect (skipping replicas that refuse), send, relay; the status the client saw."""
+        name = entry.route.service
+        metrics = self.metrics
+        length = request.content_length
+        body: bytes | None = None
+        stream = False
+        if request.has_body:
+            if length is not None and not request.body.complete:
+                stream = True
+            else:
+                limit = self.settings.max_body_bytes
+                try:
+                    body = await request.body.read_all(limit)
+                except BodyTooLarge:
+                    body = None
+                if body is None or len(body) > limit:
+                    raise Problem(
+                        413, f"request body exceeds the limit of {limit} bytes", service=name
+                    )
+        headers = self._upstream_headers(request, len(body) if body is not None else length)
+        tried: list[Endpoint] = []
+        while True:
+            endpoint = self.balancer.choose(entry.endpoints, tried)
+            if endpoint is None:
+                raise Problem(
+                    503,
+                    f"no replica of service {name!r} accepted the connection",
+                    service=name,
+                    headers={"Retry-After": str(self.settings.retry_after_s)},
+                )
+            endpoint.outstanding += 1
+            try:
+                try:
+                    conn = await self.upstreams.acquire(
+                        endpoint.host, endpoint.port, self._connect_s
+                    )
+                except UpstreamError:
+                    # Nothing reached this replica: try the next one.
+                    metrics.upstream_errors.inc((name, "connect"))
+                    self.balancer.mark_down(endpoint)
+                    tried.append(endpoint)
+                    continue
+                self.balancer.mark_up(endpoint)
+                sent_at = time.perf_counter()
+                head = request_head(request.method, target.path_qs, endpoint.host_header, headers)
+                ex = await relay(
+                    request, conn, head, body, stream_body=stream, timeout_s=entry.timeout_s
+                )
+            finally:
+                endpoint.outstanding -= 1
+            if ex.error is None:
+                metrics.upstream_duration.observe((name,), time.perf_counter() - sent_at)
+                return ex.status
+            if request.body.failed:
+                raise ClientGone()
+            metrics.upstream_errors.inc((name, ex.error.kind))
+            if ex.status:
+                return ex.status  # cut mid-response; the client saw this status
+            raise self._upstream_problem(entry, ex.error)
+
+
+class FallbackProxy:
+    """Plain reverse proxy to ``base_url`` for everything that is not a predict call (the
+    control-plane API in ``openeas up``): no token check, ``Authorization`` and the
+    client's ``Host`` pass (the API needs the admin credential and builds endpoint URLs
+    from the host the client used), no timeout beyond connect (long-polls hold on
+    purpose)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        upstreams: UpstreamPool,
+        *,
+        connect_timeout_s: float,
+        max_body_bytes: int,
+    ) -> None:
+        self.host, self.port = split_base_url(base_url)
+        self.upstreams = upstreams
+        self.connect_timeout_s = connect_timeout_s
+        self.max_body_bytes = max_body_bytes
+
+    async def handle(self, request: Request) -> None:
+        length = request.content_length
+        body: bytes | None = None
+        stream = False
+        try:
+            if request.has_body:
+                if request.body.complete:
+                    body = request.body.take()
+                elif length is None:
+                    body = await request.body.read_all(self.max_body_bytes)
+                else:
+                    stream = True
+            headers = forward_request_headers(
+                request.headers, drop=REQUEST_REPLACED, peer=request.peer
+            )
+            if body is not None:
+                headers.append(b"content-length: %d\r\n" % len(body))
+            elif stream:
+                headers.append(b"content-length: %d\r\n" % (length or 0))
+            try:
+                conn = await self.upstreams.acquire(self.host, self.port, self.connect_timeout_s)
+            except UpstreamError as e:
+                raise Problem(502, f"the control plane is unreachable ({e})") from None
+            host = request.hmap.get(b"host") or f"{self.host}:{self.port}".encode()
+            head = request_head(request.method, request.target, host, headers)
+            ex = await relay(request, conn, head, body, stream_body=stream, timeout_s=None)
+            if ex.error is not None and not ex.status:
+                raise Problem(502, f"the control plane failed: {ex.error}")
+        except BodyTooLarge:
+            write_problem(request, Problem(413, "request body too large"), close=True)
+        except Problem as p:
+            write_problem(request, p)
+        except ClientGone:
+            request.conn.close()

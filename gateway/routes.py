@@ -1,0 +1,275 @@
+"""The gateway's in-memory route table and the sources that keep it current.
+
+A *route source* pushes :class:`openeas.wire.RouteTable` snapshots into a
+:class:`RouteState` through its ``apply`` callback:
+
+- :class:`ControlPlaneRouteSource` long-polls the control plane's ``ROUTES_PATH`` (the
+  deployable gateway and ``openeas up``);
+- :class:`StaticRouteSource` holds a table set in-process (tests, embedding).
+
+The proxy only reads :class:`RouteState`; swapping a table is one dict assignment, so a
+request sees either the old or the new table, never half of each. While the control plane
+cannot be reached the last table stays in force and the source's health says since when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+import aiohttp
+from pydantic import ValidationError
+
+from gateway.auth import digest_bytes
+from gateway.balancer import Endpoint, EndpointPool
+from gateway.limits import InFlight, TokenBucket
+from openeas.wire import ROUTES_PATH, Route, RouteTable
+
+log = logging.getLogger(__name__)
+
+ApplyFn = Callable[[RouteTable], None]
+Health = dict[str, str | int | float | bool | None]
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass(slots=True)
+class ServiceRoute:
+    """One service as the proxy uses it: its wire route plus live admission state."""
+
+    route: Route
+    digest: bytes
+    endpoints: tuple[Endpoint, ...]
+    timeout_s: float
+    bucket: TokenBucket | None
+    in_flight: InFlight
+    # The last Authorization value that passed, compared in constant time before hashing
+    # (a hash per request cost more than the comparison). Never carried to a new table.
+    accepted: bytes | None = None
+
+    @property
+    def name(self) -> str:
+        return self.route.service
+
+
+class RouteState:
+    """Current table: service name → :class:`ServiceRoute`. ``version`` is None until a
+    first table arrives."""
+
+    def __init__(self, pool: EndpointPool, *, default_timeout_ms: int) -> None:
+        self.pool = pool
+        self.default_timeout_ms = default_timeout_ms
+        self.version: int | None = None
+        self.updated_at: float | None = None
+        self.services: dict[str, ServiceRoute] = {}
+        self.listeners: list[ApplyFn] = []
+
+    def get(self, service: str) -> ServiceRoute | None:
+        return self.services.get(service)
+
+    def apply(self, table: RouteTable) -> None:
+        """Swap in ``table``. Per-service counters (in flight, rate-limit bucket) and
+        per-endpoint counts survive when the service or endpoint is still there."""
+        old = self.services
+        new: dict[str, ServiceRoute] = {}
+        in_use: set[str] = set()
+        for route in table.routes:
+            prev = old.get(route.service)
+            bucket: TokenBucket | None = None
+            if route.rate_limit is not None and route.rate_limit > 0:
+                if (
+                    prev is not None
+                    and prev.bucket is not None
+                    and prev.bucket.rate == float(route.rate_limit)
+                ):
+                    bucket = prev.bucket
+                else:
+                    bucket = TokenBucket(route.rate_limit)
+            in_flight = prev.in_flight if prev is not None else InFlight()
+            in_flight.limit = route.max_queue_size if route.max_queue_size else None
+            timeout_ms = route.timeout_ms if route.timeout_ms > 0 else self.default_timeout_ms
+            endpoints = self.pool.resolve(route.endpoints)
+            in_use.update(ep.base_url for ep in endpoints)
+            new[route.service] = ServiceRoute(
+                route=route,
+                digest=digest_bytes(route.token_sha256),
+                endpoints=endpoints,
+                timeout_s=timeout_ms / 1000.0,
+                bucket=bucket,
+                in_flight=in_flight,
+            )
+        self.services = new
+        self.version = table.version
+        self.updated_at = time.time()
+        self.pool.forget_unused(in_use)
+        for listener in self.listeners:
+            listener(table)
+
+
+class RouteSource(Protocol):
+    """Pushes route tables into the gateway until cancelled."""
+
+    async def run(self, apply: ApplyFn) -> None:
+        """Call ``apply`` with each new table (the current one first, if any); return
+        only when cancelled."""
+        ...
+
+    def health(self) -> Health:
+        """What the gateway's health output says about this source."""
+        ...
+
+
+class StaticRouteSource:
+    """A table set in-process with :meth:`publish`; applied at once to every running
+    gateway using this source."""
+
+    def __init__(self, table: RouteTable | None = None) -> None:
+        self.table = table
+        self._subscribers: list[ApplyFn] = []
+
+    def publish(self, table: RouteTable) -> None:
+        self.table = table
+        for apply in list(self._subscribers):
+            apply(table)
+
+    async def run(self, apply: ApplyFn) -> None:
+        self._subscribers.append(apply)
+        try:
+            if self.table is not None:
+                apply(self.table)
+            await asyncio.Event().wait()
+        finally:
+            self._subscribers.remove(apply)
+
+    def health(self) -> Health:
+        return {"route_source": "static"}
+
+
+class ControlPlaneRouteSource:
+    """Long-polls ``GET <url>/internal/v1/routes?after=<version>&wait=<s>`` with the admin
+    bearer token. A 200 carries a newer table (applied at once), a 204 means nothing
+    changed during the hold. On any failure the last table stays in force, the health
+    output reports ``unreachable since …`` and the poll is retried with capped back-off;
+    after a failure the next poll asks for the full table (``after=-1``), so a control plane
+    that restarted with a lower version is followed too."""
+
+    def __init__(
+        self,
+        url: str,
+        admin_token: str,
+        *,
+        wait_s: float = 25.0,
+        connect_timeout_s: float = 3.0,
+        backoff_initial_s: float = 0.05,
+        backoff_max_s: float = 1.0,
+    ) -> None:
+        self.url = url.rstrip("/") + ROUTES_PATH
+        self._auth = f"Bearer {admin_token}"
+        self.wait_s = wait_s
+        self.connect_timeout_s = connect_timeout_s
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.version: int | None = None
+        self.last_sync: float | None = None
+        self.unreachable_since: float | None = None
+        self.last_error: str | None = None
+
+    @property
+    def reachable(self) -> bool:
+        return self.last_sync is not None and self.unreachable_since is None
+
+    def health(self) -> Health:
+        if self.unreachable_since is not None:
+            state = f"unreachable since {_iso(self.unreachable_since)}"
+            if self.last_error:
+                state += f" ({self.last_error})"
+        elif self.last_sync is None:
+            state = "connecting"
+        else:
+            state = "ok"
+        return {
+            "route_source": "control_plane",
+            "control_plane": state,
+            "control_plane_url": self.url,
+            "last_sync": _iso(self.last_sync) if self.last_sync else None,
+        }
+
+    def _failed(self, reason: str) -> None:
+        if self.unreachable_since is None:
+            self.unreachable_since = time.time()
+            log.warning("control plane unreachable (%s); serving the last route table", reason)
+        self.last_error = reason
+
+    async def poll_once(self, session: aiohttp.ClientSession, after: int) -> RouteTable | None:
+        """One long-poll. Returns the new table, None on 204; raises on failure."""
+        # Whole seconds: parses whether the server declares ``wait`` an int or a float.
+        params = {"after": str(after), "wait": str(max(1, math.ceil(self.wait_s)))}
+        async with session.get(
+            self.url, params=params, headers={"Authorization": self._auth}
+        ) as resp:
+            if resp.status == 204:
+                return None
+            if resp.status != 200:
+                raise _PollError(f"HTTP {resp.status}")
+            body = await resp.read()
+        try:
+            return RouteTable.model_validate_json(body)
+        except ValidationError as e:
+            raise _PollError(f"invalid route table: {e.error_count()} errors") from e
+
+    async def run(self, apply: ApplyFn) -> None:
+        timeout = aiohttp.ClientTimeout(
+            total=self.wait_s + 10.0, sock_connect=self.connect_timeout_s
+        )
+        backoff = self.backoff_initial_s
+        after = -1
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                try:
+                    table = await self.poll_once(session, after)
+                except asyncio.CancelledError:
+                    raise
+                except _PollError as e:
+                    self._failed(str(e))
+                except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                    self._failed(_describe(e))
+                else:
+                    now = time.time()
+                    if self.unreachable_since is not None:
+                        log.info("control plane reachable again")
+                    self.unreachable_since = None
+                    self.last_error = None
+                    self.last_sync = now
+                    backoff = self.backoff_initial_s
+                    if table is not None:
+                        same = table.version == self.version
+                        self.version = after = table.version
+                        apply(table)
+                        if same:
+                            # A server that ignores ?after= must not turn this into a spin.
+                            await asyncio.sleep(self.backoff_initial_s)
+                    continue
+                after = -1
+                await asyncio.sleep(backoff)
+                backoff = min(self.backoff_max_s, backoff * 2)
+
+
+class _PollError(Exception):
+    pass
+
+
+def _describe(e: BaseException) -> str:
+    """A short, secret-free reason for the health output."""
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return f"cannot connect: {e.os_error.strerror or type(e.os_error).__name__}"
+    if isinstance(e, TimeoutError):
+        return "timed out"
+    return type(e).__name__

@@ -1,0 +1,640 @@
+"""The client-facing HTTP/1.1 server: one :class:`asyncio.Protocol` per connection, parsed
+by ``httptools`` (llhttp).
+
+Why not aiohttp.web or an ASGI server: the gateway shares a core with Triton and its CPU
+per request is throughput Triton loses (``bench/gateway.py``). aiohttp.web + its client
+spent ~640 µs of CPU per proxied request here, nginx ~50-90 µs; a Python proxy that only
+parses and relays costs ~35 µs of user CPU. So this module does only what a proxy needs,
+with as few Python calls per request as possible:
+
+- ``handler(request)`` is called synchronously once per request — for a request with a
+  small body (up to ``buffer_bytes``) or none, once the whole message is in, so the common
+  case needs no task and no future; for a larger or chunked body, as soon as the head is
+  in, so the body can be streamed. The handler either answers by callbacks and later calls
+  :meth:`Request.finish`, or returns a coroutine that the connection runs as a task (the
+  request finishes when it returns).
+- A request body not consumed at dispatch is held in :class:`Body`; past ``BUFFER_HIGH``
+  (or ``buffer_bytes`` if larger) the client socket stops being read, so a client never
+  pushes more than a bounded amount into gateway memory. :meth:`Body.pipe_to` streams it
+  into an upstream transport.
+- Response bytes go straight to the transport; :meth:`HttpConnection.pause_writing`
+  tells the current producer (an upstream exchange) to stop reading its replica until the
+  client drains.
+- A client that disconnects aborts its request: the task is cancelled, or the callback
+  registered with :meth:`Request.on_abort` runs (an upstream exchange closes its replica
+  connection).
+
+Pipelined requests are answered strictly in order; reading pauses while one is queued.
+Upgrades (WebSocket, CONNECT) are refused with 501 by the handler (``request.upgrade``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections import deque
+from collections.abc import Callable, Coroutine
+from http import HTTPStatus
+from typing import Any, cast
+from typing import Protocol as TypingProtocol
+
+import httptools
+
+log = logging.getLogger(__name__)
+
+BUFFER_HIGH = 256 * 1024  # body bytes held before the client is paused (at least)
+MAX_HEAD_BYTES = 64 * 1024  # request line + header fields (431 past it)
+DISCARD_MAX = 4 * 1024 * 1024  # unread body drained to keep a connection; past it, close
+LINGER_S = 2.0  # how long a refused upload is drained before the connection is closed
+
+_CRLF = b"\r\n"
+
+
+class Producer(TypingProtocol):
+    """What streams a response into a connection (an upstream exchange)."""
+
+    def pause_producing(self) -> None: ...
+
+    def resume_producing(self) -> None: ...
+
+
+class BodySink(TypingProtocol):
+    """Where :meth:`Body.pipe_to` sends request-body bytes (an upstream connection)."""
+
+    def write_body(self, data: bytes) -> None: ...
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its request body was complete."""
+
+
+class Body:
+    """A request body as it arrives from the client."""
+
+    __slots__ = (
+        "_chunks",
+        "_conn",
+        "_discard",
+        "_limit",
+        "_sink",
+        "_waiter",
+        "buffered",
+        "complete",
+        "failed",
+        "received",
+    )
+
+    def __init__(self, conn: HttpConnection) -> None:
+        self._conn = conn
+        self._chunks: list[bytes] = []
+        self._sink: BodySink | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._discard = False
+        self._limit = 0
+        self.buffered = 0
+        self.received = 0
+        self.complete = False
+        self.failed = False
+
+    # -- fed by the connection ----------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        self.received += len(data)
+        if self._sink is not None:
+            self._sink.write_body(data)
+            return
+        if self._discard:
+            return
+        self._chunks.append(data)
+        self.buffered += len(data)
+        if self._limit:
+            if self.buffered > self._limit:
+                self._wake()
+        elif self.buffered > self._conn.pause_bytes:
+            self._conn.pause_reading()
+
+    def finish(self) -> None:
+        self.complete = True
+        self._wake()
+
+    def fail(self) -> None:
+        self.failed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    # -- used by the handler ------------------------------------------------------------
+
+    def take(self) -> bytes:
+        """The whole body of a complete message (what small-body dispatch relies on)."""
+        chunks = self._chunks
+        self._chunks = []
+        self.buffered = 0
+        if len(chunks) == 1:
+            return chunks[0]
+        return b"".join(chunks)
+
+    async def read_all(self, limit: int) -> bytes:
+        """The whole body; :class:`BodyTooLarge` past ``limit`` bytes,
+        :class:`ClientGone` if the client left first."""
+        if not self.complete:
+            self._conn.send_continue()
+            self._limit = limit
+            self._conn.resume_reading()
+        while not self.complete:
+            if self.failed:
+                raise ClientGone()
+            if self.buffered > limit:
+                raise BodyTooLarge()
+            self._waiter = self._conn.loop.create_future()
+            await self._waiter
+            self._waiter = None
+        if self.buffered > limit:
+            raise BodyTooLarge()
+        return self.take()
+
+    def pipe_to(self, sink: BodySink) -> None:
+        """Send what is buffered and everything still to come to ``sink``."""
+        self._conn.send_continue()
+        for chunk in self._chunks:
+            sink.write_body(chunk)
+        self._chunks = []
+        self.buffered = 0
+        self._sink = sink
+        self._conn.resume_reading()
+
+    def detach(self) -> None:
+        self._sink = None
+
+    def discard(self) -> None:
+        self._sink = None
+        self._discard = True
+        self._chunks = []
+        self.buffered = 0
+
+
+class Request:
+    """One parsed request: head (header names lower-case bytes) and body."""
+
+    __slots__ = (
+        "_abort",
+        "body",
+        "conn",
+        "content_length",
+        "expect_continue",
+        "has_body",
+        "headers",
+        "hmap",
+        "keep_alive",
+        "method",
+        "target",
+        "upgrade",
+        "version",
+    )
+
+    def __init__(
+        self,
+        conn: HttpConnection,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        version: str,
+        keep_alive: bool,
+    ) -> None:
+        self.conn = conn
+        self.method = method
+        self.target = target  # raw request-target: path and query as sent
+        self.headers = headers
+        self.hmap = dict(headers)  # last value per name, for lookups
+        self.version = version
+        self.keep_alive = keep_alive
+        self.expect_continue = False
+        self.upgrade = False
+        self.body = Body(conn)
+        self._abort: Callable[[], None] | None = None
+        cl = self.hmap.get(b"content-length")
+        self.content_length = int(cl) if cl is not None else None  # llhttp validated it
+        self.has_body = (self.content_length or 0) > 0 or b"transfer-encoding" in self.hmap
+
+    def header(self, name: bytes) -> bytes | None:
+        """Value of header ``name`` (lower-case), or None."""
+        return self.hmap.get(name)
+
+    @property
+    def path(self) -> str:
+        return self.target.partition("?")[0]
+
+    @property
+    def peer(self) -> str | None:
+        return self.conn.peer
+
+    def on_abort(self, callback: Callable[[], None] | None) -> None:
+        """Run ``callback`` if the client disconnects before :meth:`finish`."""
+        self._abort = callback
+
+    def finish(self) -> None:
+        """The response is fully written (callback-driven handlers call this)."""
+        self._abort = None
+        self.conn.finished(self)
+
+
+Handler = Callable[[Request], Coroutine[Any, Any, None] | None]
+
+
+class HttpConnection(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, server: HttpServer) -> None:
+        self.server = server
+        self.loop = server.loop
+        self.buffer_bytes = server.buffer_bytes
+        # Bodies dispatched whole must fit before reading pauses, or they never complete.
+        self.pause_bytes = max(BUFFER_HIGH, self.buffer_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.peer: str | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.closed = False
+        self.producer: Producer | None = None
+        self.last_active = 0.0
+        self.writing_paused = False
+        self._reading_paused = False
+        self._drain: asyncio.Future[None] | None = None
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._head_size = 0
+        self._in_head = False
+        self._expect_head = True  # next bytes start or continue a request head
+        self._parsing: Request | None = None  # request whose message is being parsed
+        self._parsing_dispatched = False
+        self.active: Request | None = None  # request being answered
+        self._task: asyncio.Task[None] | None = None
+        self._queue: deque[Request] = deque()
+        self._continue_sent = False
+        self._linger: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) else None
+        self.last_active = self.loop.time()
+        self.server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if (
+            self._expect_head
+            and len(data) + self._head_size > MAX_HEAD_BYTES
+            and data.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES - self._head_size + 4) == -1
+        ):
+            self._protocol_error(431, "request header fields too large")
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # The request was dispatched with upgrade=True and is refused; nothing after
+            # it on this connection is HTTP/1.1 we could parse.
+            self.pause_reading()
+        except httptools.HttpParserError as e:
+            self._protocol_error(400, f"malformed HTTP request: {e}")
+            return
+        if self._in_head:
+            # A head still incomplete after this read: remember how much of it we hold.
+            self._head_size += len(data)
+
+    def eof_received(self) -> bool | None:
+        if self._parsing is not None:
+            self._parsing.body.fail()
+        return None  # a client that closes its side has left: close ours too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        if self._linger is not None:
+            self._linger.cancel()
+        for req in (self._parsing, self.active, *self._queue):
+            if req is not None and not req.body.complete:
+                req.body.fail()
+        active = self.active
+        if active is not None and active._abort is not None:
+            abort, active._abort = active._abort, None
+            abort()
+        task = self._task
+        if task is not None and not task.done():
+            # The client left: cancel its upstream request. Via call_soon, so that a task
+            # created in this same loop turn takes its first step (entering its try/finally,
+            # which returns what it holds) before the cancellation reaches it.
+            self.loop.call_soon(task.cancel)
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(ConnectionResetError("client disconnected"))
+        self._queue.clear()
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+        if self.producer is not None:
+            self.producer.pause_producing()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        if self.producer is not None:
+            self.producer.resume_producing()
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    # -- httptools callbacks --------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = []
+        self._in_head = True
+        self._head_size = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._expect_head = False
+        p = self.parser
+        req = Request(
+            self,
+            p.get_method().decode("latin-1"),
+            self._url.decode("latin-1"),
+            self._headers,
+            p.get_http_version(),
+            p.should_keep_alive(),
+        )
+        expect = req.hmap.get(b"expect")
+        req.expect_continue = (
+            expect is not None and expect.lower() == b"100-continue" and req.version == "1.1"
+        )
+        req.upgrade = p.should_upgrade()
+        if not req.has_body:
+            req.body.complete = True
+        self._parsing = req
+        # Small bodies are dispatched whole (on_message_complete); others right away.
+        cl = req.content_length
+        # A client waiting for "100 Continue" sends its body only once the handler asks.
+        self._parsing_dispatched = req.has_body and (
+            cl is None or cl > self.buffer_bytes or req.expect_continue
+        )
+        if self._parsing_dispatched:
+            self._enqueue(req)
+
+    def on_body(self, body: bytes) -> None:
+        req = self._parsing
+        if req is not None:
+            req.body.feed(body)
+
+    def on_message_complete(self) -> None:
+        self._expect_head = True
+        req = self._parsing
+        self._parsing = None
+        if req is None:
+            return
+        req.body.finish()
+        if not self._parsing_dispatched:
+            self._enqueue(req)
+        elif req is self.active and self._task is None and req._abort is None:
+            # Its response went out while the rest of its body was being discarded.
+            self._next()
+
+    # -- request lifecycle ----------------------------------------------------------------
+
+    def _enqueue(self, req: Request) -> None:
+        if self.active is None:
+            self._start(req)
+        else:
+            self._queue.append(req)
+            self.pause_reading()  # answer in order; do not read further ahead
+
+    def _start(self, req: Request) -> None:
+        self.active = req
+        self._continue_sent = False
+        try:
+            coro = self.server.handler(req)
+        except Exception:
+            log.exception("unhandled error in the gateway's request handler")
+            self.close()
+            return
+        if coro is not None:
+            self._task = self.loop.create_task(self._run(req, coro))
+
+    async def _run(self, req: Request, coro: Coroutine[Any, Any, None]) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("unhandled error in the gateway's request handler")
+            self.close()
+            return
+        self._task = None
+        self.finished(req)
+
+    def finished(self, req: Request) -> None:
+        """The response to ``req`` is fully written."""
+        self.producer = None
+        self.last_active = self.loop.time()
+        if self.closed or self.transport is None or req is not self.active:
+            return
+        if not req.body.complete:
+            # Answered before its body was read (a refusal, an early upstream answer).
+            cl = req.content_length
+            remaining = (cl - req.body.received) if cl is not None else None
+            if not req.keep_alive or remaining is None or remaining > DISCARD_MAX:
+                self._linger_close()
+                return
+            req.body.discard()
+            self.resume_reading()
+            return  # on_message_complete calls _next
+        if not req.keep_alive or req.upgrade:
+            self.transport.close()
+            return
+        self._next()
+
+    def _next(self) -> None:
+        self.active = None
+        if self._queue:
+            self._start(self._queue.popleft())
+            if not self._queue:
+                self.resume_reading()
+        else:
+            self.resume_reading()
+
+    def _linger_close(self) -> None:
+        """Close after draining what the client is still sending for a while, so it can
+        read our answer instead of a reset."""
+        if self.active is not None:
+            self.active.body.discard()
+        self.resume_reading()
+        transport = self.transport
+        if transport is not None:
+            if transport.can_write_eof():
+                transport.write_eof()
+            self._linger = self.loop.call_later(LINGER_S, transport.close)
+
+    def _protocol_error(self, status: int, detail: str) -> None:
+        if self.transport is None or self.closed:
+            return
+        if self.active is None:
+            body = b'{"type":"about:blank","title":"%b","status":%d,"detail":"%b"}' % (
+                HTTPStatus(status).phrase.encode(),
+                status,
+                detail.replace('"', "'").encode(),
+            )
+            self.transport.write(
+                status_line(status)
+                + b"content-type: application/problem+json\r\nconnection: close\r\n"
+                + b"content-length: %d\r\n\r\n" % len(body)
+                + body
+            )
+        self.transport.close()
+
+    # -- writing ----------------------------------------------------------------------
+
+    def send_continue(self) -> None:
+        req = self.active
+        if req is not None and req.expect_continue and not self._continue_sent:
+            self._continue_sent = True
+            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def write(self, data: bytes) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(data)
+
+    async def drain(self) -> None:
+        if self.closed:
+            raise ConnectionResetError("client disconnected")
+        if not self.writing_paused:
+            return
+        self._drain = self.loop.create_future()
+        try:
+            await self._drain
+        finally:
+            self._drain = None
+
+    def write_response(
+        self, status: int, headers: list[tuple[bytes, bytes]], body: bytes = b""
+    ) -> None:
+        """A complete response with a known body in one write."""
+        req = self.active
+        parts = [status_line(status)]
+        for name, value in headers:
+            parts += (name, b": ", value, _CRLF)
+        if req is not None and not req.keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts += (b"content-length: ", str(len(body)).encode(), b"\r\n\r\n")
+        if req is None or req.method != "HEAD":
+            parts.append(body)
+        self.write(b"".join(parts))
+
+    def pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._reading_paused and self.transport is not None and not self.closed:
+            if self._queue:
+                return  # still answering pipelined requests in order
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+
+
+_STATUS_LINES: dict[int, bytes] = {}
+
+
+def status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    if line is None:
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = ""
+        line = _STATUS_LINES[status] = f"HTTP/1.1 {status} {phrase}\r\n".encode("latin-1")
+    return line
+
+
+class HttpServer:
+    """Accepts connections for ``handler`` and closes idle keep-alive ones."""
+
+    def __init__(
+        self, handler: Handler, *, keepalive_s: float = 75.0, buffer_bytes: int = BUFFER_HIGH
+    ) -> None:
+        self.handler = handler
+        self.loop = asyncio.get_running_loop()
+        self.keepalive_s = keepalive_s
+        self.buffer_bytes = buffer_bytes
+        self.connections: set[HttpConnection] = set()
+        self._servers: list[asyncio.Server] = []
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def protocol(self) -> HttpConnection:
+        return HttpConnection(self)
+
+    async def listen(
+        self,
+        host: str | None = None,
+        port: int = 0,
+        *,
+        sock: socket.socket | None = None,
+        reuse_port: bool = False,
+        backlog: int = 1024,
+    ) -> asyncio.Server:
+        server: asyncio.Server
+        if sock is not None:
+            server = await self.loop.create_server(self.protocol, sock=sock, backlog=backlog)
+        else:
+            server = await self.loop.create_server(
+                self.protocol, host, port, reuse_port=reuse_port or None, backlog=backlog
+            )
+        self._servers.append(server)
+        if self._sweeper is None:
+            self._sweeper = self.loop.create_task(self._sweep())
+        return server
+
+    @property
+    def sockets(self) -> list[socket.socket]:
+        return [s for srv in self._servers for s in srv.sockets]
+
+    async def _sweep(self) -> None:
+        interval = min(5.0, self.keepalive_s / 2)
+        while True:
+            await asyncio.sleep(interval)
+            cutoff = self.loop.time() - self.keepalive_s
+            for conn in list(self.connections):
+                if conn.active is None and conn.last_active < cutoff:
+                    conn.close()
+
+    async def close(self, grace_s: float = 10.0) -> None:
+        """Stop accepting, let requests in progress finish for up to ``grace_s``, close."""
+        for srv in self._servers:
+            srv.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        deadline = self.loop.time() + grace_s
+        while any(c.active is not None for c in self.connections):
+            if self.loop.time() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        for conn in list(self.connections):
+            conn.close()
+        for srv in self._servers:
+            await srv.wait_closed()

@@ -1,0 +1,71 @@
+"""The gateway's one typed settings object, read from ``OPENEAS_*`` environment variables.
+
+``openeas gateway`` builds it from the environment and its flags; ``openeas up`` builds it
+in-process and passes it to :func:`gateway.app.start_gateway`. Nothing below reads the
+environment on its own.
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIB = 1024 * 1024
+
+
+class GatewaySettings(BaseSettings):
+    """Shared names (control-plane URL, admin token) use the platform's ``OPENEAS_`` names;
+    the gateway's own knobs are ``OPENEAS_GATEWAY_*``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="OPENEAS_GATEWAY_", extra="ignore", populate_by_name=True
+    )
+
+    controlplane_url: str = Field(
+        default="http://127.0.0.1:8081",
+        validation_alias=AliasChoices("controlplane_url", "OPENEAS_CONTROLPLANE_URL"),
+        description="Base URL of the control plane the route table is long-polled from.",
+    )
+    admin_token: SecretStr = Field(
+        default=SecretStr(""),
+        validation_alias=AliasChoices("admin_token", "OPENEAS_ADMIN_TOKEN"),
+        description="Bearer credential for the control plane's internal routes endpoint.",
+    )
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1, le=256)
+
+    max_body_bytes: int = Field(
+        default=64 * MIB, ge=1, description="413 above this request body size."
+    )
+    default_timeout_ms: int = Field(
+        default=600_000,
+        ge=1,
+        description="Upstream timeout for a route that carries none (timeout_ms <= 0).",
+    )
+    connect_timeout_ms: int = Field(
+        default=3_000, ge=1, description="TCP connect to a replica; past it, the next one."
+    )
+    buffer_body_bytes: int = Field(
+        default=256 * 1024,
+        ge=0,
+        description="Request bodies up to this size are read whole before forwarding "
+        "(one upstream write); larger ones are streamed.",
+    )
+    keepalive_s: float = Field(default=60.0, gt=0, description="Idle upstream keep-alive.")
+    retry_after_s: int = Field(default=1, ge=0, description="Retry-After on 503.")
+    replica_down_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="A replica that refused a connection is tried last for this long.",
+    )
+
+    poll_wait_s: float = Field(
+        default=25.0, gt=0, description="Long-poll hold asked of the control plane."
+    )
+    poll_backoff_max_s: float = Field(
+        default=1.0, gt=0, description="Cap of the retry back-off while it is unreachable."
+    )
+    health_path: str = "/gateway/healthz"
+    metrics_path: str = "/metrics"

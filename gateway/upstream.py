@@ -1,0 +1,566 @@
+"""Upstream HTTP/1.1 client: keep-alive connection pools per replica and the exchange that
+relays one request/response between a client connection and a replica.
+
+Written on ``asyncio.Protocol`` + ``httptools`` for the same reason as
+:mod:`gateway.server`: aiohttp's client alone cost several times nginx's whole per-request
+CPU in ``bench/gateway.py``, and httpx's pool collapses under concurrency (encode/httpx#3215).
+It never adds ``Accept-Encoding``, never decompresses, never follows redirects: the
+response's status, end-to-end headers and body bytes reach the client as the replica sent
+them (only framing headers are rewritten when the framing changes).
+
+Flow control: the response body is written to the client transport from ``on_body`` as it
+arrives; when the client transport's buffer is full, the replica's socket stops being read
+(``pause_producing``) until it drains. The request body is written to the replica the same
+way, pausing the client's socket while the replica's buffer is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections import deque
+from collections.abc import Callable
+from typing import cast
+
+import httptools
+
+from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes
+from gateway.server import Request, status_line
+
+_CRLF = b"\r\n"
+_NO_BODY_STATUS = frozenset({204, 304})
+TICK_S = 0.05  # resolution of upstream timeouts
+# Response fields the proxy sets itself or that are hop-by-hop (RFC 9110 §7.6.1).
+_RESPONSE_SPECIAL = HOP_BY_HOP_BYTES | {b"content-length"}
+
+
+class UpstreamError(Exception):
+    """The replica failed. ``sent`` is True once any request byte went out (then the
+    request must not be retried elsewhere)."""
+
+    def __init__(self, kind: str, detail: str, *, sent: bool) -> None:
+        super().__init__(detail)
+        self.kind = kind  # "connect", "timeout" or "broken"
+        self.sent = sent
+
+
+class ResponseHead:
+    """A replica's response head: status, framing, and the end-to-end header lines
+    (``passthrough``, ready to send) — hop-by-hop ones already removed."""
+
+    __slots__ = ("chunked", "content_length", "keep_alive", "passthrough", "status")
+
+    def __init__(
+        self,
+        status: int,
+        passthrough: bytes,
+        content_length: int | None,
+        chunked: bool,
+        keep_alive: bool,
+    ) -> None:
+        self.status = status
+        self.passthrough = passthrough
+        self.content_length = content_length
+        self.chunked = chunked
+        self.keep_alive = keep_alive
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive connection to a replica; one exchange at a time."""
+
+    def __init__(self, pool: UpstreamPool, key: tuple[str, int]) -> None:
+        self.pool = pool
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.exchange: Exchange | None = None
+        self.response: ResponseHead | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._writing_paused = False
+        self._reading_paused = False
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.exchange
+        if ex is None:
+            self.close()  # bytes nobody asked for: the connection is not reusable
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            ex.fail(UpstreamError("broken", f"invalid HTTP response: {e}", sent=True))
+            return
+        ex.flush()
+
+    def eof_received(self) -> bool | None:
+        return None  # close: a replica that ends its side ends the connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        ex = self.exchange
+        if ex is not None:
+            ex.connection_lost()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        ex = self.exchange
+        if ex is not None:
+            ex.client.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        ex = self.exchange
+        if ex is not None:
+            ex.client.resume_reading()
+
+    # -- httptools callbacks ------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._headers = []
+        self.response = None
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        ex = self.exchange
+        if ex is None:
+            return
+        # One pass: framing fields noted, end-to-end fields kept as the client will get
+        # them (names as the replica spelled them).
+        content_length: int | None = None
+        chunked = False
+        listed: frozenset[bytes] = frozenset()
+        kept: list[bytes] = []
+        for name, value in self._headers:
+            low = name.lower()
+            if low in _RESPONSE_SPECIAL:
+                if low == b"content-length":
+                    content_length = int(value)
+                elif low == b"transfer-encoding":
+                    chunked = value.strip().lower().endswith(b"chunked")
+                elif low == b"connection":
+                    listed = listed | connection_listed_bytes((value,))
+                continue
+            if low[:6] == b"proxy-":
+                continue
+            kept += (name, b": ", value, _CRLF)
+        if listed:
+            kept = _without(kept, listed)
+        head = ResponseHead(
+            self.parser.get_status_code(),
+            b"".join(kept),
+            content_length,
+            chunked,
+            self.parser.should_keep_alive(),
+        )
+        ex.on_head(head)
+
+    def on_body(self, body: bytes) -> None:
+        ex = self.exchange
+        if ex is not None:
+            ex.on_body(body)
+
+    def on_message_complete(self) -> None:
+        ex = self.exchange
+        if ex is not None and ex.status:
+            ex.on_complete()
+
+    # -- used by the exchange -------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def write_body(self, data: bytes) -> None:
+        self.write(data)
+
+    def pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+        self.pool.forget(self)
+
+
+class UpstreamPool:
+    """Idle keep-alive connections by ``(host, port)``; at most ``max_idle`` kept per
+    replica, closed after ``keepalive_s`` unused."""
+
+    def __init__(self, *, keepalive_s: float = 60.0, max_idle: int = 512) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.keepalive_s = keepalive_s
+        self.max_idle = max_idle
+        self._idle: dict[tuple[str, int], deque[UpstreamConnection]] = {}
+        self._routed: set[tuple[str, int]] | None = None  # None: keep every replica's
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closed = False
+        # Exchanges with a deadline, checked every TICK_S by one timer rather than one
+        # timer per request (a timer handle per request cost more than the rest of it).
+        self._watched: set[Exchange] = set()
+        self._ticker: asyncio.Task[None] | None = None
+
+    def watch(self, ex: Exchange) -> None:
+        self._watched.add(ex)
+        if self._ticker is None and not self._closed:
+            self._ticker = self.loop.create_task(self._tick())
+
+    def unwatch(self, ex: Exchange) -> None:
+        self._watched.discard(ex)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            if self._watched:
+                now = self.loop.time()
+                for ex in list(self._watched):
+                    ex.check_deadline(now)
+
+    def idle(self, host: str, port: int) -> UpstreamConnection | None:
+        """An idle keep-alive connection to ``host:port``, if there is one."""
+        idle = self._idle.get((host, port))
+        while idle:
+            conn = idle.pop()  # most recently used: least likely to have been closed
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+                return conn
+        return None
+
+    async def acquire(self, host: str, port: int, connect_timeout_s: float) -> UpstreamConnection:
+        """An idle connection to ``host:port`` or a new one. Raises :class:`UpstreamError`
+        (``kind="connect"``, nothing sent) if it cannot be established."""
+        conn = self.idle(host, port)
+        if conn is not None:
+            return conn
+        key = (host, port)
+        try:
+            async with asyncio.timeout(connect_timeout_s):
+                _, conn = await self.loop.create_connection(
+                    lambda: UpstreamConnection(self, key), host, port
+                )
+        except TimeoutError:
+            raise UpstreamError("connect", "connect timed out", sent=False) from None
+        except OSError as e:
+            raise UpstreamError(
+                "connect", f"cannot connect: {e.strerror or type(e).__name__}", sent=False
+            ) from None
+        sock = conn.transport.get_extra_info("socket") if conn.transport else None
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._sweeper is None and not self._closed:
+            self._sweeper = self.loop.create_task(self._sweep())
+        return conn
+
+    def keep_only(self, routed: set[tuple[str, int]]) -> None:
+        """Close idle connections to replicas no route lists any more (and busy ones when
+        they finish): Triton waits for open connections before it exits, so an idle
+        keep-alive here would hold a stopping replica up for its whole exit timeout."""
+        self._routed = routed
+        for key in [k for k in self._idle if k not in routed]:
+            idle = self._idle.pop(key)
+            while idle:
+                idle.popleft().close()
+
+    def release(self, conn: UpstreamConnection) -> None:
+        conn.exchange = None
+        if (
+            conn.closed
+            or self._closed
+            or (self._routed is not None and conn.key not in self._routed)
+        ):
+            conn.close()
+            return
+        idle = self._idle.setdefault(conn.key, deque())
+        if len(idle) >= self.max_idle:
+            conn.close()
+            return
+        conn.resume_reading()
+        conn.idle_since = self.loop.time()
+        idle.append(conn)
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        idle = self._idle.get(conn.key)
+        if idle:
+            with contextlib.suppress(ValueError):
+                idle.remove(conn)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(min(5.0, self.keepalive_s / 2))
+            cutoff = self.loop.time() - self.keepalive_s
+            for idle in self._idle.values():
+                while idle and idle[0].idle_since < cutoff:
+                    idle.popleft().close()
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in (self._sweeper, self._ticker):
+            if task is not None:
+                task.cancel()
+        for idle in self._idle.values():
+            while idle:
+                idle.popleft().close()
+
+
+def request_head(method: str, path_qs: str, host: bytes, header_lines: list[bytes]) -> bytes:
+    """``METHOD path HTTP/1.1`` + Host + the (already filtered) header lines."""
+    return b"%s %s HTTP/1.1\r\nhost: %s\r\n%s\r\n" % (
+        method.encode("latin-1"),
+        path_qs.encode("latin-1"),
+        host,
+        b"".join(header_lines),
+    )
+
+
+class Exchange:
+    """Relays one request to ``upstream`` and its response to the client, entirely in
+    callbacks (no task, no future): :meth:`send` writes the request; the parser's
+    callbacks collect the response head and body, and what one ``data_received`` brought
+    is written to the client in a single write (:meth:`flush`). When it ends — complete,
+    failed, or aborted by the client leaving — ``on_done(exchange)`` is called once.
+
+    ``status`` is what the client was sent (0: nothing yet — then the caller answers an
+    ``error`` with a problem); ``error`` is the :class:`UpstreamError`, if any."""
+
+    __slots__ = (
+        "_chunked_out",
+        "_out",
+        "_started",
+        "_timeout_s",
+        "aborted",
+        "client",
+        "complete",
+        "context",
+        "deadline",
+        "error",
+        "finished",
+        "head_only",
+        "loop",
+        "on_done",
+        "request",
+        "request_body_sent",
+        "status",
+        "upstream",
+    )
+
+    def __init__(
+        self,
+        request: Request,
+        upstream: UpstreamConnection,
+        *,
+        timeout_s: float | None,
+        on_done: Callable[[Exchange], None],
+        context: object = None,
+    ) -> None:
+        self.loop = upstream.pool.loop
+        self.request = request
+        self.client = request.conn
+        self.upstream = upstream
+        self.on_done = on_done
+        self.context = context  # the caller's, handed back with on_done
+        self.head_only = request.method == "HEAD"
+        self.status = 0
+        self.error: UpstreamError | None = None
+        self.complete = False
+        self.finished = False
+        self.aborted = False
+        self.request_body_sent = True  # False while a streamed body is still coming
+        self._out: list[bytes] = []
+        self._started = False
+        self._chunked_out = False
+        self._timeout_s = timeout_s
+        self.deadline = 0.0  # loop time past which the replica is late (0: no limit)
+        upstream.exchange = self
+        request.on_abort(self.abort)
+
+    def send(self, head: bytes, body: bytes | None) -> None:
+        """Write the request head and (buffered) body; start the answer timeout."""
+        if body is None:
+            self.upstream.write(head)
+        elif len(body) < 65536:
+            self.upstream.write(head + body)
+        else:
+            self.upstream.write(head)
+            self.upstream.write(body)
+        if self._timeout_s is not None:
+            self.deadline = self.loop.time() + self._timeout_s
+            self.upstream.pool.watch(self)
+
+    def abort(self) -> None:
+        """The client left: drop the replica connection (it cannot be reused mid-way)."""
+        if self.finished:
+            return
+        self.aborted = True
+        self.upstream.close()
+        self._end()
+
+    # -- fed by the upstream connection --------------------------------------------------
+
+    def on_head(self, head: ResponseHead) -> None:
+        if head.status < 200:
+            return  # 1xx interim responses: nothing to relay (we never send Expect)
+        req = self.request
+        out, self._chunked_out, req.keep_alive = response_head_bytes(
+            head,
+            client_http11=req.version == "1.1",
+            keep_alive=req.keep_alive,
+            head_only=self.head_only,
+        )
+        self._out.append(out)
+        self.status = head.status
+        self.upstream.response = head
+        if self.head_only:
+            # llhttp would otherwise wait for a HEAD response's announced body.
+            self.complete = True
+
+    def on_body(self, data: bytes) -> None:
+        if self._chunked_out:
+            self._out.append(b"%x\r\n%b\r\n" % (len(data), data))
+        else:
+            self._out.append(data)
+
+    def on_complete(self) -> None:
+        if self._chunked_out:
+            self._out.append(b"0\r\n\r\n")
+        self.complete = True
+
+    def flush(self) -> None:
+        """After each read from the replica: pass on what it brought, in one write."""
+        if self.finished:
+            return
+        out = self._out
+        if out:
+            self.client.write(out[0] if len(out) == 1 else b"".join(out))
+            self._out = []
+        if self.complete:
+            self._end()
+        else:
+            if self.status and not self._started:
+                self._started = True
+                self.client.producer = self
+                if self.client.writing_paused:
+                    self.pause_producing()
+            if self._timeout_s is not None:
+                # Mid-response the limit is on stalls: restart it with each read.
+                self.deadline = self.loop.time() + self._timeout_s
+
+    def connection_lost(self) -> None:
+        if self.finished:
+            return
+        head = self.upstream.response
+        if (
+            self.status
+            and head is not None
+            and head.content_length is None
+            and not head.chunked
+            and not self.head_only
+        ):
+            # A body delimited by the connection's end (HTTP/1.0 style): this is its end.
+            self.on_complete()
+            self.flush()
+            return
+        self.fail(UpstreamError("broken", "the replica closed the connection", sent=True))
+
+    def fail(self, error: UpstreamError) -> None:
+        if self.finished:
+            return
+        self.error = error
+        self.upstream.close()
+        if self.status:
+            # The status is out: a truncated body is all that can still tell the client.
+            self.request.keep_alive = False
+            self.client.close()
+        self._end()
+
+    # -- Producer (client flow control) --------------------------------------------------
+
+    def pause_producing(self) -> None:
+        self.upstream.pause_reading()
+
+    def resume_producing(self) -> None:
+        self.upstream.resume_reading()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _end(self) -> None:
+        self.finished = True
+        up = self.upstream
+        if self.deadline:
+            up.pool.unwatch(self)
+        self.request.on_abort(None)
+        if self.client.producer is self:
+            self.client.producer = None
+        up.exchange = None
+        if self.complete and self.error is None and not self.aborted:
+            head = up.response
+            if (
+                (self.request_body_sent or self.request.body.complete)
+                and head is not None
+                and head.keep_alive
+                and not self.head_only
+                and not up.closed
+            ):
+                up.pool.release(up)
+            else:
+                up.close()
+        self.on_done(self)
+
+    def check_deadline(self, now: float) -> None:
+        """Called by the pool's timer about once per tick while ``deadline`` is set."""
+        if self.finished or not self.deadline or now < self.deadline:
+            return
+        if not self.status:
+            self.fail(UpstreamError("timeout", "no answer in time", sent=True))
+        elif self.client.writing_paused:
+            # Waiting on the client is not the replica's fault.
+            assert self._timeout_s is not None
+            self.deadline = now + self._timeout_s
+        else:
+            self.fail(UpstreamError("timeout", "the replica stalled mid-response", sent=True))
+
+
+def response_head_bytes(
+    head: ResponseHead, *, client_http11: bool, keep_alive: bool, head_only: bool
+) -> tuple[bytes, bool, bool]:
+    """The head to send the client: the replica's status and end-to-end headers, with
+    framing decided here. Returns ``(bytes, chunked_out, keep_alive)``."""
+    framing = b""
+    chunked_out = False
+    if head.content_length is not None:
+        if head.status != 204:
+            framing = b"content-length: %d\r\n" % head.content_length
+    elif not (head_only or head.status in _NO_BODY_STATUS):
+        if client_http11:
+            framing = b"transfer-encoding: chunked\r\n"
+            chunked_out = True
+        else:
+            keep_alive = False  # HTTP/1.0: the body ends with the connection
+    if not keep_alive:
+        framing += b"connection: close\r\n"
+    return status_line(head.status) + head.passthrough + framing + _CRLF, chunked_out, keep_alive
+
+
+def _without(kept: list[bytes], listed: frozenset[bytes]) -> list[bytes]:
+    """``kept`` (name, ": ", value, CRLF quadruples) minus the fields ``listed``."""
+    out: list[bytes] = []
+    for i in range(0, len(kept), 4):
+        if kept[i].lower() not in listed:
+            out += kept[i : i + 4]
+    return out

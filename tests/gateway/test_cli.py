@@ -1,0 +1,125 @@
+"""``openeas gateway`` as its own deployable: settings from the environment, flags, and a
+real process (two SO_REUSEPORT workers) fed by a control plane over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from gateway.settings import GatewaySettings
+from tests.fixtures_triton import descendants, free_port, is_alive
+from tests.gateway.harness import (
+    SERVICE,
+    TOKEN,
+    Echo,
+    FakeControlPlane,
+    LoopThread,
+    route,
+    table,
+)
+
+OPENEAS = Path(sys.executable).parent / "openeas"
+
+
+def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENEAS_CONTROLPLANE_URL", "http://cp.internal:9000")
+    monkeypatch.setenv("OPENEAS_ADMIN_TOKEN", "s3cr3t-adm")
+    monkeypatch.setenv("OPENEAS_GATEWAY_PORT", "9999")
+    monkeypatch.setenv("OPENEAS_GATEWAY_MAX_BODY_BYTES", "1234")
+    monkeypatch.setenv("OPENEAS_GATEWAY_DEFAULT_TIMEOUT_MS", "5000")
+    s = GatewaySettings()
+    assert s.controlplane_url == "http://cp.internal:9000"
+    assert s.admin_token.get_secret_value() == "s3cr3t-adm"
+    assert "s3cr3t" not in repr(s)
+    assert (s.port, s.max_body_bytes, s.default_timeout_ms) == (9999, 1234, 5000)
+    assert GatewaySettings(port=1).port == 1  # and by name, in-process
+
+
+def test_defaults() -> None:
+    s = GatewaySettings()
+    assert s.max_body_bytes >= 64 * 1024 * 1024
+    assert s.health_path == "/gateway/healthz" and s.host == "127.0.0.1"
+
+
+def test_invalid_settings_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--workers", "0"]) == 2
+    assert "invalid settings" in capsys.readouterr().err
+
+
+@pytest.fixture
+def services() -> Iterator[tuple[LoopThread, Echo, FakeControlPlane]]:
+    lt = LoopThread()
+    echo = Echo()
+    lt.run(echo.start())
+    cp = FakeControlPlane("adm-token", table(route([echo.url])))
+    lt.run(cp.start())
+    yield lt, echo, cp
+    lt.run(cp.stop())
+    lt.run(echo.stop())
+    lt.close()
+
+
+def get(url: str, token: str | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers={"Authorization": token} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, ConnectionError):
+        return 0, b""
+
+
+@pytest.mark.slow
+def test_gateway_process_with_workers(
+    services: tuple[LoopThread, Echo, FakeControlPlane], tmp_path: Path
+) -> None:
+    lt, echo, cp = services
+    port = free_port()
+    env = {
+        **os.environ,
+        "OPENEAS_CONTROLPLANE_URL": cp.url,
+        "OPENEAS_ADMIN_TOKEN": "adm-token",
+    }
+    log = (tmp_path / "gateway.log").open("wb")
+    proc = subprocess.Popen(
+        [str(OPENEAS), "gateway", "--port", str(port), "--workers", "2"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while get(f"{base}/gateway/healthz")[0] != 200:
+            assert proc.poll() is None, (tmp_path / "gateway.log").read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        workers = descendants(proc.pid)
+        assert len(workers) >= 2
+        health = json.loads(get(f"{base}/gateway/healthz")[1])
+        assert health["control_plane"] == "ok" and health["route_table_version"] == 1
+        for _ in range(20):  # spread over both workers by the kernel
+            assert get(f"{base}/api/predict/{SERVICE}/v2", TOKEN)[0] == 200
+        # A change reaches every worker.
+        lt.call(lambda: cp.publish(table(route([echo.url], token="t2"), version=2)))
+        time.sleep(1.0)
+        for _ in range(20):
+            assert get(f"{base}/api/predict/{SERVICE}/v2", "t2")[0] == 200
+        assert b"adm-token" not in (tmp_path / "gateway.log").read_bytes()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        log.close()
+    assert not any(is_alive(pid) for pid in workers)

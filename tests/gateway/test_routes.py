@@ -1,0 +1,165 @@
+"""The route table: swaps that keep live state, and changes reaching the gateway — from an
+in-process source and from a control plane over HTTP (the ``ROUTES_PATH`` long-poll)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+
+import pytest
+
+from gateway.balancer import EndpointPool
+from gateway.routes import ControlPlaneRouteSource, RouteState
+from tests.gateway.conftest import GatewayFactory
+from tests.gateway.harness import (
+    SERVICE,
+    TOKEN,
+    Echo,
+    FakeControlPlane,
+    Gateway,
+    LoopThread,
+    route,
+    table,
+)
+
+P = f"/api/predict/{SERVICE}"
+ADMIN = "admin-token-for-tests"
+
+
+def status_of(gw: Gateway, token: str = TOKEN, path: str = f"{P}/v2") -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    try:
+        conn.request("GET", path, headers={"Authorization": token})
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def health(gw: Gateway) -> dict[str, object]:
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    try:
+        conn.request("GET", "/gateway/healthz")
+        doc: dict[str, object] = json.loads(conn.getresponse().read())
+        return doc
+    finally:
+        conn.close()
+
+
+def wait_for(predicate: object, timeout: float = 5.0) -> float:
+    """Seconds until ``predicate()`` held; fails after ``timeout``."""
+    started = time.monotonic()
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() - started < timeout, "condition not reached in time"
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def test_swap_keeps_live_state() -> None:
+    state = RouteState(EndpointPool(), default_timeout_ms=1234)
+    state.apply(table(route(["http://h:1"], rate_limit=5, max_queue_size=3)))
+    first = state.get(SERVICE)
+    assert first is not None and first.bucket is not None
+    first.in_flight.count = 2
+    first.endpoints[0].outstanding = 2
+    state.apply(
+        table(route(["http://h:1", "http://h:2"], rate_limit=5, max_queue_size=4), version=2)
+    )
+    second = state.get(SERVICE)
+    assert second is not None and second is not first
+    assert second.bucket is first.bucket  # same rate: same bucket
+    assert second.in_flight is first.in_flight and second.in_flight.limit == 4
+    assert second.endpoints[0] is first.endpoints[0] and second.endpoints[0].outstanding == 2
+    state.apply(table(route(["http://h:1"], rate_limit=9, timeout_ms=0), version=3))
+    third = state.get(SERVICE)
+    assert third is not None and third.bucket is not first.bucket
+    assert third.timeout_s == pytest.approx(1.234)  # 0 means the platform default
+    state.apply(table(version=4))
+    assert state.get(SERVICE) is None and state.version == 4
+
+
+def test_changes_through_a_static_source(make_gateway: GatewayFactory, echo: Echo) -> None:
+    gw = make_gateway(table(route([echo.url])))
+    assert status_of(gw) == 200
+    # Token rotation: the old token stops working at once, the new one works.
+    gw.publish(table(route([echo.url], token="rotated-token"), version=2))
+    assert status_of(gw) == 401
+    assert status_of(gw, "rotated-token") == 200
+    # Scale to zero, then back.
+    gw.publish(table(route([], token="rotated-token", status="Waiting"), version=3))
+    assert status_of(gw, "rotated-token") == 503
+    gw.publish(table(route([echo.url], token="rotated-token"), version=4))
+    assert status_of(gw, "rotated-token") == 200
+    # Stop / delete: the service is gone.
+    gw.publish(table(version=5))
+    assert status_of(gw, "rotated-token") == 404
+
+
+@pytest.fixture
+def control_plane(lt: LoopThread, echo: Echo) -> FakeControlPlane:
+    cp = FakeControlPlane(ADMIN, table(route([echo.url])))
+    lt.run(cp.start())
+    return cp
+
+
+def cp_source(cp: FakeControlPlane, admin: str = ADMIN) -> ControlPlaneRouteSource:
+    return ControlPlaneRouteSource(
+        cp.url, admin, wait_s=2.0, backoff_initial_s=0.02, backoff_max_s=0.2
+    )
+
+
+def test_control_plane_changes_arrive_within_a_second(
+    make_gateway: GatewayFactory, control_plane: FakeControlPlane, lt: LoopThread, echo: Echo
+) -> None:
+    gw = make_gateway(source=cp_source(control_plane))
+    assert status_of(gw) == 200
+    assert health(gw)["control_plane"] == "ok"
+    assert control_plane.polls[0][0] == -1  # first poll asks for the full table
+
+    cp = control_plane
+    lt.call(lambda: cp.publish(table(route([echo.url], token="new-token"), version=2)))
+    assert wait_for(lambda: status_of(gw, "new-token") == 200) < 1.0
+    assert status_of(gw) == 401
+    lt.call(lambda: cp.publish(table(route([], token="new-token"), version=3)))
+    assert wait_for(lambda: status_of(gw, "new-token") == 503) < 1.0
+    lt.call(lambda: cp.publish(table(version=4)))
+    assert wait_for(lambda: status_of(gw, "new-token") == 404) < 1.0
+    assert health(gw)["route_table_version"] == 4
+    # Long-polls carry the version the gateway has.
+    assert (3, 2.0) in cp.polls
+
+
+def test_control_plane_down_keeps_serving(
+    make_gateway: GatewayFactory, control_plane: FakeControlPlane, lt: LoopThread, echo: Echo
+) -> None:
+    gw = make_gateway(source=cp_source(control_plane))
+    assert status_of(gw) == 200
+    port = control_plane.port
+    lt.run(control_plane.stop())
+    wait_for(lambda: str(health(gw)["control_plane"]).startswith("unreachable since "))
+    doc = health(gw)
+    assert doc["status"] == "ok" and doc["route_table_version"] == 1
+    assert all(status_of(gw) == 200 for _ in range(20))  # predictions continue
+    metrics = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=5)
+    metrics.request("GET", "/metrics")
+    assert b"openeas_gateway_control_plane_up 0" in metrics.getresponse().read()
+
+    # It comes back (restarted: its version counter started again) with a new token.
+    restarted = FakeControlPlane(ADMIN, table(route([echo.url], token="after-restart")), port)
+    lt.run(restarted.start())
+    try:
+        assert wait_for(lambda: status_of(gw, "after-restart") == 200, 5.0) < 3.0
+        assert health(gw)["control_plane"] == "ok"
+    finally:
+        lt.run(restarted.stop())
+
+
+def test_control_plane_refusing_the_admin_token(
+    make_gateway: GatewayFactory, control_plane: FakeControlPlane
+) -> None:
+    gw = make_gateway(source=cp_source(control_plane, "wrong"), wait_routes=False)
+    wait_for(lambda: "HTTP 401" in str(health(gw)["control_plane"]))
+    assert health(gw)["status"] == "starting"
+    assert "wrong" not in json.dumps(health(gw))

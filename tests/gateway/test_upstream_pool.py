@@ -1,0 +1,39 @@
+"""Upstream keep-alive pool: connections to replicas that left the route table are closed,
+so a stopping Triton (which waits for open connections) is not held up by the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.upstream import UpstreamPool
+
+
+async def test_keep_only_closes_idle_and_finishing_connections_to_unrouted_replicas() -> None:
+    closed: list[int] = []
+
+    async def replica(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the gateway closes its side
+        closed.append(1)
+        writer.close()
+
+    server = await asyncio.start_server(replica, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = UpstreamPool(keepalive_s=60)
+    idle = await pool.acquire("127.0.0.1", port, 1.0)
+    busy = await pool.acquire("127.0.0.1", port, 1.0)
+    pool.release(idle)
+
+    pool.keep_only({("127.0.0.1", port)})  # still routed: kept
+    await asyncio.sleep(0.1)
+    assert closed == [] and pool.idle("127.0.0.1", port) is idle
+    pool.release(idle)
+
+    pool.keep_only(set())  # the replica left the table
+    await asyncio.sleep(0.1)
+    assert closed == [1] and pool.idle("127.0.0.1", port) is None
+    pool.release(busy)  # a request in flight finished: not kept either
+    await asyncio.sleep(0.1)
+    assert closed == [1, 1]
+    await pool.close()
+    server.close()
+    await server.wait_closed()
