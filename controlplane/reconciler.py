@@ -15,8 +15,9 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
+from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -99,6 +100,7 @@ class Reconciler:
             # No runtime (bad kubeconfig, no service account): say so and try again later
             # instead of leading with nothing to act through.
             log.error("reconciler: cannot start the runtime: %s", e)
+            await asyncio.to_thread(self.lease.release)  # let a healthier process lead
             return
         self.is_leader = True
         log.info("reconciler: leading as %s", self.lease.holder)
@@ -139,9 +141,9 @@ class Reconciler:
                 self._enqueue(name)
             await asyncio.sleep(self.resync_seconds)
 
-    def _names(self, query: object) -> list[str]:
+    def _names(self, query: Select[Any]) -> list[str]:
         with self._sessions() as s:
-            return list(s.scalars(query))  # type: ignore[call-overload]
+            return list(s.scalars(query))
 
     async def _work(self) -> None:
         while True:

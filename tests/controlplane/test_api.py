@@ -250,3 +250,10 @@ def test_unknown_resource_group_is_a_4xx_on_kubernetes(settings: Any) -> None:
         ok = seed_spec(metadata={"resource": "eas-r-gpu"})
         assert c.post("/api/v2/services", json=ok).status_code == 200
     engine.dispose()
+
+
+def test_console_page_lists_services_through_the_api(client: TestClient) -> None:
+    page = client.get("/", headers={"Authorization": ""})  # the page itself is public
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "/api/v2/services?pageSize=100" in page.text  # what it renders comes from here
+    assert "/token`" in page.text  # and the explicit "show token" call
