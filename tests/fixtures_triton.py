@@ -164,15 +164,17 @@ class TritonServer:
         return f"http://{self.http_url}"
 
 
-@pytest.fixture(scope="session")
-def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    """One tritonserver on ``examples/models`` for the whole session."""
+def launch_triton(
+    log: Path, *extra: str, new_session: bool = False
+) -> tuple[TritonServer, subprocess.Popen[bytes]]:
+    """Start tritonserver on ``examples/models`` (plus ``extra`` flags) on free loopback
+    ports and wait until it is ready."""
     server = binary.locate()
-    log = tmp_path_factory.mktemp("triton") / "tritonserver.log"
     triton = TritonServer(free_port(), free_port(), free_port(), log, EXAMPLE_MODELS)
     argv = [
         str(server.binary),
         f"--model-repository={EXAMPLE_MODELS}",
+        *extra,
         f"--http-port={triton.http_port}",
         f"--grpc-port={triton.grpc_port}",
         f"--metrics-port={triton.metrics_port}",
@@ -183,10 +185,21 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSe
     ]
     with log.open("wb") as out:
         process = subprocess.Popen(
-            argv, env=server.environ(os.environ), stdout=out, stderr=subprocess.STDOUT
+            argv,
+            env=server.environ(os.environ),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=new_session,
         )
+    wait_ready(triton.base_url, process, log)
+    return triton, process
+
+
+@pytest.fixture(scope="session")
+def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    """One tritonserver on ``examples/models`` for the whole session."""
+    triton, process = launch_triton(tmp_path_factory.mktemp("triton") / "tritonserver.log")
     try:
-        wait_ready(triton.base_url, process, log)
         yield triton
     finally:
         process.terminate()

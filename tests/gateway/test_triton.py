@@ -20,13 +20,10 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from processors.triton import binary
 from tests.fixtures_triton import (
-    EXAMPLE_MODELS,
     TritonServer,
     check_example_models,
-    free_port,
-    wait_ready,
+    launch_triton,
 )
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import SERVICE, TOKEN, Gateway, route, table
@@ -158,33 +155,14 @@ def test_refusals_as_tritonclient_reports_them(gw: Gateway) -> None:
 
 @pytest.fixture
 def second_triton(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    server = binary.locate()
-    port = free_port()
-    log = tmp_path / "triton2.log"
-    argv = [
-        str(server.binary),
-        f"--model-repository={EXAMPLE_MODELS}",
+    triton, proc = launch_triton(
+        tmp_path / "triton2.log",
         "--model-control-mode=explicit",
         "--load-model=add_sub",
-        f"--http-port={port}",
-        f"--grpc-port={free_port()}",
-        f"--metrics-port={free_port()}",
-        "--http-address=127.0.0.1",
-        "--grpc-address=127.0.0.1",
-        "--metrics-address=127.0.0.1",
-        *server.args,
-    ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            argv,
-            env=server.environ(os.environ),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        new_session=True,
+    )
     try:
-        wait_ready(f"http://127.0.0.1:{port}", proc, log)
-        yield f"http://127.0.0.1:{port}", proc
+        yield triton.base_url, proc
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
