@@ -3,11 +3,15 @@
 Built from the stored services (token digests, ready replica endpoints written by the
 reconciler). Its version is a counter bumped in the same transaction as any change that
 matters to routing — one SQLAlchemy hook, so no write path can forget it — and served by
-long-poll at ``openeas.wire.ROUTES_PATH``.
+long-poll at ``openeas.wire.ROUTES_PATH``. Long-polls in the process that commits a change
+wake at once (:data:`CHANGED`); other processes see it at their next poll of the counter.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import weakref
 from typing import Any
 
 from sqlalchemy import event, inspect, select, update
@@ -61,9 +65,35 @@ def _changes_routing(session: Session) -> bool:
     return False
 
 
+class ChangeSignal:
+    """Wakes this process's long-polls when a routing change commits, from any thread
+    (the reconciler and the API commit in worker threads), on every event loop waiting."""
+
+    def __init__(self) -> None:
+        self._events: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Event] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def fire(self) -> None:
+        for loop, changed in list(self._events.items()):
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(changed.set)
+
+    async def wait(self, timeout: float) -> None:
+        """Return on the next change, or after ``timeout`` seconds."""
+        changed = self._events.setdefault(asyncio.get_running_loop(), asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), timeout)
+        changed.clear()
+
+
+CHANGED = ChangeSignal()
+
+
 def install(sessions: sessionmaker[Session]) -> None:
     """Make every session of ``sessions`` bump the route version when routing changes."""
     event.listen(sessions, "before_flush", _bump_version)
+    event.listen(sessions, "after_commit", _announce)
 
 
 def _bump_version(session: Session, _context: Any, _instances: Any) -> None:
@@ -71,3 +101,9 @@ def _bump_version(session: Session, _context: Any, _instances: Any) -> None:
         session.execute(
             update(CounterRow).where(CounterRow.name == COUNTER).values(value=CounterRow.value + 1)
         )
+        session.info["routes_changed"] = True
+
+
+def _announce(session: Session) -> None:
+    if session.info.pop("routes_changed", False):
+        CHANGED.fire()

@@ -3,7 +3,6 @@ replica logs (served by the process that runs the reconciler's runtime)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Annotated
 
@@ -19,7 +18,7 @@ from controlplane.services import Services
 from controlplane.settings import Settings
 from openeas.wire import ROUTES_PATH, RouteTable
 
-POLL_SECONDS = 0.2
+POLL_SECONDS = 0.2  # how soon a change committed by another process is seen
 
 
 def router(
@@ -46,7 +45,7 @@ def router(
         while await run_in_threadpool(current_version) <= after:
             if time.monotonic() >= deadline or await request.is_disconnected():
                 return Response(status_code=204)
-            await asyncio.sleep(POLL_SECONDS)
+            await routes.CHANGED.wait(POLL_SECONDS)
         return await run_in_threadpool(
             routes.table, sessions, settings.cluster_id, settings.default_timeout_ms
         )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
+import pytest
 from fastapi.testclient import TestClient
 
 from openeas.wire import ROUTES_PATH, RouteTable, token_digest
@@ -56,3 +58,23 @@ def test_logs_without_a_reconciler_say_so(client: TestClient) -> None:
     r = client.get("/api/v2/services/local/triton_test/logs")
     assert r.status_code == 503 and "reconciler" in r.json()["detail"]
     assert client.get("/api/v2/services/local/nope/logs").status_code == 404
+
+
+def test_a_commit_in_this_process_wakes_the_long_poll(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from controlplane.api import internal
+
+    monkeypatch.setattr(internal, "POLL_SECONDS", 30.0)  # only the wake-up can answer in time
+    first = client.get(ROUTES_PATH).json()["version"]
+    answers: list[int] = []
+    poll = threading.Thread(
+        target=lambda: answers.append(
+            client.get(ROUTES_PATH, params={"after": first, "wait": 20}).status_code
+        )
+    )
+    poll.start()
+    time.sleep(0.3)  # the poll is waiting
+    client.post("/api/v2/services", json=seed_spec())
+    poll.join(5)
+    assert answers == [200]

@@ -83,6 +83,14 @@ class Platform:
         body: dict[str, Any] = r.json()
         return body
 
+    def wait_routable(self, endpoint: str, token: str, timeout: float = 1.0) -> None:
+        """The gateway serves the service within ``timeout`` (it follows the route table)."""
+        deadline = time.monotonic() + timeout
+        url = f"http://{endpoint}/v2/health/ready"
+        while httpx.get(url, headers={"Authorization": token}).status_code != 200:
+            assert time.monotonic() < deadline, "the gateway did not pick up the replica"
+            time.sleep(0.02)
+
     def wait_for(self, check: Any, timeout: float = 120) -> float:
         started = time.monotonic()
         while time.monotonic() - started < timeout:
@@ -221,6 +229,7 @@ def test_seed_journey(platform: Platform, oss_model_repo: str) -> None:
     platform.wait_for(
         lambda d: d["Status"] == "Running" and d["Replicas"] and d["Replicas"][0]["restarts"] == 0
     )
+    platform.wait_routable(endpoint, token)  # the gateway follows within a second
     seed_client(endpoint, token)
 
     # even a SIGKILLed platform leaves no replica behind
