@@ -6,6 +6,7 @@ path or anything a client chose freely (unknown services count under ``service="
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from bisect import bisect_left
 from collections.abc import Iterable
 
@@ -53,7 +54,7 @@ def _num(value: float) -> str:
     return repr(float(value))
 
 
-class _Metric:
+class _Metric(ABC):
     kind = ""
 
     def __init__(self, name: str, help_text: str, labelnames: tuple[str, ...] = ()) -> None:
@@ -64,8 +65,9 @@ class _Metric:
     def header(self) -> list[str]:
         return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
 
+    @abstractmethod
     def samples(self) -> Iterable[str]:
-        raise NotImplementedError
+        """The exposition lines of this metric's values."""
 
 
 class Counter(_Metric):
