@@ -220,14 +220,11 @@ class Reconciler:
     ) -> None:
         """Store status for the generation we acted on; raises StaleDataError (→ retry)
         when the API changed the row meanwhile."""
-        replicas = [
-            dict(r.as_dict(), index=i, current=r.template_hash == template_hash)
-            for i, r in enumerate(seen.replicas)
-        ]
+        replicas = [r.as_dict(current=r.template_hash == template_hash) for r in seen.replicas]
         with self._sessions() as s:
             row = self._row(s, state.name)
             if row is None or row.generation != state.generation:
-                self._enqueue_soon(state.name)
+                self.notify(state.name)  # changed meanwhile: act on the new generation
                 return
             values = {
                 "status": new.status,
@@ -253,10 +250,6 @@ class Reconciler:
                 add_event(row, new.status, detail[:500], warning=new.status == "Failed")
             row.updated_at = utcnow()
             s.commit()
-
-    def _enqueue_soon(self, name: str) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._enqueue, name)
 
     def _forget(self, name: str) -> None:
         with self._sessions() as s:

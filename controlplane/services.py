@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -29,7 +29,6 @@ from controlplane.models import EventRow, ServiceRow, utcnow
 from controlplane.spec import Check, split_token, validate_spec
 from openeas.wire import token_digest
 
-T = TypeVar("T")
 SortKey = Literal["name", "createTime", "updateTime", "status"]
 _SORT_COLUMNS = {
     "name": ServiceRow.name,
@@ -134,30 +133,11 @@ class Services:
             raise InvalidSpec(
                 [FieldProblem("name", "a service cannot be renamed", f"use {name!r} or omit it")]
             )
-
-        def change(row: ServiceRow) -> None:
-            current = dict(row.spec, token=row.token)
-            spec = validate_spec(merge_patch(current, patch), self._checks)
-            stored, token = split_token(spec)
-            if token and token != row.token:
-                _set_token(row, token)
-                add_event(row, "TokenChanged", "service token replaced by the spec's token")
-            if stored != row.spec:
-                row.spec = stored
-                _bump(row, "Updated", "spec updated")
-
-        return self._write(cluster, name, change, if_match)
+        return self._patch(cluster, name, patch, ("Updated", "spec updated"), if_match)
 
     def scale(self, cluster: str, name: str, instance: int) -> ServiceRow:
-        def change(row: ServiceRow) -> None:
-            metadata = dict(row.spec.get("metadata", {}), instance=instance)
-            spec = validate_spec(dict(row.spec, metadata=metadata), self._checks)
-            stored, _ = split_token(spec)
-            if stored != row.spec:
-                row.spec = stored
-                _bump(row, "Scaled", f"instances set to {instance}")
-
-        return self._write(cluster, name, change)
+        patch = {"metadata": {"instance": instance}}
+        return self._patch(cluster, name, patch, ("Scaled", f"instances set to {instance}"))
 
     def set_stopped(self, cluster: str, name: str, stopped: bool) -> ServiceRow:
         def change(row: ServiceRow) -> None:
@@ -193,6 +173,29 @@ class Services:
         return self._write(cluster, name, change), token
 
     # -- plumbing ------------------------------------------------------------------------
+    def _patch(
+        self,
+        cluster: str,
+        name: str,
+        patch: dict[str, Any],
+        event: tuple[str, str],
+        if_match: int | None = None,
+    ) -> ServiceRow:
+        """Merge ``patch`` into the stored spec (and token), validate the whole, and record
+        a new generation with ``event`` only when the spec really changed."""
+
+        def change(row: ServiceRow) -> None:
+            spec = validate_spec(merge_patch(dict(row.spec, token=row.token), patch), self._checks)
+            stored, token = split_token(spec)
+            if token and token != row.token:
+                _set_token(row, token)
+                add_event(row, "TokenChanged", "service token replaced by the spec's token")
+            if stored != row.spec:
+                row.spec = stored
+                _bump(row, *event)
+
+        return self._write(cluster, name, change, if_match)
+
     def _load(self, s: Session, cluster: str, name: str) -> ServiceRow:
         if cluster != self.cluster:
             raise ServiceNotFound(

@@ -69,7 +69,8 @@ class ReplicaStatus:
     message: str = ""  # for a human: last log lines, scheduler message, ...
     permanent: bool = False  # failed in a way that restarting cannot fix (bad model repo)
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self, *, current: bool) -> dict[str, object]:
+        """As stored for describe and the route table; ``current``: of the desired template."""
         return {
             "name": self.name,
             "state": self.state,
@@ -77,7 +78,7 @@ class ReplicaStatus:
             "restarts": self.restarts,
             "reason": self.reason,
             "message": self.message,
-            "current": True,
+            "current": current,
         }
 
 

@@ -53,7 +53,7 @@ class Replica:
     desired: DesiredReplicaSet
     log_path: Path
     state: ReplicaState = "Pending"
-    endpoint: str | None = None
+    base_url: str | None = None  # of the current process; an endpoint only while ready
     restarts: int = 0
     reason: str = "Starting"
     message: str = ""
@@ -71,7 +71,7 @@ class Replica:
             name=self.name,
             template_hash=self.desired.template_hash,
             state="Terminating" if self.stopping else self.state,
-            endpoint=self.endpoint if self.state == "Running" and not self.stopping else None,
+            endpoint=self.base_url if self.state == "Running" and not self.stopping else None,
             restarts=self.restarts,
             reason=self.reason,
             message=self.message,
@@ -201,7 +201,7 @@ class LocalRuntime:
                 if replica.stopping:
                     break
                 tail = _tail(replica.log_path)
-                replica.state, replica.endpoint = "CrashLoopBackOff", None
+                replica.state = "CrashLoopBackOff"
                 replica.message = f"exited with code {code}" + (f":\n{tail}" if tail else "")
                 if code in PERMANENT_EXITS:
                     replica.state, replica.permanent = "Failed", True
@@ -231,7 +231,8 @@ class LocalRuntime:
         env = dict(os.environ, **plan.env)
         env["OPENEAS_MODEL_CACHE"] = str(self.data_dir / "models")
         env["PYTHONUNBUFFERED"] = "1"
-        replica.state, replica.reason, replica.endpoint = "Pending", "Starting", None
+        replica.state, replica.reason = "Pending", "Starting"
+        replica.base_url = f"http://{self.host}:{http}"
         with replica.log_path.open("ab") as out:
             out.write(f"--- openeas: start #{replica.restarts} on port {http}\n".encode())
             out.flush()
@@ -245,14 +246,13 @@ class LocalRuntime:
                 preexec_fn=die_with(os.getpid()),  # no orphan even if we are SIGKILLed
             )
         self.notify(replica.service)
-        base = f"http://{self.host}:{http}"
-        probe = asyncio.create_task(self._probe(replica, base + plan.readiness_path, base))
+        probe = asyncio.create_task(self._probe(replica, replica.base_url + plan.readiness_path))
         try:
             return await replica.process.wait()
         finally:
             probe.cancel()
 
-    async def _probe(self, replica: Replica, url: str, base: str) -> None:
+    async def _probe(self, replica: Replica, url: str) -> None:
         """Follow readiness: Pending ↔ Running, notifying on every flip."""
         if self._http is None:
             # No keep-alive: Triton waits for open HTTP connections before it exits.
@@ -269,7 +269,6 @@ class LocalRuntime:
             state: ReplicaState = "Running" if ready else "Pending"
             if state != replica.state:
                 replica.state = state
-                replica.endpoint = base if ready else None
                 replica.reason = "" if ready else "NotReady"
                 self.notify(replica.service)
             await asyncio.sleep(self.probe_interval if not ready else self.probe_interval * 4)
@@ -278,8 +277,7 @@ class LocalRuntime:
         process = replica.process
         if process is None or process.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
+        self._terminate(replica)
         try:
             await asyncio.wait_for(process.wait(), STOP_GRACE)
         except TimeoutError:
