@@ -50,10 +50,12 @@ def create_app(settings: Settings, engine: Engine, reconciler: Reconciler | None
     app.include_router(services_api.router(services, settings))
     app.include_router(internal.router(sessions, services, settings, reconciler))
 
+    console_page = CONSOLE.read_text(encoding="utf-8")
+
     @app.get("/", include_in_schema=False)
     def console() -> HTMLResponse:
         """The console page: services, status, endpoints, tokens (admin token asked)."""
-        return HTMLResponse(CONSOLE.read_text(encoding="utf-8"))
+        return HTMLResponse(console_page)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
