@@ -79,7 +79,7 @@ class Gateway:
             self._fallback = FallbackProxy(
                 self.fallback_upstream,
                 self._upstreams,
-                connect_timeout_s=self.settings.connect_timeout_ms / 1000.0,
+                connect_timeout_s=self.settings.connect_timeout_s,
                 max_body_bytes=self.settings.max_body_bytes,
             )
         self._source_task = asyncio.create_task(self._run_source(), name="gateway-routes")

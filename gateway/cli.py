@@ -51,7 +51,7 @@ async def serve(settings: GatewaySettings, *, reuse_port: bool = False) -> None:
         settings.controlplane_url,
         settings.admin_token.get_secret_value(),
         wait_s=settings.poll_wait_s,
-        connect_timeout_s=settings.connect_timeout_ms / 1000.0,
+        connect_timeout_s=settings.connect_timeout_s,
         backoff_max_s=settings.poll_backoff_max_s,
     )
     runner = await start_gateway(settings, source, reuse_port=reuse_port)

@@ -77,9 +77,7 @@ def forward_request_headers(
             continue
         out += (name, b": ", value, b"\r\n")
     if listed:
-        out = [
-            part for i in range(0, len(out), 4) if out[i] not in listed for part in out[i : i + 4]
-        ]
+        out = without_fields(out, listed)
     if peer:
         p = peer.encode("latin-1")
         xff = p if xff is None else xff + b", " + p
@@ -89,6 +87,16 @@ def forward_request_headers(
         out.append(b"x-forwarded-proto: http\r\n")
     if host is not None and not fhost:
         out += (b"x-forwarded-host: ", host, b"\r\n")
+    return out
+
+
+def without_fields(parts: list[bytes], listed: frozenset[bytes]) -> list[bytes]:
+    """``parts`` (name, ": ", value, CRLF quadruples) minus the fields ``listed`` (lower-case),
+    as a ``Connection`` header asks of a proxy."""
+    out: list[bytes] = []
+    for i in range(0, len(parts), 4):
+        if parts[i].lower() not in listed:
+            out += parts[i : i + 4]
     return out
 
 

@@ -91,9 +91,6 @@ class Gauge(Counter):
     def set(self, labels: LabelValues, value: float) -> None:
         self.values[labels] = value
 
-    def dec(self, labels: LabelValues = (), amount: float = 1.0) -> None:
-        self.values[labels] = self.values.get(labels, 0.0) - amount
-
 
 class _HistogramChild:
     __slots__ = ("counts", "sum")

@@ -128,4 +128,8 @@ def is_admin_path(segments: tuple[str, ...] | list[str]) -> bool:
     if first in _ADMIN_ROOTS:
         return True
     # v2/models/<m>[/versions/<v>]/trace/setting: "trace" anywhere below a model name.
-    return first == "models" and any(s.lower() == "trace" for s in segments[3:])
+    if first == "models":
+        for segment in segments[3:]:  # a loop, not any(): this runs on every request
+            if segment.lower() == "trace":
+                return True
+    return False

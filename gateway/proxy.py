@@ -96,13 +96,13 @@ class PredictProxy:
         self.balancer = balancer
         self.metrics = metrics
         self.upstreams = upstreams
-        self._connect_s = settings.connect_timeout_ms / 1000.0
+        self._connect_s = settings.connect_timeout_s
 
     # -- admission (shared) ---------------------------------------------------------------
 
     def _admit(self, request: Request, target: Target, entry: ServiceRoute) -> None:
         """Raise the :class:`Problem` that refuses this call, or take its place in the
-        service's in-flight count (the caller must :meth:`_leave`)."""
+        service's in-flight count (the caller must ``entry.in_flight.leave()``)."""
         name = entry.route.service
         auth = request.hmap.get(b"authorization")
         accepted = entry.accepted
@@ -113,10 +113,7 @@ class PredictProxy:
             if not token_matches(token, entry.digest):
                 raise unauthorized(name, "the token does not match this service")
             entry.accepted = auth
-        path = target.path_qs.lower()
-        if (
-            "repository" in path or "sharedmemory" in path or "trace" in path or "logging" in path
-        ) and is_admin_path(target.segments):
+        if is_admin_path(target.segments):
             raise Problem(
                 403,
                 "Triton's admin API (model repository, shared memory, trace, logging) "
@@ -151,10 +148,6 @@ class PredictProxy:
                 service=name,
                 headers={"Retry-After": "1"},
             )
-
-    @staticmethod
-    def _leave(entry: ServiceRoute) -> None:
-        entry.in_flight.leave()
 
     def _count(self, label: str, code: int, started: float) -> None:
         self.metrics.requests.inc((label, str(code)))
@@ -267,7 +260,7 @@ class PredictProxy:
             code = CLIENT_CLOSED
             raise
         finally:
-            self._leave(entry)
+            entry.in_flight.leave()
             self._count(name, code, started)
 
     async def _forward(self, request: Request, target: Target, entry: ServiceRoute) -> int:
@@ -285,11 +278,9 @@ class PredictProxy:
                 try:
                     body = await request.body.read_all(limit)
                 except BodyTooLarge:
-                    body = None
-                if body is None or len(body) > limit:
                     raise Problem(
                         413, f"request body exceeds the limit of {limit} bytes", service=name
-                    )
+                    ) from None
         headers = self._upstream_headers(request, len(body) if body is not None else length)
         tried: list[Endpoint] = []
         while True:

@@ -55,10 +55,6 @@ class ServiceRoute:
     # (a hash per request cost more than the comparison). Never carried to a new table.
     accepted: bytes | None = None
 
-    @property
-    def name(self) -> str:
-        return self.route.service
-
 
 class RouteState:
     """Current table: service name → :class:`ServiceRoute`. ``version`` is None until a
@@ -181,10 +177,6 @@ class ControlPlaneRouteSource:
         self.last_sync: float | None = None
         self.unreachable_since: float | None = None
         self.last_error: str | None = None
-
-    @property
-    def reachable(self) -> bool:
-        return self.last_sync is not None and self.unreachable_since is None
 
     def health(self) -> Health:
         if self.unreachable_since is not None:

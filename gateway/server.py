@@ -224,10 +224,6 @@ class Request:
         self.content_length = int(cl) if cl is not None else None  # llhttp validated it
         self.has_body = (self.content_length or 0) > 0 or b"transfer-encoding" in self.hmap
 
-    def header(self, name: bytes) -> bytes | None:
-        """Value of header ``name`` (lower-case), or None."""
-        return self.hmap.get(name)
-
     @property
     def path(self) -> str:
         return self.target.partition("?")[0]
@@ -249,7 +245,26 @@ class Request:
 Handler = Callable[[Request], Coroutine[Any, Any, None] | None]
 
 
-class HttpConnection(asyncio.Protocol):
+class ReadPausable(asyncio.Protocol):
+    """Backpressure on a connection's reading side; client and upstream connections both
+    pause one side while the other side's buffer drains."""
+
+    transport: asyncio.Transport | None
+    closed: bool
+    _reading_paused: bool
+
+    def pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+
+class HttpConnection(ReadPausable):
     """One client connection."""
 
     def __init__(self, server: HttpServer) -> None:
@@ -266,7 +281,6 @@ class HttpConnection(asyncio.Protocol):
         self.last_active = 0.0
         self.writing_paused = False
         self._reading_paused = False
-        self._drain: asyncio.Future[None] | None = None
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._head_size = 0
@@ -334,8 +348,6 @@ class HttpConnection(asyncio.Protocol):
             # created in this same loop turn takes its first step (entering its try/finally,
             # which returns what it holds) before the cancellation reaches it.
             self.loop.call_soon(task.cancel)
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(ConnectionResetError("client disconnected"))
         self._queue.clear()
 
     def pause_writing(self) -> None:
@@ -347,8 +359,6 @@ class HttpConnection(asyncio.Protocol):
         self.writing_paused = False
         if self.producer is not None:
             self.producer.resume_producing()
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
 
     # -- httptools callbacks --------------------------------------------------------------
 
@@ -515,17 +525,6 @@ class HttpConnection(asyncio.Protocol):
         if not self.closed and self.transport is not None:
             self.transport.write(data)
 
-    async def drain(self) -> None:
-        if self.closed:
-            raise ConnectionResetError("client disconnected")
-        if not self.writing_paused:
-            return
-        self._drain = self.loop.create_future()
-        try:
-            await self._drain
-        finally:
-            self._drain = None
-
     def write_response(
         self, status: int, headers: list[tuple[bytes, bytes]], body: bytes = b""
     ) -> None:
@@ -541,17 +540,9 @@ class HttpConnection(asyncio.Protocol):
             parts.append(body)
         self.write(b"".join(parts))
 
-    def pause_reading(self) -> None:
-        if not self._reading_paused and self.transport is not None and not self.closed:
-            self._reading_paused = True
-            self.transport.pause_reading()
-
     def resume_reading(self) -> None:
-        if self._reading_paused and self.transport is not None and not self.closed:
-            if self._queue:
-                return  # still answering pipelined requests in order
-            self._reading_paused = False
-            self.transport.resume_reading()
+        if not self._queue:  # else still answering pipelined requests in order
+            super().resume_reading()
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:

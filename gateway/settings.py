@@ -47,6 +47,11 @@ class GatewaySettings(BaseSettings):
     connect_timeout_ms: int = Field(
         default=3_000, ge=1, description="TCP connect to a replica; past it, the next one."
     )
+
+    @property
+    def connect_timeout_s(self) -> float:
+        return self.connect_timeout_ms / 1000.0
+
     buffer_body_bytes: int = Field(
         default=256 * 1024,
         ge=0,

@@ -25,8 +25,8 @@ from typing import cast
 
 import httptools
 
-from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes
-from gateway.server import Request, status_line
+from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_fields
+from gateway.server import ReadPausable, Request, status_line
 
 _CRLF = b"\r\n"
 _NO_BODY_STATUS = frozenset({204, 304})
@@ -36,13 +36,12 @@ _RESPONSE_SPECIAL = HOP_BY_HOP_BYTES | {b"content-length"}
 
 
 class UpstreamError(Exception):
-    """The replica failed. ``sent`` is True once any request byte went out (then the
-    request must not be retried elsewhere)."""
+    """The replica failed. Only ``kind == "connect"`` means no request byte went out (the
+    one case the proxy retries on another replica)."""
 
-    def __init__(self, kind: str, detail: str, *, sent: bool) -> None:
+    def __init__(self, kind: str, detail: str) -> None:
         super().__init__(detail)
         self.kind = kind  # "connect", "timeout" or "broken"
-        self.sent = sent
 
 
 class ResponseHead:
@@ -66,7 +65,7 @@ class ResponseHead:
         self.keep_alive = keep_alive
 
 
-class UpstreamConnection(asyncio.Protocol):
+class UpstreamConnection(ReadPausable):
     """One keep-alive connection to a replica; one exchange at a time."""
 
     def __init__(self, pool: UpstreamPool, key: tuple[str, int]) -> None:
@@ -79,7 +78,6 @@ class UpstreamConnection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self._headers: list[tuple[bytes, bytes]] = []
-        self._writing_paused = False
         self._reading_paused = False
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -96,7 +94,7 @@ class UpstreamConnection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
-            ex.fail(UpstreamError("broken", f"invalid HTTP response: {e}", sent=True))
+            ex.fail(UpstreamError("broken", f"invalid HTTP response: {e}"))
             return
         ex.flush()
 
@@ -111,13 +109,11 @@ class UpstreamConnection(asyncio.Protocol):
             ex.connection_lost()
 
     def pause_writing(self) -> None:
-        self._writing_paused = True
         ex = self.exchange
         if ex is not None:
             ex.client.pause_reading()
 
     def resume_writing(self) -> None:
-        self._writing_paused = False
         ex = self.exchange
         if ex is not None:
             ex.client.resume_reading()
@@ -155,7 +151,7 @@ class UpstreamConnection(asyncio.Protocol):
                 continue
             kept += (name, b": ", value, _CRLF)
         if listed:
-            kept = _without(kept, listed)
+            kept = without_fields(kept, listed)
         head = ResponseHead(
             self.parser.get_status_code(),
             b"".join(kept),
@@ -183,16 +179,6 @@ class UpstreamConnection(asyncio.Protocol):
 
     def write_body(self, data: bytes) -> None:
         self.write(data)
-
-    def pause_reading(self) -> None:
-        if not self._reading_paused and self.transport is not None and not self.closed:
-            self._reading_paused = True
-            self.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self._reading_paused and self.transport is not None and not self.closed:
-            self._reading_paused = False
-            self.transport.resume_reading()
 
     def close(self) -> None:
         self.closed = True
@@ -256,10 +242,10 @@ class UpstreamPool:
                     lambda: UpstreamConnection(self, key), host, port
                 )
         except TimeoutError:
-            raise UpstreamError("connect", "connect timed out", sent=False) from None
+            raise UpstreamError("connect", "connect timed out") from None
         except OSError as e:
             raise UpstreamError(
-                "connect", f"cannot connect: {e.strerror or type(e).__name__}", sent=False
+                "connect", f"cannot connect: {e.strerror or type(e).__name__}"
             ) from None
         sock = conn.transport.get_extra_info("socket") if conn.transport else None
         if sock is not None:
@@ -476,7 +462,7 @@ class Exchange:
             self.on_complete()
             self.flush()
             return
-        self.fail(UpstreamError("broken", "the replica closed the connection", sent=True))
+        self.fail(UpstreamError("broken", "the replica closed the connection"))
 
     def fail(self, error: UpstreamError) -> None:
         if self.finished:
@@ -527,13 +513,13 @@ class Exchange:
         if self.finished or not self.deadline or now < self.deadline:
             return
         if not self.status:
-            self.fail(UpstreamError("timeout", "no answer in time", sent=True))
+            self.fail(UpstreamError("timeout", "no answer in time"))
         elif self.client.writing_paused:
             # Waiting on the client is not the replica's fault.
             assert self._timeout_s is not None
             self.deadline = now + self._timeout_s
         else:
-            self.fail(UpstreamError("timeout", "the replica stalled mid-response", sent=True))
+            self.fail(UpstreamError("timeout", "the replica stalled mid-response"))
 
 
 def response_head_bytes(
@@ -555,12 +541,3 @@ def response_head_bytes(
     if not keep_alive:
         framing += b"connection: close\r\n"
     return status_line(head.status) + head.passthrough + framing + _CRLF, chunked_out, keep_alive
-
-
-def _without(kept: list[bytes], listed: frozenset[bytes]) -> list[bytes]:
-    """``kept`` (name, ": ", value, CRLF quadruples) minus the fields ``listed``."""
-    out: list[bytes] = []
-    for i in range(0, len(kept), 4):
-        if kept[i].lower() not in listed:
-            out += kept[i : i + 4]
-    return out
