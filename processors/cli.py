@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from pathlib import Path
 
 from processors import exits, registry, repository
@@ -89,7 +88,7 @@ def _run(args: argparse.Namespace, params: list[str] | None) -> int:
 
 def _pull(uri: str, dest: Path, endpoint: str | None) -> int:
     try:
-        report = repository.pull(uri, dest, endpoint=endpoint or os.environ.get("OSS_ENDPOINT"))
+        report = repository.pull(uri, dest, endpoint=endpoint)  # else OSS_ENDPOINT
     except repository.PullFailed as e:
         return fail(e.exit_code, f"model pull failed: {e}")
     print(

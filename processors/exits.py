@@ -26,6 +26,14 @@ PULL_TEMPORARY = 75
 NO_SERVER_BINARY = 127
 INTERRUPTED = 130
 
+# Codes after which restarting cannot help, with the reason a service shows for each; the
+# local and the kubernetes runtimes both read this.
+PERMANENT = {
+    BAD_PARAMS: "BadProcessorParams",
+    PULL_PERMANENT: "ModelPullFailed",
+    NO_SERVER_BINARY: "ServerBinaryMissing",
+}
+
 
 def say(line: str) -> None:
     """One ``openeas: …`` line on stderr (the replica's log)."""

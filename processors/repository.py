@@ -60,7 +60,7 @@ def local_repository(uri: str, cache: Path, *, endpoint: str | None) -> Path:
     if local is not None:
         if not local.is_dir():
             raise PullFailed(f"model repository {local} is not a directory", temporary=False)
-        return Path(local)
+        return local
     dest = slot(cache, uri, endpoint)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -35,12 +35,7 @@ from processors.triton.supervisor import die_with
 
 log = logging.getLogger(__name__)
 
-# Exit codes that restarting cannot fix, and the reason the service shows for each.
-PERMANENT_EXITS = {
-    exits.BAD_PARAMS: "BadProcessorParams",
-    exits.PULL_PERMANENT: "ModelPullFailed",
-    exits.NO_SERVER_BINARY: "ServerBinaryMissing",
-}
+PERMANENT_EXITS = exits.PERMANENT
 TAIL_LINES = 12
 MAX_BACKOFF = 60.0
 STOP_GRACE = 15.0

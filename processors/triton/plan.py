@@ -15,9 +15,6 @@ from collections.abc import Sequence
 from processors.registry import Ports, ReplicaPlan
 from processors.triton import flags
 
-READINESS_PATH = "/v2/health/ready"
-LIVENESS_PATH = "/v2/health/live"
-
 
 def run_args(params: Sequence[str], ports: Ports) -> list[str]:
     """Arguments of ``openeas`` that run one replica with the platform's ports."""
@@ -46,8 +43,6 @@ def plan(params: Sequence[str], ports: Ports, oss_endpoint: str | None) -> Repli
         command=[sys.executable, "-m", "openeas.cli", *args],
         env={"OSS_ENDPOINT": oss_endpoint} if oss_endpoint else {},
         http_port=ports.http,
-        readiness_path=READINESS_PATH,
-        liveness_path=LIVENESS_PATH,
         model_uri=checked.model_repository,
         openeas_args=args,
     )

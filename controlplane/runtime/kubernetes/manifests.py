@@ -21,6 +21,7 @@ from typing import Any
 from controlplane.runtime.base import DesiredReplicaSet, PermanentRuntimeError
 from controlplane.runtime.kubernetes.settings import GPU_RESOURCE, KubernetesSettings
 from processors import registry
+from processors.storage.uri import resolve_local
 
 Manifest = dict[str, Any]
 
@@ -199,7 +200,7 @@ def _plan(
 
 def _is_remote(uri: str | None) -> bool:
     """A repository to download (``oss://…``), not a path inside the image."""
-    return uri is not None and "://" in uri and not uri.startswith("file://")
+    return uri is not None and resolve_local(uri) is None
 
 
 def _local_params(params: list[str], remote: str) -> list[str]:
@@ -261,9 +262,8 @@ def _pull_container(
     desired: DesiredReplicaSet,
     settings: KubernetesSettings,
 ) -> Manifest:
+    # OSS_ENDPOINT comes in plan_env: _plan passes the spec's or the settings' endpoint.
     env: list[Manifest] = [{"name": k, "value": v} for k, v in sorted(plan_env.items())]
-    if settings.oss_endpoint and "OSS_ENDPOINT" not in plan_env:
-        env.append({"name": "OSS_ENDPOINT", "value": settings.oss_endpoint})
     if settings.oss_region:
         env.append({"name": "OSS_REGION", "value": settings.oss_region})
     if settings.oss_secret:

@@ -22,7 +22,7 @@ from processors import exits
 Object = dict[str, Any]
 
 # Exit codes after which restarting the same container cannot help.
-PERMANENT_EXITS = {exits.BAD_PARAMS, exits.PULL_PERMANENT, exits.NO_SERVER_BINARY}
+PERMANENT_EXITS = set(exits.PERMANENT)
 IMAGE_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 PERMANENT_IMAGE_REASONS = {"InvalidImageName", "ErrImageNeverPull"}
 # The kubelet cannot create the container: a missing Secret or key, a bad command.
