@@ -293,10 +293,10 @@ def run_wrk(
 def serve_gateway(port: int, upstream: str, token: str) -> None:
     """``--serve-gateway``: a gateway with a static table (one service, one replica)."""
     sys.path.insert(0, str(ROOT))
+    from contract.wire import Route, RouteTable, token_digest
     from gateway.app import start_gateway
-    from gateway.routes import StaticRouteSource
+    from gateway.route_table import StaticRouteSource
     from gateway.settings import GatewaySettings
-    from openeas.wire import Route, RouteTable, token_digest
 
     table = RouteTable(
         version=1,

@@ -1,7 +1,7 @@
 """Benchmark of the model-repository pull against the local OSS stand-in.
 
 Run by hand (``python bench/pull.py [--mib 256]``) to get the figures quoted in the pull's
-closing note. It starts ``tests/oss_server.py`` as a separate process (so server and client do
+closing note. It starts ``testing/oss_server.py`` as a separate process (so server and client do
 not share one interpreter lock), uploads a generated repository of ``--mib`` MiB (many small
 files plus one large file, random bytes), then measures on the same server, in this order:
 
@@ -48,8 +48,8 @@ MiB = 1 << 20
 
 @contextmanager
 def stand_in() -> Iterator[str]:
-    """Run ``tests.oss_server`` in a child process; yield its endpoint."""
-    argv = [sys.executable, "-m", "tests.oss_server", "--access-key-id", KEY_ID]
+    """Run ``testing.oss_server`` in a child process; yield its endpoint."""
+    argv = [sys.executable, "-m", "testing.oss_server", "--access-key-id", KEY_ID]
     argv += ["--access-key-secret", SECRET, "--bucket", BUCKET]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:

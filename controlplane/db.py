@@ -28,8 +28,8 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:
-    from controlplane import routes
+    from controlplane import route_feed
 
     sessions = sessionmaker(engine, expire_on_commit=False)
-    routes.install(sessions)
+    route_feed.install(sessions)
     return sessions

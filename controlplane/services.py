@@ -17,6 +17,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
+from contract.merge import merge_patch
+from contract.wire import token_digest
 from controlplane.errors import (
     Conflict,
     FieldProblem,
@@ -27,7 +29,6 @@ from controlplane.errors import (
 )
 from controlplane.models import EventRow, ServiceRow, utcnow
 from controlplane.spec import Check, split_token, validate_spec
-from openeas.wire import token_digest
 
 SortKey = Literal["name", "createTime", "updateTime", "status"]
 _SORT_COLUMNS = {
@@ -235,19 +236,6 @@ class Services:
                 except StaleDataError:
                     s.rollback()  # someone else wrote first: re-read and re-apply
         raise Conflict(f"service {name!r} is being changed concurrently: try again")
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: objects merge recursively, null deletes, rest replaces."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def _bump(row: ServiceRow, reason: str, message: str) -> None:

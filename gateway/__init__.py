@@ -2,6 +2,6 @@
 
 Entry points: :func:`gateway.app.start_gateway` (embeddable; ``openeas up`` uses it) and
 ``openeas gateway`` (:func:`gateway.cli.main`). Route tables come from a
-:class:`gateway.routes.RouteSource`. Never imports ``controlplane``: the only shared
-contract is :mod:`openeas.wire`.
+:class:`gateway.route_table.RouteSource`. Never imports ``controlplane``: the only shared
+contract is :mod:`contract.wire`.
 """

@@ -21,17 +21,17 @@ from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
+from contract.wire import RouteTable
 from gateway.balancer import EndpointPool
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
 from gateway.paths import BadTarget, parse_target
 from gateway.problems import Problem, write_problem
 from gateway.proxy import FallbackProxy, PredictProxy
-from gateway.routes import Health, RouteSource, RouteState
+from gateway.route_table import Health, RouteSource, RouteState
 from gateway.server import HttpServer, Request
 from gateway.settings import GatewaySettings
 from gateway.upstream import UpstreamPool
-from openeas.wire import RouteTable
 
 log = logging.getLogger(__name__)
 

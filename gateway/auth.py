@@ -1,6 +1,6 @@
 """Service-token check for predict calls: pure functions, called by the proxy per request.
 
-The route table carries only SHA-256 digests of tokens (``openeas.wire.token_digest``). A
+The route table carries only SHA-256 digests of tokens (``contract.wire.token_digest``). A
 presented token is hashed and the two digests compared with :func:`hmac.compare_digest`,
 so the comparison's timing says nothing about how much of a guess was right. Tokens are
 never logged nor kept beyond the call.

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gateway.app import start_gateway
-from gateway.routes import ControlPlaneRouteSource
+from gateway.route_table import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
 
 log = logging.getLogger("gateway")

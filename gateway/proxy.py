@@ -29,7 +29,7 @@ from gateway.headers import PREDICT_DROPPED, REQUEST_REPLACED, forward_request_h
 from gateway.metrics import GatewayMetrics
 from gateway.paths import Target, is_admin_path
 from gateway.problems import Problem, unauthorized, write_problem
-from gateway.routes import RouteState, ServiceRoute
+from gateway.route_table import RouteState, ServiceRoute
 from gateway.server import BodyTooLarge, ClientGone, Request
 from gateway.settings import GatewaySettings
 from gateway.upstream import (

@@ -41,14 +41,14 @@ from typing import Protocol as TypingProtocol
 
 import httptools
 
+from gateway.http1 import CRLF, ReadPausable, status_line
+
 log = logging.getLogger(__name__)
 
 BUFFER_HIGH = 256 * 1024  # body bytes held before the client is paused (at least)
 MAX_HEAD_BYTES = 64 * 1024  # request line + header fields (431 past it)
 DISCARD_MAX = 4 * 1024 * 1024  # unread body drained to keep a connection; past it, close
 LINGER_S = 2.0  # how long a refused upload is drained before the connection is closed
-
-_CRLF = b"\r\n"
 
 
 class Producer(TypingProtocol):
@@ -243,25 +243,6 @@ class Request:
 
 
 Handler = Callable[[Request], Coroutine[Any, Any, None] | None]
-
-
-class ReadPausable(asyncio.Protocol):
-    """Backpressure on a connection's reading side; client and upstream connections both
-    pause one side while the other side's buffer drains."""
-
-    transport: asyncio.Transport | None
-    closed: bool
-    _reading_paused: bool
-
-    def pause_reading(self) -> None:
-        if not self._reading_paused and self.transport is not None and not self.closed:
-            self._reading_paused = True
-            self.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self._reading_paused and self.transport is not None and not self.closed:
-            self._reading_paused = False
-            self.transport.resume_reading()
 
 
 class HttpConnection(ReadPausable):
@@ -532,7 +513,7 @@ class HttpConnection(ReadPausable):
         req = self.active
         parts = [status_line(status)]
         for name, value in headers:
-            parts += (name, b": ", value, _CRLF)
+            parts += (name, b": ", value, CRLF)
         if req is not None and not req.keep_alive:
             parts.append(b"connection: close\r\n")
         parts += (b"content-length: ", str(len(body)).encode(), b"\r\n\r\n")
@@ -547,20 +528,6 @@ class HttpConnection(ReadPausable):
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.transport.close()
-
-
-_STATUS_LINES: dict[int, bytes] = {}
-
-
-def status_line(status: int) -> bytes:
-    line = _STATUS_LINES.get(status)
-    if line is None:
-        try:
-            phrase = HTTPStatus(status).phrase
-        except ValueError:
-            phrase = ""
-        line = _STATUS_LINES[status] = f"HTTP/1.1 {status} {phrase}\r\n".encode("latin-1")
-    return line
 
 
 class HttpServer:

@@ -26,9 +26,9 @@ from typing import cast
 import httptools
 
 from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_fields
-from gateway.server import ReadPausable, Request, status_line
+from gateway.http1 import CRLF, ReadPausable, status_line
+from gateway.server import Request
 
-_CRLF = b"\r\n"
 _NO_BODY_STATUS = frozenset({204, 304})
 TICK_S = 0.05  # resolution of upstream timeouts
 # Response fields the proxy sets itself or that are hop-by-hop (RFC 9110 §7.6.1).
@@ -149,7 +149,7 @@ class UpstreamConnection(ReadPausable):
                 continue
             if low[:6] == b"proxy-":
                 continue
-            kept += (name, b": ", value, _CRLF)
+            kept += (name, b": ", value, CRLF)
         if listed:
             kept = without_fields(kept, listed)
         head = ResponseHead(
@@ -540,4 +540,4 @@ def response_head_bytes(
             keep_alive = False  # HTTP/1.0: the body ends with the connection
     if not keep_alive:
         framing += b"connection: close\r\n"
-    return status_line(head.status) + head.passthrough + framing + _CRLF, chunked_out, keep_alive
+    return status_line(head.status) + head.passthrough + framing + CRLF, chunked_out, keep_alive

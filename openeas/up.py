@@ -16,12 +16,12 @@ from pydantic import SecretStr
 
 from controlplane import migrate
 from controlplane.cli import announce_admin_token, run_until_signal
-from controlplane.eascmd import profile
 from controlplane.server import ControlPlane, bind
 from controlplane.settings import Settings, ensure_admin_token
+from eascmd import profile
 from gateway import cli as gateway_cli
 from gateway.app import start_gateway
-from gateway.routes import ControlPlaneRouteSource
+from gateway.route_table import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
 
 

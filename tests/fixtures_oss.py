@@ -1,4 +1,4 @@
-"""Pytest fixtures for the local OSS stand-in (``tests/oss_server.py``); a plugin loaded by
+"""Pytest fixtures for the local OSS stand-in (``testing/oss_server.py``); a plugin loaded by
 ``tests/conftest.py``.
 
 Putting the example Triton models in OSS and pulling them, e.g. in a Triton test::
@@ -12,7 +12,7 @@ For a subprocess, pass ``{**os.environ, **oss_env}`` as its environment. Other c
 with :func:`upload_dir` (``upload_dir(oss_server, BUCKET, "my/prefix", some_dir)``) or
 :func:`oss_bucket` (an ``oss2.Bucket``). Fixtures:
 
-* ``oss_server`` (session): the running :class:`~tests.oss_server.OssServer` with the AccessKey
+* ``oss_server`` (session): the running :class:`~testing.oss_server.OssServer` with the AccessKey
   ``ACCESS_KEY_ID``/``ACCESS_KEY_SECRET``, an STS key ``STS_KEY_ID``/``STS_KEY_SECRET`` that
   must send ``STS_TOKEN``, and the bucket ``BUCKET`` (every key may read and write it).
 * ``oss_model_repo`` (session): uploads ``examples/models`` (minus ``__pycache__``) to
@@ -31,7 +31,7 @@ from pathlib import Path
 import oss2
 import pytest
 
-from tests.oss_server import OssServer
+from testing.oss_server import OssServer
 
 ACCESS_KEY_ID = "LTAI5tOpenEASTestKey01"
 ACCESS_KEY_SECRET = "openeas-test-secret-0123456789"

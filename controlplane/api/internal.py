@@ -11,12 +11,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane import routes
+from contract.wire import ROUTES_PATH, RouteTable
+from controlplane import route_feed
 from controlplane.api.auth import AdminAuth
 from controlplane.reconciler import Reconciler
 from controlplane.services import Services
 from controlplane.settings import Settings
-from openeas.wire import ROUTES_PATH, RouteTable
 
 POLL_SECONDS = 0.2  # how soon a change committed by another process is seen
 
@@ -31,7 +31,7 @@ def router(
 
     def current_version() -> int:
         with sessions() as s:
-            return routes.version(s)
+            return route_feed.version(s)
 
     @api.get(ROUTES_PATH, tags=["internal"], response_model=None)
     async def route_table(
@@ -45,9 +45,9 @@ def router(
         while await run_in_threadpool(current_version) <= after:
             if time.monotonic() >= deadline or await request.is_disconnected():
                 return Response(status_code=204)
-            await routes.CHANGED.wait(POLL_SECONDS)
+            await route_feed.CHANGED.wait(POLL_SECONDS)
         return await run_in_threadpool(
-            routes.table, sessions, settings.cluster_id, settings.default_timeout_ms
+            route_feed.table, sessions, settings.cluster_id, settings.default_timeout_ms
         )
 
     @api.get("/api/v2/services/{cluster}/{name}/logs", tags=["services"])

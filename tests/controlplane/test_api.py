@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from openeas.wire import token_digest
+from contract.wire import token_digest
 from tests.controlplane.conftest import seed_spec
 
 SVC = "/api/v2/services/local/triton_test"

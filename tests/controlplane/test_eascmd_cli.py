@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.eascmd import cli
+from eascmd import cli
 from tests.controlplane.conftest import ADMIN, LiveServer, seed_spec
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seed_triton.config"

@@ -8,7 +8,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from openeas.wire import ROUTES_PATH, RouteTable, token_digest
+from contract.wire import ROUTES_PATH, RouteTable, token_digest
 from tests.controlplane.conftest import seed_spec
 
 

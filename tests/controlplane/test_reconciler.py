@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane import routes
+from controlplane import route_feed
 from controlplane.db import make_engine, make_sessions
 from controlplane.reconciler import Reconciler
 from controlplane.runtime.base import (
@@ -136,12 +136,12 @@ async def test_create_waits_then_runs_and_publishes_endpoints(
     h.services.create(seed_spec(metadata={"instance": 2}))
     await h.until(lambda: status(h) == ("Waiting", 2, 2, 0))
     assert h.row().observed_generation == 1
-    before = routes.table(h.sessions, "local", 1000)
+    before = route_feed.table(h.sessions, "local", 1000)
     assert before.routes[0].endpoints == []
     assert h.runtime is not None
     h.runtime.set_all("triton_test", "Running")
     await h.until(lambda: status(h) == ("Running", 2, 0, 2))
-    after = routes.table(h.sessions, "local", 1000)
+    after = route_feed.table(h.sessions, "local", 1000)
     assert after.version > before.version
     assert after.routes[0].endpoints == ["http://127.0.0.1:9000", "http://127.0.0.1:9001"]
     assert h.reasons() == ["Created", "Waiting", "Running"]

@@ -22,11 +22,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from controlplane.eascmd.cli import parser as eascmd_parser
 from controlplane.runtime import local
 from controlplane.runtime.kubernetes import client as k8s_client
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.settings import Settings
+from eascmd.cli import parser as eascmd_parser
 from gateway.settings import GatewaySettings
 from processors import repository
 from processors.storage import oss

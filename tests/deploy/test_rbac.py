@@ -28,8 +28,8 @@ from controlplane.runtime.base import DesiredReplicaSet
 from controlplane.runtime.kubernetes.client import KubeClient
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
+from testing import k8s_server as ks
 from tests.deploy.chart import ROOT, VALUE_SETS, Obj, find, render
-from tests.kubernetes import k8s_server as ks
 from tests.kubernetes.conftest import RESOURCE_GROUPS
 
 SERVING = "openeas-serving"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.routes import RouteSource, StaticRouteSource
-from openeas.wire import RouteTable
+from contract.wire import RouteTable
+from gateway.route_table import RouteSource, StaticRouteSource
 from tests.gateway.harness import Echo, Gateway, LoopThread, start
 
 

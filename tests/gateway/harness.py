@@ -1,6 +1,6 @@
 """Test scaffolding for the gateway: an event loop in a thread (so tests, and the official
 ``tritonclient``, stay synchronous), a recording echo upstream, and a fake control plane
-serving ``ROUTES_PATH`` the way the contract in ``openeas.wire`` describes.
+serving ``ROUTES_PATH`` the way the contract in ``contract.wire`` describes.
 
 The echo upstream is an aiohttp server with a few misbehaviours on purpose (slow, broken
 mid-body, endless stream, gzip body); it records every request it receives so tests can
@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from contract.wire import ROUTES_PATH, Route, RouteTable, token_digest
 from gateway.app import GatewayRunner, start_gateway
-from gateway.routes import RouteSource, StaticRouteSource
+from gateway.route_table import RouteSource, StaticRouteSource
 from gateway.settings import GatewaySettings
-from openeas.wire import ROUTES_PATH, Route, RouteTable, token_digest
 
 T = TypeVar("T")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from contract.wire import token_digest
 from gateway.auth import digest_bytes, presented_token, token_matches
-from openeas.wire import token_digest
 
 
 @pytest.mark.parametrize(

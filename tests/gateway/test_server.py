@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from gateway.app import Gateway
-from gateway.routes import StaticRouteSource
+from gateway.route_table import StaticRouteSource
 from gateway.server import HttpServer
 from gateway.settings import GatewaySettings
 from tests.gateway.harness import SERVICE, TOKEN, route, table

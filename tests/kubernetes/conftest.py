@@ -1,5 +1,5 @@
 """Fixtures of the kubernetes runtime's tests: a running API stand-in and settings whose
-kubeconfig points at it (see ``tests/kubernetes/k8s_server.py``)."""
+kubeconfig points at it (see ``testing/k8s_server.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from tests.kubernetes.k8s_server import ApiStandIn
+from testing.k8s_server import ApiStandIn
 
 RESOURCE_GROUPS = {
     "eas-r-a10": {

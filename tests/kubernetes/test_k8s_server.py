@@ -15,7 +15,7 @@ from kubernetes import client as kube
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from tests.kubernetes.k8s_server import ApiStandIn, parse_selector
+from testing.k8s_server import ApiStandIn, parse_selector
 
 NS = "openeas-serving"
 

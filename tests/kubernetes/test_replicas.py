@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from controlplane.runtime.kubernetes.replicas import MAX_MESSAGE, observation, replica_status
-from tests.kubernetes import k8s_server as ks
+from testing import k8s_server as ks
 
 
 def pod(

@@ -23,8 +23,8 @@ from controlplane.runtime.base import (
 from controlplane.runtime.kubernetes.manifests import HASH_ANNOTATION, SERVICE_LABEL
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from tests.kubernetes import k8s_server as ks
-from tests.kubernetes.k8s_server import ApiStandIn
+from testing import k8s_server as ks
+from testing.k8s_server import ApiStandIn
 
 NAME, OBJECT, UID = "triton_test", "triton-test", "0b6f2a0e-5d7c-4a59-9d0e-7d7f3f8c1a11"
 

@@ -14,6 +14,7 @@ import oss2
 import pytest
 import requests
 
+from testing.oss_server import OssServer
 from tests.fixtures_oss import (
     ACCESS_KEY_ID,
     ACCESS_KEY_SECRET,
@@ -23,7 +24,6 @@ from tests.fixtures_oss import (
     STS_TOKEN,
     oss_bucket,
 )
-from tests.oss_server import OssServer
 
 Errors = oss2.exceptions
 

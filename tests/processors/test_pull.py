@@ -27,6 +27,7 @@ from processors.storage.oss import RemoteObject
 from processors.storage.plan import LocalStat, RemoteFile, part_ranges, plan, remote_files
 from processors.storage.retry import Backoff
 from processors.storage.uri import OssLocation
+from testing.oss_server import Call, OssServer
 from tests.fixtures_oss import (
     ACCESS_KEY_SECRET,
     BUCKET,
@@ -37,7 +38,6 @@ from tests.fixtures_oss import (
     oss_bucket,
     upload_dir,
 )
-from tests.oss_server import Call, OssServer
 
 MiB = 1 << 20
 pull_module = importlib.import_module("processors.storage.pull")  # `pull` is also the function

@@ -21,6 +21,7 @@ from processors import exits, repository
 from processors.registry import Ports, ReplicaPlan
 from processors.storage.retry import Backoff
 from processors.triton import binary, flags, plan, run
+from testing.oss_server import OssServer
 from tests.fixtures_triton import (
     EXAMPLE_MODELS,
     TritonServer,
@@ -30,7 +31,6 @@ from tests.fixtures_triton import (
     is_alive,
     wait_ready,
 )
-from tests.oss_server import OssServer
 
 
 def test_tritonserver_argv_puts_the_platforms_flags_after_the_users() -> None:

@@ -16,8 +16,8 @@ import sys
 import yaml
 from pydantic import ValidationError
 
+from contract.configfile import ConfigFileError, read_config
 from controlplane.desired import ServiceState, desired
-from controlplane.eascmd.cli import CliError, read_config
 from controlplane.errors import InvalidSpec
 from controlplane.runtime.base import PermanentRuntimeError
 from controlplane.runtime.kubernetes.manifests import check_resource_group, desired_objects
@@ -45,8 +45,8 @@ def render(config: str, args: argparse.Namespace) -> str:
     """The multi-document YAML for the service in ``config``."""
     try:
         data = read_config(config)
-    except CliError as e:
-        raise _Failed(str(e).replace("eascmd: ", f"{PROG}: ", 1)) from e
+    except ConfigFileError as e:
+        raise _Failed(f"{PROG}: {e}") from e
     try:
         spec = validate_spec(data)
     except InvalidSpec as e:

@@ -1,7 +1,7 @@
 """A local Alibaba Cloud OSS stand-in that the unmodified ``oss2`` SDK talks to.
 
 Used by ``tests/fixtures_oss.py`` (the ``oss_server`` fixture) and by ``bench/pull.py`` (as a
-subprocess: ``python -m tests.oss_server --access-key-id ID --access-key-secret S --bucket B``
+subprocess: ``python -m testing.oss_server --access-key-id ID --access-key-secret S --bucket B``
 prints ``endpoint http://127.0.0.1:<port>`` and serves until terminated).
 
 It speaks OSS's REST protocol path-style (``/<bucket>/<key>``, which is what ``oss2`` sends to

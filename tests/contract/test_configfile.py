@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.eascmd import configfile
+from contract import configfile
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seed_triton.config"
 

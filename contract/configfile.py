@@ -1,14 +1,17 @@
-"""Reading the service config file a user hands to ``eascmd create``/``modify``.
+"""Reading the service config file a user hands to ``eascmd create``/``modify`` (and to
+``openeas manifests``).
 
 Users paste configs from blogs and chat, so besides JSON errors we name the usual
 typographic damage — curly quotes, an en dash where ``--`` was meant, trailing commas — with
-line, column and the corrected line, and create nothing. Pure: text in, dict or error out.
+line, column and the corrected line, and create nothing. Pure but for :func:`read_config`,
+which reads the file.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 DOUBLE_QUOTES = "“”„‟″＂"  # typographic stand-ins for "
@@ -31,7 +34,7 @@ class ConfigSyntaxError(ValueError):
 
     def render(self, filename: str, text: str) -> str:
         lines = text.splitlines()
-        out = [f"eascmd: {filename} is not valid JSON; nothing was created or changed."]
+        out = [f"{filename} is not valid JSON; nothing was created or changed."]
         for number in sorted({p.line for p in self.problems}):
             here = [p for p in self.problems if p.line == number]
             quotes = [p for p in here if p.message.startswith(QUOTE)]
@@ -49,6 +52,28 @@ class ConfigSyntaxError(ValueError):
             if number in self.fixed_lines:
                 out.append(f"    should read:\n      {self.fixed_lines[number].strip()}")
         return "\n".join(out)
+
+
+class ConfigFileError(ValueError):
+    """The file cannot be read or is no JSON object; the message names the file and, for JSON
+    damage, every problem with the line as it should read. Callers prefix their program name."""
+
+
+def read_config(file: str) -> dict[str, Any]:
+    """The JSON object in ``file`` (UTF-8, a BOM allowed)."""
+    try:
+        text = Path(file).read_text(encoding="utf-8-sig")
+    except OSError as e:
+        raise ConfigFileError(f"cannot read {file}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigFileError(f"{file} is not UTF-8 text (byte {e.start})") from e
+    try:
+        value = parse(text)
+    except ConfigSyntaxError as e:
+        raise ConfigFileError(e.render(file, text)) from e
+    if not isinstance(value, dict):
+        raise ConfigFileError(f"{file} must hold a JSON object {{...}}")
+    return value
 
 
 def parse(text: str) -> Any:

@@ -1,6 +1,6 @@
 """The gateway's in-memory route table and the sources that keep it current.
 
-A *route source* pushes :class:`openeas.wire.RouteTable` snapshots into a
+A *route source* pushes :class:`contract.wire.RouteTable` snapshots into a
 :class:`RouteState` through its ``apply`` callback:
 
 - :class:`ControlPlaneRouteSource` long-polls the control plane's ``ROUTES_PATH`` (the
@@ -26,10 +26,10 @@ from typing import Protocol
 import aiohttp
 from pydantic import ValidationError
 
+from contract.wire import ROUTES_PATH, Route, RouteTable
 from gateway.auth import digest_bytes
 from gateway.balancer import Endpoint, EndpointPool
 from gateway.limits import InFlight, TokenBucket
-from openeas.wire import ROUTES_PATH, Route, RouteTable
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,16 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from controlplane.eascmd import configfile, render
-from controlplane.eascmd.client import ApiError, Client
-from controlplane.eascmd.profile import NoProfile, Profile, load, save
-from controlplane.services import merge_patch
+from contract.configfile import ConfigFileError
+from contract.configfile import read_config as _read
+from contract.merge import merge_patch
+from eascmd import render
+from eascmd.profile import NoProfile, Profile, load, save
+
+if TYPE_CHECKING:  # httpx costs ~0.3 s to import: only commands that call the API load it
+    from eascmd.client import Client
 
 TERMINAL_OK = "Running"
 TERMINAL_BAD = "Failed"
@@ -28,18 +31,9 @@ class CliError(Exception):
 
 def read_config(file: str) -> dict[str, Any]:
     try:
-        text = Path(file).read_text(encoding="utf-8-sig")
-    except OSError as e:
-        raise CliError(f"eascmd: cannot read {file}: {e.strerror}") from e
-    except UnicodeDecodeError as e:
-        raise CliError(f"eascmd: {file} is not UTF-8 text (byte {e.start})") from e
-    try:
-        value = configfile.parse(text)
-    except configfile.ConfigSyntaxError as e:
-        raise CliError(e.render(file, text)) from e
-    if not isinstance(value, dict):
-        raise CliError(f"eascmd: {file} must hold a JSON object {{...}}")
-    return value
+        return _read(file)
+    except ConfigFileError as e:
+        raise CliError(f"eascmd: {e}") from e
 
 
 def overrides(pairs: list[str]) -> dict[str, Any]:
@@ -212,11 +206,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "config":
+        return _cmd_config(args)
+    from eascmd.client import ApiError, Client  # past --help and argument errors: see above
+
     try:
-        if args.command == "config":
-            return _cmd_config(args)
-        client = Client(load())
-        code: int = args.run(args, client)
+        code: int = args.run(args, Client(load()))
         return code
     except (CliError, NoProfile) as e:
         print(str(e), file=sys.stderr)

@@ -3,7 +3,7 @@
 Built from the stored services (token digests, ready replica endpoints written by the
 reconciler). Its version is a counter bumped in the same transaction as any change that
 matters to routing — one SQLAlchemy hook, so no write path can forget it — and served by
-long-poll at ``openeas.wire.ROUTES_PATH``. Long-polls in the process that commits a change
+long-poll at ``contract.wire.ROUTES_PATH``. Long-polls in the process that commits a change
 wake at once (:data:`CHANGED`); other processes see it at their next poll of the counter.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import event, inspect, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from contract.wire import Route, RouteTable
 from controlplane.models import CounterRow, ServiceRow
-from openeas.wire import Route, RouteTable
 
 COUNTER = "routes"
 _ROUTING_FIELDS = ("token_sha256", "replicas", "status", "spec", "deleting", "stopped")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gateway.balancer import EndpointPool
-from gateway.routes import ControlPlaneRouteSource, RouteState
+from gateway.route_table import ControlPlaneRouteSource, RouteState
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import (
     SERVICE,

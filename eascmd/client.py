@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from controlplane.eascmd.profile import Profile
+from eascmd.profile import Profile
 
 
 class ApiError(RuntimeError):
