@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from controlplane.errors import FieldProblem, InvalidSpec
 from processors import registry
+from processors.base import ProcessorError
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,61}[a-z0-9]$|^[a-z]$")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-+/=.]{16,128}$")
@@ -93,7 +94,7 @@ def validate_spec(data: Any, checks: Sequence[Check] = ()) -> ServiceSpec:
     try:
         processor = registry.get(spec.processor)
         params = processor.validate(spec.processor_params)
-    except registry.ProcessorError as e:
+    except ProcessorError as e:
         raise InvalidSpec([FieldProblem(e.field, str(e), e.fix)]) from e
     problems = [p for check in checks for p in check(spec)]
     if problems:

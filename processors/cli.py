@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 
 from processors import exits, registry, repository
+from processors.base import Ports, ProcessorError
 from processors.exits import fail
 
 
@@ -78,11 +79,11 @@ def _run(args: argparse.Namespace, params: list[str] | None) -> int:
         )
     try:
         processor = registry.get(args.processor)
-    except registry.ProcessorError as e:
+    except ProcessorError as e:
         return fail(exits.BAD_PARAMS, e.one_line())
     if processor.run is None:
         return fail(exits.BAD_PARAMS, f"processor {processor.name!r} has no runner")
-    ports = registry.Ports(args.http_port, args.grpc_port, args.metrics_port, host=args.host)
+    ports = Ports(args.http_port, args.grpc_port, args.metrics_port, host=args.host)
     return processor.run(params, ports, args.model_cache)
 
 

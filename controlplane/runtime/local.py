@@ -31,7 +31,7 @@ from controlplane.runtime.base import (
     ReplicaStatus,
 )
 from processors import exits, registry
-from processors.triton.supervisor import die_with
+from processors.base import Ports, die_with
 
 log = logging.getLogger(__name__)
 
@@ -221,8 +221,10 @@ class LocalRuntime:
     async def _run_once(self, replica: Replica) -> int:
         desired = replica.desired
         http, grpc, metrics = _free_ports(3, self.host)
-        ports = registry.Ports(http=http, grpc=grpc, metrics=metrics, host=self.host)
-        plan = registry.get(desired.processor).plan(desired.params, ports, desired.oss_endpoint)
+        ports = Ports(http=http, grpc=grpc, metrics=metrics, host=self.host)
+        plan = registry.get(desired.processor).plan(
+            desired.params, ports, desired.oss_endpoint, None
+        )
         env = dict(os.environ, **plan.env)
         env["OPENEAS_MODEL_CACHE"] = str(self.data_dir / "models")
         env["PYTHONUNBUFFERED"] = "1"

@@ -8,7 +8,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,21 +17,22 @@ import pytest
 from controlplane.runtime.base import DesiredReplicaSet, Resources
 from controlplane.runtime.local import LocalRuntime
 from processors import registry
+from processors.base import Ports, Processor, ReplicaPlan
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "fake_replica.py"
 
 
-def fake_plan(params: Sequence[str], ports: registry.Ports, _: str | None) -> registry.ReplicaPlan:
-    return registry.ReplicaPlan(
+def fake_plan(
+    params: Sequence[str], ports: Ports, _endpoint: str | None, _model_dir: str | None
+) -> ReplicaPlan:
+    return ReplicaPlan(
         command=[sys.executable, str(SCRIPT), str(ports.http), params[0]], http_port=ports.http
     )
 
 
 @pytest.fixture(autouse=True)
-def fake_processor() -> Iterator[None]:
-    registry.register(registry.Processor("fake", validate=list, plan=fake_plan))
-    yield
-    registry._REGISTRY.pop("fake")
+def fake_processor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registry._LOADED, "fake", Processor("fake", validate=list, plan=fake_plan))
 
 
 def want(replicas: int = 1, behaviour: str = "serve", template: str = "t1") -> DesiredReplicaSet:
