@@ -19,6 +19,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, WriteOnlyMapped, mapped_column, relationship
 
+from controlplane.spec import StoredSpec
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -36,6 +38,20 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value
 
 
+class SpecJSON(TypeDecorator[StoredSpec]):
+    """A :class:`StoredSpec` kept as JSON: validated once as the row loads, so readers get
+    typed fields instead of dicts with restated defaults."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: StoredSpec | None, dialect: Any) -> Any:
+        return None if value is None else value.public()
+
+    def process_result_value(self, value: Any, dialect: Any) -> StoredSpec | None:
+        return None if value is None else StoredSpec.model_validate(value)
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -48,7 +64,7 @@ class ServiceRow(Base):
     uid: Mapped[str] = mapped_column(String(36), unique=True)
     cluster: Mapped[str] = mapped_column(String(64))
     name: Mapped[str] = mapped_column(String(63))
-    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    spec: Mapped[StoredSpec] = mapped_column(SpecJSON)
     # The token itself is kept for the explicit admin "show token" call and the console;
     # everything that only checks tokens (the gateway) gets the digest.
     token: Mapped[str] = mapped_column(String(128))

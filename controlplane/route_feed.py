@@ -38,7 +38,7 @@ def table(sessions: sessionmaker[Session], cluster: str, default_timeout_ms: int
 
 
 def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
-    rpc: dict[str, Any] = row.spec.get("metadata", {}).get("rpc", {})
+    rpc = row.spec.metadata.rpc
     return Route(
         service=row.name,
         token_sha256=row.token_sha256,
@@ -46,9 +46,9 @@ def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
         endpoints=[
             r["endpoint"] for r in row.replicas or [] if r["state"] == "Running" and r["endpoint"]
         ],
-        timeout_ms=rpc.get("keepalive") or default_timeout_ms,
-        rate_limit=rpc.get("rate_limit"),
-        max_queue_size=rpc.get("max_queue_size"),
+        timeout_ms=rpc.keepalive or default_timeout_ms,
+        rate_limit=rpc.rate_limit,
+        max_queue_size=rpc.max_queue_size,
         status=row.status,
     )
 

@@ -186,8 +186,8 @@ class Services:
         a new generation with ``event`` only when the spec really changed."""
 
         def change(row: ServiceRow) -> None:
-            spec = validate_spec(merge_patch(dict(row.spec, token=row.token), patch), self._checks)
-            stored, token = split_token(spec)
+            spec = validate_spec(merge_patch(row.spec.public(), patch), self._checks)
+            stored, token = split_token(spec)  # a token only when the patch carries one
             if token and token != row.token:
                 _set_token(row, token)
                 add_event(row, "TokenChanged", "service token replaced by the spec's token")
