@@ -93,6 +93,11 @@ class ServiceRow(Base):
 
     __mapper_args__ = {"version_id_col": version}  # noqa: RUF012
 
+    def add_event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        self.events.add(
+            EventRow(type="Warning" if warning else "Normal", reason=reason, message=message)
+        )
+
 
 class EventRow(Base):
     __tablename__ = "service_events"

@@ -18,6 +18,7 @@ from sqlalchemy import event, inspect, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from contract.wire import Route, RouteTable
+from controlplane import store
 from controlplane.models import CounterRow, ServiceRow
 
 COUNTER = "routes"
@@ -31,10 +32,8 @@ def version(session: Session) -> int:
 def table(sessions: sessionmaker[Session], cluster: str, default_timeout_ms: int) -> RouteTable:
     with sessions() as s:
         current = version(s)  # read first: a change after this shows up as a newer version
-        rows = s.scalars(
-            select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.deleting.is_(False))
-        ).all()
-        return RouteTable(version=current, routes=[_route(r, default_timeout_ms) for r in rows])
+        routes = [_route(r, default_timeout_ms) for r in store.routable(s, cluster)]
+        return RouteTable(version=current, routes=routes)
 
 
 def _route(row: ServiceRow, default_timeout_ms: int) -> Route:

@@ -90,6 +90,12 @@ class Observation:
 Notify = Callable[[str], None]  # called with a service name when its replicas changed
 
 
+class LogSource(Protocol):
+    async def logs(self, service: str, replica: int | None, tail: int) -> str:
+        """The last ``tail`` lines of a replica's output (``None``: the newest replica);
+        FileNotFoundError when there is no such replica."""
+
+
 class Runtime(Protocol):
     async def apply(self, desired: DesiredReplicaSet) -> None:
         """Move the replicas one step toward ``desired``; idempotent, never blocks for

@@ -74,6 +74,33 @@ class Replica:
         )
 
 
+def log_folder(data_dir: Path, service: str) -> Path:
+    """Where a service's replicas write their output, ``<number>.log`` each."""
+    return data_dir / "logs" / service
+
+
+class LocalLogs:
+    """Replica logs from the data dir: any control plane sharing it can serve them."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+
+    async def logs(self, service: str, replica: int | None, tail: int) -> str:
+        return await asyncio.to_thread(self._read, service, replica, tail)
+
+    def _read(self, service: str, replica: int | None, tail: int) -> str:
+        folder = log_folder(self.data_dir, service)
+        files = sorted(
+            (p for p in folder.glob("*.log") if p.stem.isdigit()), key=lambda p: int(p.stem)
+        )
+        if replica is not None:
+            files = [f for f in files if f.stem == str(replica)]
+        if not files:
+            raise FileNotFoundError(f"no logs for replica {replica} of {service!r}")
+        with files[-1].open(errors="replace") as f:
+            return "".join(deque(f, maxlen=tail))
+
+
 class LocalRuntime:
     def __init__(
         self,
@@ -128,16 +155,7 @@ class LocalRuntime:
         return {name for name, replicas in self._replicas.items() if replicas}
 
     async def logs(self, service: str, replica: int | None, tail: int) -> str:
-        folder = self.data_dir / "logs" / service
-        files = sorted(
-            (p for p in folder.glob("*.log") if p.stem.isdigit()), key=lambda p: int(p.stem)
-        )
-        if replica is not None:
-            files = [f for f in files if f.stem == str(replica)]
-        if not files:
-            raise FileNotFoundError(f"no logs for replica {replica} of {service!r}")
-        with files[-1].open(errors="replace") as f:
-            return "".join(deque(f, maxlen=tail))
+        return await LocalLogs(self.data_dir).logs(service, replica, tail)
 
     async def close(self) -> None:
         """Stop every replica and wait for them: nothing outlives the runtime."""
@@ -153,7 +171,7 @@ class LocalRuntime:
 
     # -- replicas -------------------------------------------------------------------------
     def _start(self, desired: DesiredReplicaSet) -> Replica:
-        folder = self.data_dir / "logs" / desired.service
+        folder = log_folder(self.data_dir, desired.service)
         if desired.service not in self._numbers:  # continue after the last run's replicas
             folder.mkdir(parents=True, exist_ok=True)
             self._numbers[desired.service] = 1 + max(
