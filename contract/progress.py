@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-Phase = Literal["pulling", "pulled"]
+# pulling -> pulled (the pull's last word) -> loading (the runtime's: pulled, not ready yet)
+Phase = Literal["pulling", "pulled", "loading"]
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,9 @@ def describe(p: Progress | Mapping[str, Any]) -> str:
     """``pulling 1.2 GB of 4.0 GB (30%), 3/10 files, 25.0 MB/s, ETA 1m52s``."""
     if not isinstance(p, Progress):
         p = Progress.from_dict(p)
-    if p.phase == "pulled":
-        return f"pulled {size(p.bytes_total)}, {p.files_total} files"
+    if p.phase != "pulling":
+        done = f"pulled {size(p.bytes_total)}, {p.files_total} files"
+        return f"loading models ({done})" if p.phase == "loading" else done
     share = f" ({100 * p.bytes_done // p.bytes_total}%)" if p.bytes_total else ""
     parts = [
         f"pulling {size(p.bytes_done)} of {size(p.bytes_total)}{share}",
