@@ -31,8 +31,10 @@ def main(argv: list[str]) -> int:
         "--host", default="127.0.0.1", help="address of the public port (default 127.0.0.1)"
     )
     parser.add_argument(
-        "--port", type=int, default=8080, help="the public port: API, gateway, console "
-        "(default 8080)"
+        "--port",
+        type=int,
+        default=8080,
+        help="the public port: API, gateway, console (default 8080)",
     )
     parser.add_argument(
         "--no-profile",

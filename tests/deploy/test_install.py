@@ -20,9 +20,9 @@ def test_editable_install_prints_no_warning(tmp_path: Path) -> None:
     venv.create(target, with_pip=False)
     # This environment's (current) pip, installing into the fresh one: old bundled pips hide
     # the backend's output, so they would pass whatever the metadata says.
+    python = str(target / "bin" / "python")
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(target / "bin" / "python")]
-        + ["install", "--no-deps", "-e", str(ROOT)],
+        [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-e", str(ROOT)],
         capture_output=True,
         text=True,
         timeout=300,
