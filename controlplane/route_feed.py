@@ -22,7 +22,7 @@ from controlplane import store
 from controlplane.models import CounterRow, ServiceRow
 
 COUNTER = "routes"
-_ROUTING_FIELDS = ("token_sha256", "replicas", "status", "spec", "deleting", "stopped")
+_ROUTING_FIELDS = ("token_sha256", "status", "spec", "deleting", "stopped")
 
 
 def version(session: Session) -> int:
@@ -41,15 +41,17 @@ def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
     return Route(
         service=row.name,
         token_sha256=row.token_sha256,
-        # Old replicas still serve during a rolling update; stopping ones carry no endpoint.
-        endpoints=[
-            r["endpoint"] for r in row.replicas or [] if r["state"] == "Running" and r["endpoint"]
-        ],
+        endpoints=_endpoints(row.replicas),
         timeout_ms=rpc.keepalive or default_timeout_ms,
         rate_limit=rpc.rate_limit,
         max_queue_size=rpc.max_queue_size,
         status=row.status,
     )
+
+
+def _endpoints(replicas: list[dict[str, Any]] | None) -> list[str]:
+    # Old replicas still serve during a rolling update; stopping ones carry no endpoint.
+    return [r["endpoint"] for r in replicas or [] if r["state"] == "Running" and r["endpoint"]]
 
 
 def _changes_routing(session: Session) -> bool:
@@ -60,6 +62,12 @@ def _changes_routing(session: Session) -> bool:
         if isinstance(obj, ServiceRow):
             state = inspect(obj)
             if any(state.attrs[f].history.has_changes() for f in _ROUTING_FIELDS):
+                return True
+            # A replica's other fields (pull progress, messages) change often and route nothing.
+            replicas = state.attrs["replicas"].history
+            if replicas.has_changes() and [_endpoints(v) for v in replicas.deleted] != [
+                _endpoints(v) for v in replicas.added
+            ]:
                 return True
     return False
 
