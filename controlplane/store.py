@@ -12,7 +12,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.desired import ServiceState
-from controlplane.models import ServiceRow, utcnow
+from controlplane.models import RouteRemovalRow, ServiceRow, utcnow
 from controlplane.status import Status
 
 
@@ -28,6 +28,21 @@ def routable(s: Session, cluster: str) -> Sequence[ServiceRow]:
     return s.scalars(
         select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.deleting.is_(False))
     ).all()
+
+
+def routes_changed_after(s: Session, cluster: str, version: int) -> Sequence[ServiceRow]:
+    """Services whose route changed after ``version`` (those being deleted included)."""
+    return s.scalars(
+        select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.route_version > version)
+    ).all()
+
+
+def removed_after(s: Session, cluster: str, version: int) -> list[str]:
+    """Services deleted after ``version``."""
+    query = select(RouteRemovalRow.name).where(
+        RouteRemovalRow.cluster == cluster, RouteRemovalRow.version > version
+    )
+    return list(s.scalars(query))
 
 
 class ReconcileStore:
