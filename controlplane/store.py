@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import or_, select
+from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.desired import ServiceState
@@ -45,6 +45,14 @@ def removed_after(s: Session, cluster: str, version: int) -> list[str]:
     return list(s.scalars(query))
 
 
+def pending(cluster: str) -> Select[str]:
+    """Names of the services with work pending: matches ``ix_services_pending`` exactly."""
+    return select(ServiceRow.name).where(
+        ServiceRow.cluster == cluster,
+        or_(ServiceRow.generation > ServiceRow.observed_generation, ServiceRow.deleting),
+    )
+
+
 class ReconcileStore:
     """The reconciler's reads and writes, one short transaction each (run in a worker
     thread: the reconciler's loop never waits on the database)."""
@@ -56,12 +64,8 @@ class ReconcileStore:
     def needing_work(self) -> list[str]:
         """Services with a generation not yet acted on, or being deleted (read through the
         partial index of exactly those: the poll costs nothing while nothing changes)."""
-        query = select(ServiceRow.name).where(
-            ServiceRow.cluster == self.cluster,
-            or_(ServiceRow.generation > ServiceRow.observed_generation, ServiceRow.deleting),
-        )
         with self._sessions() as s:
-            return list(s.scalars(query))
+            return list(s.scalars(pending(self.cluster)))
 
     def summaries(self) -> list[StoredSummary]:
         """Every service as the last reconcile left it: one query, no JSON columns."""
