@@ -22,8 +22,9 @@ import contextlib
 import weakref
 from typing import Any
 
-from sqlalchemy import delete, event, inspect, select, update
+from sqlalchemy import delete, event, insert, inspect, select, update
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.attributes import set_committed_value
 
 from contract.wire import Route, RouteTable
 from controlplane import store
@@ -117,14 +118,80 @@ class ChangeSignal:
 CHANGED = ChangeSignal()
 
 
+class VersionWatch:
+    """The route counter as this process sees it, for the long-polls: one reader polls the
+    database every ``interval`` (and at once on a commit in this process) while any
+    long-poll waits, so idle cost does not grow with the number of gateways polling this
+    control plane, and is nil when none does."""
+
+    def __init__(self, sessions: sessionmaker[Session], interval: float) -> None:
+        self._sessions = sessions
+        self.interval = interval
+        self._current: int | None = None
+        self._waiters = 0
+        self._task: asyncio.Task[None] | None = None
+        self._moved: asyncio.Condition | None = None
+
+    def _read(self) -> int:
+        with self._sessions() as s:
+            return version(s)
+
+    async def wait_past(self, after: int, timeout: float) -> bool:
+        """True as soon as the version differs from ``after``, False after ``timeout``."""
+        if self._moved is None:
+            self._moved = asyncio.Condition()
+        self._waiters += 1
+        try:
+            await self._moved_to(await asyncio.to_thread(self._read))  # fresh for each poll
+            if self._task is None:
+                self._task = asyncio.create_task(self._poll())
+            async with self._moved:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._moved.wait_for(lambda: self._current != after), timeout
+                    )
+            return self._current != after
+        finally:
+            self._waiters -= 1
+
+    async def _poll(self) -> None:
+        try:
+            while self._waiters:
+                await CHANGED.wait(self.interval)
+                await self._moved_to(await asyncio.to_thread(self._read))
+        finally:
+            self._task = None
+
+    async def _moved_to(self, current: int) -> None:
+        assert self._moved is not None
+        if current != self._current:
+            self._current = current
+            async with self._moved:
+                self._moved.notify_all()
+
+
 def install(sessions: sessionmaker[Session]) -> None:
     """Make every session of ``sessions`` bump the route version when routing changes."""
-    event.listen(sessions, "before_flush", _bump_version)
+    event.listen(sessions, "after_flush", _collect)
+    event.listen(sessions, "before_commit", _bump_version)
     event.listen(sessions, "after_commit", _announce)
+    event.listen(sessions, "after_rollback", _forget)
 
 
-def _bump_version(session: Session, _context: Any, _instances: Any) -> None:
+def _collect(session: Session, _context: Any) -> None:
+    """Note what this flush changed for routing (history is still there after a flush)."""
     changed, deleted = _routing_changes(session)
+    pending = session.info.setdefault("routing", ({}, set()))
+    pending[0].update({row.id: row for row in changed})
+    pending[1].update((row.cluster, row.name) for row in deleted)
+
+
+def _bump_version(session: Session) -> None:
+    """Stamp this transaction's routing changes with a new version, as its last statements:
+    the counter's row lock (which keeps versions in commit order) is held only from here to
+    the commit, so concurrent creates queue behind two statements, not their whole work."""
+    session.flush()
+    changed, deleted = session.info.pop("routing", ({}, set()))
     if not changed and not deleted:
         return
     new = session.scalar(
@@ -134,13 +201,22 @@ def _bump_version(session: Session, _context: Any, _instances: Any) -> None:
         .returning(CounterRow.value)
     )
     assert new is not None, "the routes counter is missing: run 'openeas migrate'"
-    for row in changed:
-        row.route_version = new
-    for row in deleted:
-        session.add(RouteRemovalRow(cluster=row.cluster, name=row.name, version=new))
+    if changed:
+        stamp = update(ServiceRow).where(ServiceRow.id.in_(changed)).values(route_version=new)
+        session.execute(stamp, execution_options={"synchronize_session": False})
+        for row in changed.values():
+            set_committed_value(row, "route_version", new)
     if deleted:
+        session.execute(
+            insert(RouteRemovalRow),
+            [{"cluster": c, "name": n, "version": new} for c, n in sorted(deleted)],
+        )
         _prune_removals(session, new - REMOVALS_KEPT)
     session.info["routes_changed"] = True
+
+
+def _forget(session: Session) -> None:
+    session.info.pop("routing", None)
 
 
 def _prune_removals(session: Session, floor: int) -> None:

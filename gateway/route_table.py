@@ -198,6 +198,7 @@ class ControlPlaneRouteSource:
         connect_timeout_s: float = 3.0,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
+        min_interval_s: float = 0.05,
     ) -> None:
         self.url = url.rstrip("/") + ROUTES_PATH
         self._auth = f"Bearer {admin_token}"
@@ -205,6 +206,7 @@ class ControlPlaneRouteSource:
         self.connect_timeout_s = connect_timeout_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
+        self.min_interval_s = min_interval_s
         self.version: int | None = None
         self.last_sync: float | None = None
         self.unreachable_since: float | None = None
@@ -274,12 +276,12 @@ class ControlPlaneRouteSource:
                     self.last_sync = now
                     backoff = self.backoff_initial_s
                     if table is not None:
-                        same = table.version == self.version
                         self.version = after = table.version
                         apply(table)
-                        if same:
-                            # A server that ignores ?after= must not turn this into a spin.
-                            await asyncio.sleep(self.backoff_initial_s)
+                        # Changes arriving meanwhile come as one delta: a burst of creates
+                        # costs the control plane a few answers a second per gateway, not
+                        # one per commit (and a server ignoring ?after= cannot spin us).
+                        await asyncio.sleep(self.min_interval_s)
                     continue
                 after = -1
                 await asyncio.sleep(backoff)
