@@ -104,7 +104,8 @@ def test_pulls_the_example_models_byte_exact(
         for p in EXAMPLE_MODELS.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     )
-    assert [p.name for p in tmp_path.iterdir()] != []
+    # Beside the repository only the pull's state folder, and no staging tree left in it.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".repo.openeas", "repo"]
     assert not list((tmp_path / ".repo.openeas").glob("tree-*"))
 
 
