@@ -53,6 +53,7 @@ def test_tritonserver_argv_puts_the_platforms_flags_after_the_users() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_shared_triton_server_serves_the_example_models(triton_server: TritonServer) -> None:
     assert triton_server.base_url == f"http://{triton_server.http_url}"
     check_example_models(triton_server.http_url)
