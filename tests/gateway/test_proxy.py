@@ -382,6 +382,48 @@ def test_upgrade_refused_and_huge_head(gw: Gateway) -> None:
     assert out.startswith(b"HTTP/1.1 400")
 
 
+# Request framing the gateway cannot relay faithfully is refused, never guessed at
+# (RFC 9112 §6.1: an unknown transfer coding is 501; §3.2: two Host fields are 400).
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (b"Transfer-Encoding: gzip, chunked\r\n", b"501"),
+        (b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", b"501"),
+        (b"Transfer-Encoding: identity, chunked\r\n", b"501"),
+        (b"Host: y\r\n", b"400"),  # a second Host
+    ],
+    ids=["gzip-chunked", "gzip-then-chunked-lines", "identity-chunked", "two-hosts"],
+)
+def test_framing_it_cannot_relay_is_refused(
+    gw: Gateway, echo: Echo, head: bytes, status: bytes
+) -> None:
+    seen = len(echo.seen)
+    out = raw_exchange(
+        gw.port,
+        b"POST "
+        + P.encode()
+        + b"/v2/x HTTP/1.1\r\nHost: x\r\nAuthorization: "
+        + TOKEN.encode()
+        + b"\r\n"
+        + head
+        + (b"Content-Length: 5\r\n\r\nhello" if b"Transfer" not in head else b"\r\n")
+        + (b"5\r\nhello\r\n0\r\n\r\n" if b"Transfer" in head else b""),
+    )
+    assert out.startswith(b"HTTP/1.1 " + status + b" "), out[:200]
+    assert b"connection: close" in out.lower()
+    assert len(echo.seen) == seen  # nothing reached the replica
+    # Plain chunked still goes through.
+    assert raw_exchange(
+        gw.port,
+        b"POST "
+        + P.encode()
+        + b"/v2/x HTTP/1.1\r\nHost: x\r\nAuthorization: "
+        + TOKEN.encode()
+        + b"\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        + b"5\r\nhello\r\n0\r\n\r\n",
+    ).startswith(b"HTTP/1.1 200 ")
+
+
 # --- disconnects and backpressure -------------------------------------------------------
 
 
