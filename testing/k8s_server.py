@@ -17,21 +17,37 @@ required. It is strict where the runtime depends on the real server's behaviour:
   schema (unknown fields are an error, as server-side apply's "field not declared in
   schema"), plus label syntax, name rules, the Deployment's immutable selector matching its
   template, the Service's immutable clusterIP.
-* Label selectors (``=``, ``==``, ``!=``, ``in``, ``notin``, exists, ``!``), watch streams
-  (``?watch=true&resourceVersion=``, bookmarks, ``timeoutSeconds``) with an ERROR event
-  ``410 Expired`` for versions older than the last compaction, the pod log subresource.
+* Label selectors: strings (``=``, ``==``, ``!=``, ``in``, ``notin``, exists, ``!``; an
+  empty ``in ()`` is a 400) and ``LabelSelector`` objects (``matchLabels`` and/or
+  ``matchExpressions`` with In/NotIn/Exists/DoesNotExist, validated; an empty Deployment
+  selector is a 422).
+* Watch streams (``?watch=true&resourceVersion=``, bookmarks, ``timeoutSeconds``) with an
+  ERROR event ``410 Expired`` for versions older than the last compaction; as the real
+  watch cache, a change that takes an object out of a watch's label selector arrives as
+  DELETED and one that brings it in as ADDED. The pod log subresource.
+* Deletion: ``DeleteOptions`` preconditions (``uid``, ``resourceVersion``: 409 Conflict
+  "Precondition failed"), ``propagationPolicy`` in the query or the body, and a garbage
+  collector: dependents named by ``ownerReferences`` are deleted with their owner
+  (Background; Foreground alike, see below) or lose the reference (Orphan). Deleted pods
+  only turn terminating (``deletionTimestamp``) until the kubelet (a test) removes them.
 
 Tests drive what controllers and kubelets would do with helpers that change state directly
-(not counted as client writes): :meth:`sync_pods` (a crude ReplicaSet controller),
+(not counted as client writes): :meth:`sync_pods` (one step of a crude Deployment controller:
+rolling updates surge and wait for readiness by ``maxSurge``/``maxUnavailable``, status
+counts ``updatedReplicas`` of the current template),
 :meth:`set_pod_status` with the status builders below (ready, unschedulable,
 ImagePullBackOff, init container exit 3, CrashLoopBackOff, OOMKilled), :meth:`remove_pods`,
 :meth:`set_log`, :meth:`expire_watches` (compaction), fault injection (:meth:`fail_next`,
 :meth:`touch_before_next_write`); :attr:`writes` lists the clients' successful write
 requests (no-op writes included) and :attr:`requests` every request.
 
-Not modeled: controllers (no ReplicaSets, no garbage collection or ownerReferences, no
-scheduler or kubelet: pods exist only when a test makes them), finalizers and foreground
-deletion, field selectors, pagination (``limit``/``continue``), JSON patch
+Not modeled: controllers that run by themselves (no ReplicaSets: pods are owned by their
+Deployment directly; no scheduler or kubelet: pods exist and change only when a test makes
+them; rollouts advance only when a test calls :meth:`sync_pods`, with no
+``progressDeadlineSeconds``, ``minReadySeconds``, pausing or rollback; scale-down removes
+pods at once), finalizers (so Foreground deletion does not hold the owner until its
+dependents are gone, and the garbage collector runs synchronously within the DELETE),
+field selectors, pagination (``limit``/``continue``), JSON patch
 (``application/json-patch+json``), strategic-merge directives (``$patch``,
 ``$setElementOrder``, ...: rejected), managedFields in responses (ownership is tracked per
 leaf field, lists as a whole), admission (quotas, webhooks, defaults beyond a few shown
