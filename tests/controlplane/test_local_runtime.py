@@ -5,6 +5,7 @@ rolling updates that never drop to zero ready replicas, logs, and no orphans."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -15,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from controlplane.runtime import local as local_module
 from controlplane.runtime.base import DesiredReplicaSet, Resources
 from controlplane.runtime.local import LocalRuntime
 from processors import registry
 from testing.waiting import wait_until_async
+from tests.fixtures_triton import is_alive
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "fake_replica.py"
 
@@ -169,6 +172,42 @@ async def test_rolling_update_keeps_a_ready_replica(
     # old one served meanwhile (surge of one), never zero ready.
     assert len(ready) >= 5 and max(sizes) == 2, (ready, sizes)
     assert min(ready) == 1, ready
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="LocalRuntime never escalates on delete/close: _stop sends SIGTERM, and the "
+    "STOP_GRACE → killpg(SIGKILL) path in _kill only runs once _supervise ends, which waits "
+    "for the process to exit: a replica ignoring SIGTERM lives on (and close() hangs)",
+)
+async def test_a_replica_ignoring_sigterm_is_killed_with_its_group_after_the_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM goes to the processor alone; whatever still runs after the grace period is
+    SIGKILLed as a whole process group (here a replica and its child both ignore SIGTERM)."""
+    grace = 0.5
+    monkeypatch.setattr(local_module, "STOP_GRACE", grace)
+    rt = LocalRuntime(tmp_path, lambda _: None, probe_interval=0.05, drain_seconds=0.0)
+    await rt.apply(want(behaviour="stubborn"))
+    (replica,) = await wait_until_async(lambda: pids(rt))
+    try:
+        await until(states_are(rt, ["Running"]))
+        log = await wait_until_async(lambda: "stub pid" in (text := replica_log(tmp_path)) and text)
+        stub = int(log.split("stub pid ")[1].split()[0])
+        stopping = time.monotonic()
+        assert not await rt.delete("svc")
+        await until(lambda: rt.delete("svc"), timeout=grace + 5)
+        took = time.monotonic() - stopping
+        assert not is_alive(replica) and not is_alive(stub)
+        assert took >= grace, took  # not before the grace period
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(replica, signal.SIGKILL)  # so that close() returns whatever happened
+        await rt.close()
+
+
+def replica_log(data_dir: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in data_dir.rglob("*.log"))
 
 
 async def test_delete_and_close_leave_no_process(runtime: LocalRuntime) -> None:
