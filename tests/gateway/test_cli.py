@@ -121,7 +121,9 @@ def test_gateway_process_with_workers(
             15,
             what="every worker serves the new token",
         )
-        assert b"adm-token" not in (tmp_path / "gateway.log").read_bytes()
+        log_bytes = (tmp_path / "gateway.log").read_bytes()
+        assert log_bytes.count(b" listening on ") == 2  # each worker logged: checked below
+        assert b"adm-token" not in log_bytes and TOKEN.encode() not in log_bytes
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
