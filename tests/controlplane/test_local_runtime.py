@@ -196,7 +196,7 @@ async def test_a_replica_ignoring_sigterm_is_killed_with_its_group_after_the_gra
         stub = int(log.split("stub pid ")[1].split()[0])
         stopping = time.monotonic()
         assert not await rt.delete("svc")
-        await until(lambda: rt.delete("svc"), timeout=grace + 5)
+        await until(lambda: rt.delete("svc"), timeout=grace + 3)
         took = time.monotonic() - stopping
         assert not is_alive(replica) and not is_alive(stub)
         assert took >= grace, took  # not before the grace period

@@ -22,8 +22,9 @@ from processors.storage import (
     TemporaryStorageError,
     pull,
 )
+from processors.storage import oss as oss_module
 from processors.storage.manifest import NAME as MANIFEST
-from processors.storage.oss import LIST_PAGE_SIZE, RemoteObject
+from processors.storage.oss import RemoteObject
 from processors.storage.plan import LocalStat, RemoteFile, part_ranges, plan, remote_files
 from processors.storage.retry import Backoff
 from processors.storage.uri import OssLocation
@@ -183,10 +184,14 @@ def test_big_files_come_in_ranged_parts(
 
 
 def test_a_listing_longer_than_one_page_is_pulled_whole(
-    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The pull follows ListObjectsV2 continuation tokens (pages of 10 here, to stay fast;
+    OSS's real limit of 1000 is what LIST_PAGE_SIZE asks for)."""
+    assert oss_module.LIST_PAGE_SIZE == 1000
+    monkeypatch.setattr(oss_module, "LIST_PAGE_SIZE", 10)
     base = f"many-{uuid.uuid4().hex[:6]}"
-    count = LIST_PAGE_SIZE + 5  # two ListObjectsV2 pages
+    count = 25  # three pages
     for i in range(count):
         oss_server.put(BUCKET, f"{base}/m/1/f{i:04d}", b"%d" % i)
     oss_server.reset()
@@ -195,8 +200,10 @@ def test_a_listing_longer_than_one_page_is_pulled_whole(
 
     assert report.files == count
     listings = [c for c in oss_server.calls if c.method == "GET" and not c.key]
-    assert len(listings) == 2
-    assert (tmp_path / "r/m/1/f0000").read_bytes() == b"0"
+    assert len(listings) == 3
+    assert sorted(p.name for p in (tmp_path / "r/m/1").iterdir()) == [
+        f"f{i:04d}" for i in range(count)
+    ]
     assert (tmp_path / f"r/m/1/f{count - 1:04d}").read_bytes() == b"%d" % (count - 1)
 
 
