@@ -6,10 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from controlplane.runtime.base import DesiredReplicaSet, Resources
-from controlplane.spec import k8s_name
+from controlplane.spec import StoredSpec, k8s_name
 
 
 @dataclass(frozen=True)
@@ -19,36 +18,36 @@ class ServiceState:
     name: str
     uid: str
     generation: int
-    spec: dict[str, Any]
+    spec: StoredSpec
     stopped: bool
     deleting: bool
 
 
 def desired(state: ServiceState) -> DesiredReplicaSet:
     spec = state.spec
-    metadata = spec.get("metadata", {})
+    metadata = spec.metadata
     resources = Resources(
-        cpu=metadata.get("cpu", 1),
-        gpu=metadata.get("gpu", 0),
-        memory_mb=metadata.get("memory", 2000),
-        resource_group=metadata.get("resource"),
+        cpu=metadata.cpu,
+        gpu=metadata.gpu,
+        memory_mb=metadata.memory,
+        resource_group=metadata.resource,
     )
     template = {
-        "processor": spec["processor"],
-        "params": spec.get("processor_params", []),
-        "oss_endpoint": spec.get("oss_endpoint"),
+        "processor": spec.processor,
+        "params": spec.processor_params,
+        "oss_endpoint": spec.oss_endpoint,
         "resources": [resources.cpu, resources.gpu, resources.memory_mb, resources.resource_group],
     }
-    replicas = 0 if state.stopped or state.deleting else int(metadata.get("instance", 1))
+    replicas = 0 if state.stopped or state.deleting else metadata.instance
     return DesiredReplicaSet(
         service=state.name,
         object_name=k8s_name(state.name),
         uid=state.uid,
         generation=state.generation,
         replicas=replicas,
-        processor=spec["processor"],
-        params=tuple(spec.get("processor_params", [])),
-        oss_endpoint=spec.get("oss_endpoint"),
+        processor=spec.processor,
+        params=tuple(spec.processor_params),
+        oss_endpoint=spec.oss_endpoint,
         resources=resources,
         template_hash=_hash(template),
     )

@@ -3,7 +3,7 @@ the schema changes; servers refuse to start on an out-of-date schema instead of 
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib.util
 
 from alembic import command
 from alembic.config import Config
@@ -11,9 +11,11 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
-import migrations
-
-SCRIPT_LOCATION = str(Path(migrations.__file__).parent)
+# Alembic's scripts (``migrations/``) import the control plane's models; we only need their
+# folder, found without importing it, so the floors stay one-way.
+_SPEC = importlib.util.find_spec("migrations")
+assert _SPEC is not None and _SPEC.submodule_search_locations is not None
+SCRIPT_LOCATION = str(_SPEC.submodule_search_locations[0])
 
 
 def alembic_config(url: str) -> Config:

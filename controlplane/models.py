@@ -16,8 +16,11 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, WriteOnlyMapped, mapped_column, relationship
+
+from controlplane.spec import StoredSpec
 
 
 def utcnow() -> datetime:
@@ -36,19 +39,45 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value
 
 
+class SpecJSON(TypeDecorator[StoredSpec]):
+    """A :class:`StoredSpec` kept as JSON: validated once as the row loads, so readers get
+    typed fields instead of dicts with restated defaults."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: StoredSpec | None, dialect: Any) -> Any:
+        return None if value is None else value.public()
+
+    def process_result_value(self, value: Any, dialect: Any) -> StoredSpec | None:
+        return None if value is None else StoredSpec.model_validate(value)
+
+
 class Base(DeclarativeBase):
     pass
 
 
+_PENDING = text("generation > observed_generation OR deleting")
+
+
 class ServiceRow(Base):
     __tablename__ = "services"
-    __table_args__ = (UniqueConstraint("cluster", "name", name="uq_services_cluster_name"),)
+    __table_args__ = (
+        UniqueConstraint("cluster", "name", name="uq_services_cluster_name"),
+        Index("ix_services_route_version", "cluster", "route_version"),
+        # The list's sort and filter columns (id breaks ties: stable, keyset-friendly).
+        Index("ix_services_created", "cluster", "created_at", "id"),
+        Index("ix_services_updated", "cluster", "updated_at", "id"),
+        Index("ix_services_status", "cluster", "status", "id"),
+        # Only services with work pending: the reconciler's poll reads this, not the table.
+        Index("ix_services_pending", "cluster", sqlite_where=_PENDING, postgresql_where=_PENDING),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     uid: Mapped[str] = mapped_column(String(36), unique=True)
     cluster: Mapped[str] = mapped_column(String(64))
     name: Mapped[str] = mapped_column(String(63))
-    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    spec: Mapped[StoredSpec] = mapped_column(SpecJSON)
     # The token itself is kept for the explicit admin "show token" call and the console;
     # everything that only checks tokens (the gateway) gets the digest.
     token: Mapped[str] = mapped_column(String(128))
@@ -63,6 +92,10 @@ class ServiceRow(Base):
     total_instances: Mapped[int] = mapped_column(Integer, default=0)
     pending_instances: Mapped[int] = mapped_column(Integer, default=0)
     running_instances: Mapped[int] = mapped_column(Integer, default=0)
+    # The replica template the reconciler last applied (compared in bulk on resync).
+    template_hash: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    # The route counter's value at this service's last routing change (gateway deltas).
+    route_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Replicas as last observed by the reconciler: [{index, state, endpoint, restarts, ...}].
     replicas: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
@@ -77,6 +110,11 @@ class ServiceRow(Base):
 
     __mapper_args__ = {"version_id_col": version}  # noqa: RUF012
 
+    def add_event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        self.events.add(
+            EventRow(type="Warning" if warning else "Normal", reason=reason, message=message)
+        )
+
 
 class EventRow(Base):
     __tablename__ = "service_events"
@@ -90,6 +128,19 @@ class EventRow(Base):
     message: Mapped[str] = mapped_column(Text)
 
     service: Mapped[ServiceRow] = relationship(back_populates="events")
+
+
+class RouteRemovalRow(Base):
+    """A service deleted at a route version, so a gateway asking for changes after an older
+    version drops it. Pruned past the ``routes_floor`` counter."""
+
+    __tablename__ = "route_removals"
+    __table_args__ = (Index("ix_route_removals_version", "cluster", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(63))
+    version: Mapped[int] = mapped_column(Integer)
 
 
 class LeaseRow(Base):

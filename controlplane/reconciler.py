@@ -15,16 +15,13 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
-from typing import Any
 
-from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
 from controlplane import status as status_mod
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
-from controlplane.models import ServiceRow, utcnow
 from controlplane.runtime.base import (
     Observation,
     PermanentRuntimeError,
@@ -32,7 +29,7 @@ from controlplane.runtime.base import (
     RuntimeError_,
     TemporaryRuntimeError,
 )
-from controlplane.services import add_event
+from controlplane.store import ReconcileStore
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +53,7 @@ class Reconciler:
         lease_ttl: float = 15.0,
         holder: str | None = None,
     ) -> None:
-        self._sessions = sessions
+        self.store = ReconcileStore(sessions, cluster)
         self._runtime_factory = runtime_factory
         self.cluster = cluster
         self.resync_seconds = resync_seconds
@@ -122,28 +119,19 @@ class Reconciler:
             self.is_leader = False
 
     async def _poll_changes(self) -> None:
-        query = select(ServiceRow.name).where(
-            ServiceRow.cluster == self.cluster,
-            or_(ServiceRow.generation > ServiceRow.observed_generation, ServiceRow.deleting),
-        )
         while True:
-            for name in await asyncio.to_thread(self._names, query):
+            for name in await asyncio.to_thread(self.store.needing_work):
                 if name not in self._failures:  # those come back on their backoff timer
                     self._enqueue(name)
             await asyncio.sleep(self.poll_seconds)
 
     async def _resync(self) -> None:
-        every = select(ServiceRow.name).where(ServiceRow.cluster == self.cluster)
         while True:
             assert self.runtime is not None
-            stored = set(await asyncio.to_thread(self._names, every))
+            stored = set(await asyncio.to_thread(self.store.names))
             for name in stored | await self.runtime.services():  # orphans get deleted too
                 self._enqueue(name)
             await asyncio.sleep(self.resync_seconds)
-
-    def _names(self, query: Select[Any]) -> list[str]:
-        with self._sessions() as s:
-            return list(s.scalars(query))
 
     async def _work(self) -> None:
         while True:
@@ -170,13 +158,13 @@ class Reconciler:
     async def reconcile(self, name: str) -> None:
         runtime = self.runtime
         assert runtime is not None
-        state, previous = await asyncio.to_thread(self._state, name)
+        state, previous = await asyncio.to_thread(self.store.state, name)
         if state is None:
             await runtime.delete(name)  # an orphan: nothing stored wants it
             return
         if state.deleting:
             if await runtime.delete(name):
-                await asyncio.to_thread(self._forget, name)
+                await asyncio.to_thread(self.store.forget, name)
             return
         want = desired(state)
         try:
@@ -185,75 +173,19 @@ class Reconciler:
             failed = status_mod.Status(
                 "Failed", e.reason, e.message, want.replicas, want.replicas, 0
             )
-            await asyncio.to_thread(self._write, state, failed, Observation())
+            await self._write(state, failed, Observation())
             return
         seen = await runtime.observe(name)
         computed = status_mod.compute(want, seen, deleting=False, previous=previous)
-        await asyncio.to_thread(self._write, state, computed, seen, want.template_hash)
+        await self._write(state, computed, seen, want.template_hash)
 
-    def _state(self, name: str) -> tuple[ServiceState | None, str]:
-        with self._sessions() as s:
-            row = self._row(s, name)
-            if row is None:
-                return None, ""
-            state = ServiceState(
-                name=row.name,
-                uid=row.uid,
-                generation=row.generation,
-                spec=row.spec,
-                stopped=row.stopped,
-                deleting=row.deleting,
-            )
-            return state, row.status
-
-    def _row(self, s: Session, name: str) -> ServiceRow | None:
-        return s.scalar(
-            select(ServiceRow).where(ServiceRow.cluster == self.cluster, ServiceRow.name == name)
-        )
-
-    def _write(
+    async def _write(
         self,
         state: ServiceState,
         new: status_mod.Status,
         seen: Observation,
         template_hash: str = "",
     ) -> None:
-        """Store status for the generation we acted on; raises StaleDataError (→ retry)
-        when the API changed the row meanwhile."""
         replicas = [r.as_dict(current=r.template_hash == template_hash) for r in seen.replicas]
-        with self._sessions() as s:
-            row = self._row(s, state.name)
-            if row is None or row.generation != state.generation:
-                self.notify(state.name)  # changed meanwhile: act on the new generation
-                return
-            values = {
-                "status": new.status,
-                "reason": new.reason,
-                "message": new.message[:4000],
-                "total_instances": new.total,
-                "pending_instances": new.pending,
-                "running_instances": new.running,
-                "replicas": replicas,
-                "observed_generation": state.generation,
-            }
-            if all(getattr(row, k) == v for k, v in values.items()):
-                return  # a resync of an unchanged service writes nothing
-            changed_status = (row.status, row.reason) != (new.status, new.reason)
-            for key, value in values.items():
-                setattr(row, key, value)
-            if changed_status:
-                detail = (
-                    new.message.splitlines()[-1]
-                    if new.message
-                    else (f"total {new.total}, pending {new.pending}, running {new.running}")
-                )
-                add_event(row, new.status, detail[:500], warning=new.status == "Failed")
-            row.updated_at = utcnow()
-            s.commit()
-
-    def _forget(self, name: str) -> None:
-        with self._sessions() as s:
-            row = self._row(s, name)
-            if row is not None and row.deleting:
-                s.delete(row)
-                s.commit()
+        if not await asyncio.to_thread(self.store.write_status, state, new, replicas):
+            self.notify(state.name)  # changed meanwhile: act on the new generation

@@ -48,7 +48,7 @@ class ControlPlane:
             if reconcile
             else None
         )
-        self.app = create_app(settings, self.engine, self.reconciler)
+        self.app = create_app(settings, self.engine)
         self._server: _Server | None = None
 
     async def serve(self, sock: socket.socket) -> None:

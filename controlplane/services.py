@@ -19,6 +19,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from contract.merge import merge_patch
 from contract.wire import token_digest
+from controlplane import store
 from controlplane.errors import (
     Conflict,
     FieldProblem,
@@ -42,12 +43,6 @@ _RETRIES = 8
 
 def new_token() -> str:
     return secrets.token_urlsafe(32)
-
-
-def add_event(row: ServiceRow, reason: str, message: str, *, warning: bool = False) -> None:
-    row.events.add(
-        EventRow(type="Warning" if warning else "Normal", reason=reason, message=message)
-    )
 
 
 class Services:
@@ -114,7 +109,7 @@ class Services:
             total_instances=spec.metadata.instance,
             pending_instances=spec.metadata.instance,
         )
-        add_event(row, "Created", f"service created with {spec.metadata.instance} instance(s)")
+        row.add_event("Created", f"service created with {spec.metadata.instance} instance(s)")
         with self._sessions() as s:
             s.add(row)
             try:
@@ -169,7 +164,7 @@ class Services:
 
         def change(row: ServiceRow) -> None:
             _set_token(row, token)
-            add_event(row, "TokenRotated", "service token rotated")
+            row.add_event("TokenRotated", "service token rotated")
 
         return self._write(cluster, name, change), token
 
@@ -186,11 +181,11 @@ class Services:
         a new generation with ``event`` only when the spec really changed."""
 
         def change(row: ServiceRow) -> None:
-            spec = validate_spec(merge_patch(dict(row.spec, token=row.token), patch), self._checks)
-            stored, token = split_token(spec)
+            spec = validate_spec(merge_patch(row.spec.public(), patch), self._checks)
+            stored, token = split_token(spec)  # a token only when the patch carries one
             if token and token != row.token:
                 _set_token(row, token)
-                add_event(row, "TokenChanged", "service token replaced by the spec's token")
+                row.add_event("TokenChanged", "service token replaced by the spec's token")
             if stored != row.spec:
                 row.spec = stored
                 _bump(row, *event)
@@ -202,9 +197,7 @@ class Services:
             raise ServiceNotFound(
                 f"unknown cluster {cluster!r}: this control plane serves {self.cluster!r}"
             )
-        row = s.scalar(
-            select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.name == name)
-        )
+        row = store.find(s, cluster, name)
         if row is None:
             raise ServiceNotFound(f"no service named {name!r}: see 'eascmd list'")
         return row
@@ -242,7 +235,7 @@ def _bump(row: ServiceRow, reason: str, message: str) -> None:
     row.generation += 1
     if row.status in ("Running", "Failed", "Waiting"):
         row.status = "Updating"
-    add_event(row, reason, message)
+    row.add_event(reason, message)
 
 
 def _set_token(row: ServiceRow, token: str) -> None:

@@ -1,8 +1,10 @@
 """The EAS service spec: what users write in ``triton.config`` and POST to the API.
 
-Input shapes only (pydantic, unknown fields rejected). The API validates every create and
-update through :func:`validate_spec`, which adds the processor's own checks, so a bad spec
-never reaches the database.
+:class:`ServiceSpec` is the input (pydantic, unknown fields rejected); :class:`StoredSpec`, the
+same without the token, is what a service row holds, validated once when the row is loaded,
+so every reader gets typed fields and the defaults stated here, once. The API validates every
+create and update through :func:`validate_spec`, which adds the processor's own checks, so a
+bad spec never reaches the database.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from controlplane.errors import FieldProblem, InvalidSpec
 from processors import registry
+from processors.base import ProcessorError
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,61}[a-z0-9]$|^[a-z]$")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-+/=.]{16,128}$")
@@ -39,16 +42,25 @@ class Metadata(_Strict):
     rpc: Rpc = Field(default_factory=Rpc)
 
 
-class ServiceSpec(_Strict):
-    """The EAS JSON. ``token`` is taken out before storing (see :func:`split_token`)."""
+class StoredSpec(_Strict):
+    """The EAS JSON as a service row keeps it: everything but the token (its own column)."""
 
     name: str
     processor: str
     processor_params: list[str] = Field(default_factory=list, max_length=64)
-    token: str | None = None
     model_path: str | None = Field(default=None, max_length=2048)
     oss_endpoint: str | None = Field(default=None, max_length=256)
     metadata: Metadata = Field(default_factory=Metadata)
+
+    def public(self) -> dict[str, Any]:
+        """As describe shows it and as a merge patch applies to (JSON, no nulls)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class ServiceSpec(StoredSpec):
+    """The EAS JSON. ``token`` is taken out before storing (see :func:`split_token`)."""
+
+    token: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -93,7 +105,7 @@ def validate_spec(data: Any, checks: Sequence[Check] = ()) -> ServiceSpec:
     try:
         processor = registry.get(spec.processor)
         params = processor.validate(spec.processor_params)
-    except registry.ProcessorError as e:
+    except ProcessorError as e:
         raise InvalidSpec([FieldProblem(e.field, str(e), e.fix)]) from e
     problems = [p for check in checks for p in check(spec)]
     if problems:
@@ -101,9 +113,9 @@ def validate_spec(data: Any, checks: Sequence[Check] = ()) -> ServiceSpec:
     return spec.model_copy(update={"processor_params": params})
 
 
-def split_token(spec: ServiceSpec) -> tuple[dict[str, Any], str | None]:
+def split_token(spec: ServiceSpec) -> tuple[StoredSpec, str | None]:
     """The spec as stored (no token: it lives in its own column) and the custom token."""
-    return spec.model_dump(exclude={"token"}, exclude_none=True), spec.token
+    return StoredSpec.model_validate(spec.model_dump(exclude={"token"})), spec.token
 
 
 _FIXES = {

@@ -15,7 +15,8 @@ from controlplane.api import internal, problems
 from controlplane.api import services as services_api
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
-from controlplane.reconciler import Reconciler
+from controlplane.runtime import make_log_source
+from controlplane.runtime.base import LogSource
 from controlplane.services import Services
 from controlplane.settings import Settings
 from controlplane.spec import Check, ServiceSpec
@@ -38,7 +39,7 @@ def deployment_checks(settings: Settings) -> list[Check]:
     return [resource_group]
 
 
-def create_app(settings: Settings, engine: Engine, reconciler: Reconciler | None = None) -> FastAPI:
+def create_app(settings: Settings, engine: Engine, log_source: LogSource | None = None) -> FastAPI:
     app = FastAPI(
         title="OpenEAS control plane",
         version="0.1.0",
@@ -48,7 +49,8 @@ def create_app(settings: Settings, engine: Engine, reconciler: Reconciler | None
     sessions = make_sessions(engine)
     services = Services(sessions, settings.cluster_id, deployment_checks(settings))
     app.include_router(services_api.router(services, settings))
-    app.include_router(internal.router(sessions, services, settings, reconciler))
+    logs = log_source or make_log_source(settings)
+    app.include_router(internal.router(sessions, services, settings, logs))
 
     console_page = CONSOLE.read_text(encoding="utf-8")
 

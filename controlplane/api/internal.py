@@ -1,5 +1,5 @@
 """Internal, admin-authenticated endpoints: the route table the gateway watches, and
-replica logs (served by the process that runs the reconciler's runtime)."""
+replica logs (from the runtime's log source, so any control-plane replica answers)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from contract.wire import ROUTES_PATH, RouteTable
 from controlplane import route_feed
 from controlplane.api.auth import AdminAuth
-from controlplane.reconciler import Reconciler
+from controlplane.runtime.base import LogSource, RuntimeError_
 from controlplane.services import Services
 from controlplane.settings import Settings
 
@@ -25,7 +25,7 @@ def router(
     sessions: sessionmaker[Session],
     services: Services,
     settings: Settings,
-    reconciler: Reconciler | None,
+    log_source: LogSource,
 ) -> APIRouter:
     api = APIRouter(dependencies=[Depends(AdminAuth(settings.admin_token))])
 
@@ -39,15 +39,16 @@ def router(
         after: Annotated[int, Query(ge=-1)] = -1,
         wait: Annotated[float, Query(ge=0, le=60)] = 0,
     ) -> RouteTable | Response:
-        """The gateway's route table. With ``after``/``wait`` it is a long-poll: answered
-        at once when the version is newer than ``after``, else 204 after ``wait`` seconds."""
+        """The gateway's route table: the changes after version ``after`` (a whole table
+        without one). With ``wait`` it is a long-poll: answered at once when the version
+        differs from ``after``, else 204 after ``wait`` seconds."""
         deadline = time.monotonic() + wait
-        while await run_in_threadpool(current_version) <= after:
+        while await run_in_threadpool(current_version) == after:
             if time.monotonic() >= deadline or await request.is_disconnected():
                 return Response(status_code=204)
             await route_feed.CHANGED.wait(POLL_SECONDS)
         return await run_in_threadpool(
-            route_feed.table, sessions, settings.cluster_id, settings.default_timeout_ms
+            route_feed.table, sessions, settings.cluster_id, settings.default_timeout_ms, after
         )
 
     @api.get("/api/v2/services/{cluster}/{name}/logs", tags=["services"])
@@ -59,12 +60,11 @@ def router(
     ) -> PlainTextResponse:
         """A replica's recent output (``replica`` as shown by describe; default the newest)."""
         await run_in_threadpool(services.get, cluster, name)  # 404 for unknown services
-        runtime = reconciler.runtime if reconciler is not None else None
-        if runtime is None:
-            raise HTTPException(503, "this control plane is not running the reconciler")
         try:
-            return PlainTextResponse(await runtime.logs(name, replica, tail))
+            return PlainTextResponse(await log_source.logs(name, replica, tail))
         except FileNotFoundError as e:
             raise HTTPException(404, str(e)) from e
+        except RuntimeError_ as e:  # the cluster's API cannot be reached
+            raise HTTPException(503, f"replica logs are unavailable: {e}") from e
 
     return api

@@ -95,7 +95,7 @@ def service_public(row: ServiceRow, ends: Endpoints) -> ServicePublic:
         Stopped=row.stopped,
         CreateTime=row.created_at,
         UpdateTime=row.updated_at,
-        ServiceConfig=row.spec,
+        ServiceConfig=row.spec.public(),
         Replicas=row.replicas or [],
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from controlplane.runtime.base import Notify, Runtime
+from controlplane.runtime.base import LogSource, Notify, Runtime
 
 if TYPE_CHECKING:  # settings import the kubernetes runtime's settings from this package
     from controlplane.settings import Settings
@@ -18,3 +18,14 @@ def make_runtime(settings: Settings, notify: Notify) -> Runtime:
     from controlplane.runtime.local import LocalRuntime
 
     return LocalRuntime(settings.data_dir, notify)
+
+
+def make_log_source(settings: Settings) -> LogSource:
+    """Replica logs without running the runtime: every control-plane replica answers them."""
+    if settings.runtime == "kubernetes":
+        from controlplane.runtime.kubernetes.logs import KubernetesLogs
+
+        return KubernetesLogs(settings.k8s)
+    from controlplane.runtime.local import LocalLogs
+
+    return LocalLogs(settings.data_dir)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from contract.progress import Progress
+
 ReplicaState = Literal["Pending", "Running", "CrashLoopBackOff", "Failed", "Terminating"]
 
 
@@ -68,6 +70,7 @@ class ReplicaStatus:
     reason: str = ""
     message: str = ""  # for a human: last log lines, scheduler message, ...
     permanent: bool = False  # failed in a way that restarting cannot fix (bad model repo)
+    progress: Progress | None = None  # how far its model pull is, while it has one
 
     def as_dict(self, *, current: bool) -> dict[str, object]:
         """As stored for describe and the route table; ``current``: of the desired template."""
@@ -79,6 +82,7 @@ class ReplicaStatus:
             "reason": self.reason,
             "message": self.message,
             "current": current,
+            "progress": self.progress.as_dict() if self.progress else None,
         }
 
 
@@ -88,6 +92,12 @@ class Observation:
 
 
 Notify = Callable[[str], None]  # called with a service name when its replicas changed
+
+
+class LogSource(Protocol):
+    async def logs(self, service: str, replica: int | None, tail: int) -> str:
+        """The last ``tail`` lines of a replica's output (``None``: the newest replica);
+        FileNotFoundError when there is no such replica."""
 
 
 class Runtime(Protocol):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import aiohttp
 
+from contract.progress import Progress
 from controlplane.runtime.base import (
     DesiredReplicaSet,
     Notify,
@@ -30,8 +32,8 @@ from controlplane.runtime.base import (
     ReplicaState,
     ReplicaStatus,
 )
-from processors import exits, registry
-from processors.triton.supervisor import die_with
+from processors import exits, progress, registry
+from processors.base import Ports, die_with
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ PERMANENT_EXITS = exits.PERMANENT
 TAIL_LINES = 12
 MAX_BACKOFF = 60.0
 STOP_GRACE = 15.0
+PROGRESS_NOTIFY = 1.0  # seconds between status writes for one pulling replica
 
 
 @dataclass
@@ -53,6 +56,7 @@ class Replica:
     reason: str = "Starting"
     message: str = ""
     permanent: bool = False
+    progress: Progress | None = None
     stopping: bool = False
     process: asyncio.subprocess.Process | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -71,7 +75,39 @@ class Replica:
             reason=self.reason,
             message=self.message,
             permanent=self.permanent,
+            progress=self.progress if self.state == "Pending" else None,
         )
+
+    @property
+    def progress_path(self) -> Path:
+        return self.log_path.with_suffix(".progress")
+
+
+def log_folder(data_dir: Path, service: str) -> Path:
+    """Where a service's replicas write their output, ``<number>.log`` each."""
+    return data_dir / "logs" / service
+
+
+class LocalLogs:
+    """Replica logs from the data dir: any control plane sharing it can serve them."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+
+    async def logs(self, service: str, replica: int | None, tail: int) -> str:
+        return await asyncio.to_thread(self._read, service, replica, tail)
+
+    def _read(self, service: str, replica: int | None, tail: int) -> str:
+        folder = log_folder(self.data_dir, service)
+        files = sorted(
+            (p for p in folder.glob("*.log") if p.stem.isdigit()), key=lambda p: int(p.stem)
+        )
+        if replica is not None:
+            files = [f for f in files if f.stem == str(replica)]
+        if not files:
+            raise FileNotFoundError(f"no logs for replica {replica} of {service!r}")
+        with files[-1].open(errors="replace") as f:
+            return "".join(deque(f, maxlen=tail))
 
 
 class LocalRuntime:
@@ -128,16 +164,7 @@ class LocalRuntime:
         return {name for name, replicas in self._replicas.items() if replicas}
 
     async def logs(self, service: str, replica: int | None, tail: int) -> str:
-        folder = self.data_dir / "logs" / service
-        files = sorted(
-            (p for p in folder.glob("*.log") if p.stem.isdigit()), key=lambda p: int(p.stem)
-        )
-        if replica is not None:
-            files = [f for f in files if f.stem == str(replica)]
-        if not files:
-            raise FileNotFoundError(f"no logs for replica {replica} of {service!r}")
-        with files[-1].open(errors="replace") as f:
-            return "".join(deque(f, maxlen=tail))
+        return await LocalLogs(self.data_dir).logs(service, replica, tail)
 
     async def close(self) -> None:
         """Stop every replica and wait for them: nothing outlives the runtime."""
@@ -153,7 +180,7 @@ class LocalRuntime:
 
     # -- replicas -------------------------------------------------------------------------
     def _start(self, desired: DesiredReplicaSet) -> Replica:
-        folder = self.data_dir / "logs" / desired.service
+        folder = log_folder(self.data_dir, desired.service)
         if desired.service not in self._numbers:  # continue after the last run's replicas
             folder.mkdir(parents=True, exist_ok=True)
             self._numbers[desired.service] = 1 + max(
@@ -221,11 +248,16 @@ class LocalRuntime:
     async def _run_once(self, replica: Replica) -> int:
         desired = replica.desired
         http, grpc, metrics = _free_ports(3, self.host)
-        ports = registry.Ports(http=http, grpc=grpc, metrics=metrics, host=self.host)
-        plan = registry.get(desired.processor).plan(desired.params, ports, desired.oss_endpoint)
+        ports = Ports(http=http, grpc=grpc, metrics=metrics, host=self.host)
+        plan = registry.get(desired.processor).plan(
+            desired.params, ports, desired.oss_endpoint, None
+        )
         env = dict(os.environ, **plan.env)
         env["OPENEAS_MODEL_CACHE"] = str(self.data_dir / "models")
         env["PYTHONUNBUFFERED"] = "1"
+        env[progress.ENV_FILE] = str(replica.progress_path)
+        replica.progress_path.unlink(missing_ok=True)  # a restart pulls (or skips) anew
+        replica.progress = None
         replica.state, replica.reason = "Pending", "Starting"
         replica.base_url = f"http://{self.host}:{http}"
         with replica.log_path.open("ab") as out:
@@ -255,6 +287,7 @@ class LocalRuntime:
                 connector=aiohttp.TCPConnector(force_close=True),
                 timeout=aiohttp.ClientTimeout(total=2),
             )
+        watch = _ProgressWatch(replica.progress_path)
         while True:
             try:
                 async with self._http.get(url) as response:
@@ -265,6 +298,8 @@ class LocalRuntime:
             if state != replica.state:
                 replica.state = state
                 replica.reason = "" if ready else "NotReady"
+                self.notify(replica.service)
+            elif not ready and watch.changed(replica):
                 self.notify(replica.service)
             await asyncio.sleep(self.probe_interval if not ready else self.probe_interval * 4)
 
@@ -279,6 +314,38 @@ class LocalRuntime:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
+
+
+class _ProgressWatch:
+    """Reads a pending replica's progress file when it changed, and says when the status
+    is worth writing: a new phase at once, new numbers at most every PROGRESS_NOTIFY s."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._mtime = 0
+        self._notified = float("-inf")
+
+    def changed(self, replica: Replica) -> bool:
+        try:
+            mtime = self.path.stat().st_mtime_ns
+        except OSError:
+            return False  # no pull (a local repository), or not started yet
+        if mtime == self._mtime:
+            return False
+        now = asyncio.get_running_loop().time()
+        seen = progress.read_file(self.path)
+        old = replica.progress
+        if seen is None:
+            return False
+        if seen.phase == "pulled":  # pulled, not ready: the server is loading the models
+            seen = dataclasses.replace(seen, phase="loading")
+        new_phase = old is None or old.phase != seen.phase
+        if not new_phase and now - self._notified < PROGRESS_NOTIFY:
+            return False  # read again next probe: the newest numbers win
+        self._mtime = mtime
+        self._notified = now
+        replica.progress = seen
+        return True
 
 
 def _free_ports(count: int, host: str) -> list[int]:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from processors.registry import ProcessorError
+from processors.base import ProcessorError
 from processors.storage.errors import PermanentStorageError
 from processors.storage.uri import parse_uri
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from processors.registry import Ports, ReplicaPlan
+from processors.base import Ports, Pull, ReplicaPlan
+from processors.storage.uri import resolve_local
 from processors.triton import flags
 
 
@@ -35,14 +36,19 @@ def run_args(params: Sequence[str], ports: Ports) -> list[str]:
     ]
 
 
-def plan(params: Sequence[str], ports: Ports, oss_endpoint: str | None) -> ReplicaPlan:
-    """Plan for one replica; ``oss_endpoint`` (the spec's) overrides ``OSS_ENDPOINT``."""
+def plan(
+    params: Sequence[str], ports: Ports, oss_endpoint: str | None, model_dir: str | None
+) -> ReplicaPlan:
+    """Plan for one replica; ``oss_endpoint`` (the spec's) overrides ``OSS_ENDPOINT``. With
+    ``model_dir``, a remote repository is pulled there by the runtime and served from it."""
     checked = flags.parse(params)
-    args = run_args(checked.normalised(), ports)
+    remote = checked.model_repository if resolve_local(checked.model_repository) is None else None
+    pull = Pull(remote, model_dir) if remote is not None and model_dir is not None else None
+    args = run_args(checked.normalised(model_repository=pull.into if pull else None), ports)
     return ReplicaPlan(
         command=[sys.executable, "-m", "openeas.cli", *args],
         env={"OSS_ENDPOINT": oss_endpoint} if oss_endpoint else {},
         http_port=ports.http,
-        model_uri=checked.model_repository,
+        pull=pull,
         openeas_args=args,
     )

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from processors import exits, repository
+from processors.base import Ports, ProcessorError
 from processors.exits import fail, say
-from processors.registry import Ports, ProcessorError
 from processors.triton import binary, flags, supervisor
 
 

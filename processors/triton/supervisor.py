@@ -11,16 +11,15 @@ If we die without forwarding (SIGKILL), the kernel sends the child SIGTERM (Linu
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import FrameType
 
+from processors.base import die_with
+
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
-_PR_SET_PDEATHSIG = 1
 
 
 def exit_code(returncode: int) -> int:
@@ -64,15 +63,3 @@ def _wait(child: subprocess.Popen[bytes]) -> int:
         if pid == child.pid:
             child.returncode = os.waitstatus_to_exitcode(status)
             return child.returncode
-
-
-def die_with(parent: int) -> Callable[[], None]:
-    """preexec_fn: SIGTERM the child when ``parent`` dies, even by SIGKILL."""
-
-    def arrange() -> None:
-        if sys.platform.startswith("linux"):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
-            if os.getppid() != parent:  # the parent died before prctl took effect
-                os.kill(os.getpid(), signal.SIGTERM)
-
-    return arrange

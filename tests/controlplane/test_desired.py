@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from controlplane.desired import ServiceState, desired
+from controlplane.spec import StoredSpec
 
 
 def state(**changes: Any) -> ServiceState:
@@ -17,7 +18,8 @@ def state(**changes: Any) -> ServiceState:
         "metadata": {"instance": 2, "cpu": 4, "gpu": 1, "memory": 8000, "resource": "r1"},
     }
     spec.update(changes.pop("spec", {}))
-    base = {"name": "triton_test", "uid": "u", "generation": 3, "spec": spec}
+    base = {"name": "triton_test", "uid": "u", "generation": 3}
+    base["spec"] = StoredSpec.model_validate(spec)
     return ServiceState(**{**base, "stopped": False, "deleting": False, **changes})
 
 

@@ -125,3 +125,14 @@ def test_console_script_without_profile(tmp_path: Path) -> None:
     done = subprocess.run([str(eascmd), "list"], env=env, capture_output=True, text=True)
     assert done.returncode == 2
     assert "eascmd config -e <endpoint> -k <admin token>" in done.stderr
+
+
+def test_lint_fix_turns_the_pasted_seed_into_a_config_create_accepts(
+    eascmd: Any, tmp_path: Path
+) -> None:
+    pasted = tmp_path / "triton.config"
+    pasted.write_bytes(SEED.read_bytes())
+    assert eascmd("lint", str(pasted), "--fix")[0] == 0
+    code, out, err = eascmd("create", str(tmp_path / "triton.fixed.config"), "--no-wait")
+    assert (code, err) == (0, "")
+    assert "/api/predict/triton_test" in out

@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from contract.wire import ROUTES_PATH, RouteTable, token_digest
+from controlplane.settings import Settings
 from tests.controlplane.conftest import seed_spec
 
 
@@ -53,11 +54,40 @@ def test_internal_endpoints_need_the_admin_token(client: TestClient) -> None:
     assert client.get("/api/v2/services/local/x/logs").status_code == 401
 
 
-def test_logs_without_a_reconciler_say_so(client: TestClient) -> None:
+def test_logs_are_served_by_a_control_plane_that_does_not_reconcile(
+    client: TestClient, settings: Settings
+) -> None:
+    """The ``client`` app runs no reconciler (like a non-leading replica): it reads the logs
+    the runtime's replicas write, from the data dir they share."""
     client.post("/api/v2/services", json=seed_spec())
-    r = client.get("/api/v2/services/local/triton_test/logs")
-    assert r.status_code == 503 and "reconciler" in r.json()["detail"]
+    folder = settings.data_dir / "logs" / "triton_test"
+    folder.mkdir(parents=True)
+    (folder / "0.log").write_text("old replica\n")
+    (folder / "1.log").write_text("".join(f"line {i}\n" for i in range(5)))
+    r = client.get("/api/v2/services/local/triton_test/logs", params={"tail": 2})
+    assert (r.status_code, r.text) == (200, "line 3\nline 4\n")
+    r = client.get("/api/v2/services/local/triton_test/logs", params={"replica": 0})
+    assert r.text == "old replica\n"
+    assert client.get("/api/v2/services/local/triton_test/logs?replica=7").status_code == 404
     assert client.get("/api/v2/services/local/nope/logs").status_code == 404
+
+
+def test_logs_on_an_unreachable_cluster_are_a_clear_503(settings: Settings) -> None:
+    from controlplane.api.app import create_app
+    from controlplane.db import make_engine
+    from controlplane.runtime.kubernetes.settings import KubernetesSettings
+
+    k8s = KubernetesSettings(kubeconfig=str(settings.data_dir / "no-such-kubeconfig"))
+    on_k8s = settings.model_copy(update={"runtime": "kubernetes", "k8s": k8s})
+    engine = make_engine(on_k8s.sqlalchemy_url)
+    with TestClient(create_app(on_k8s, engine)) as c:  # starts: logs connect on first use
+        c.headers["Authorization"] = f"Bearer {on_k8s.admin_token}"
+        c.post("/api/v2/services", json=seed_spec(metadata={"resource": None}))
+        r = c.get("/api/v2/services/local/triton_test/logs")
+        assert r.status_code == 503
+        assert r.json()["detail"].startswith("replica logs are unavailable: ")
+        assert "no-such-kubeconfig" in r.json()["detail"]
+    engine.dispose()
 
 
 def test_a_commit_in_this_process_wakes_the_long_poll(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from contract.progress import Progress
 from controlplane import route_feed
 from controlplane.db import make_engine, make_sessions
 from controlplane.reconciler import Reconciler
@@ -280,3 +281,24 @@ async def test_a_runtime_that_cannot_start_is_retried(harness: Harness) -> None:
     assert len(attempts) == 2
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_pull_progress_is_stored_without_touching_routes(
+    running: tuple[Harness, Reconciler],
+) -> None:
+    h, _ = running
+    h.services.create(seed_spec())
+    await h.until(lambda: status(h)[0] == "Waiting")
+    assert h.runtime is not None
+    routes = route_feed.table(h.sessions, "local", 1000).version
+    for done in (100, 600):
+        h.runtime.set_all("triton_test", "Pending", progress=Progress("pulling", 0, 2, done, 1000))
+        stored = lambda d=done: (h.row().replicas[0]["progress"] or {}).get("bytes_done") == d  # noqa: E731
+        await h.until(stored)
+    assert h.row().replicas[0]["progress"]["files_total"] == 2
+    assert route_feed.table(h.sessions, "local", 1000).version == routes  # nothing to route
+    assert h.reasons() == ["Created", "Waiting"]  # and no event per report
+    h.runtime.set_all("triton_test", "Running")
+    await h.until(lambda: status(h)[0] == "Running")
+    assert h.row().replicas[0]["progress"] is None
+    assert route_feed.table(h.sessions, "local", 1000).version > routes

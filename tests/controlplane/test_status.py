@@ -8,9 +8,12 @@ import pytest
 
 from controlplane.desired import ServiceState, desired
 from controlplane.runtime.base import Observation, ReplicaStatus
+from controlplane.spec import StoredSpec
 from controlplane.status import compute
 
-SPEC = {"name": "s", "processor": "triton", "processor_params": [], "metadata": {"instance": 2}}
+SPEC = StoredSpec.model_validate(
+    {"name": "s", "processor": "triton", "processor_params": [], "metadata": {"instance": 2}}
+)
 WANT = desired(ServiceState("s", "u", 1, SPEC, stopped=False, deleting=False))
 H = WANT.template_hash
 

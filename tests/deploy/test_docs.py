@@ -131,7 +131,7 @@ def test_configuration_names_every_variable_and_no_other() -> None:
 # reasons: Kubernetes kinds and fields, states, condition types, watch event types.
 NOT_REASONS = {
     "ALL", "BOOKMARK", "Background", "ClusterIP", "DELETED", "Deleting", "Deployment",
-    "ERROR", "Failed", "FallbackToLogsOnError", "False", "Memory", "PYTHONUNBUFFERED",
+    "ERROR", "Failed", "FallbackToLogsOnError", "False", "KUBECONFIG", "Memory", "PYTHONUNBUFFERED",
     "Pending", "Pod", "PodScheduled", "Ready", "ReplicaFailure", "RollingUpdate", "Running",
     "RuntimeDefault", "Service", "Stopped", "Stopping", "Succeeded", "TCP", "Terminating",
     "True", "Updating", "Waiting",

@@ -26,6 +26,7 @@ from controlplane.runtime.base import DesiredReplicaSet
 from controlplane.runtime.kubernetes.client import KubeClient
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
+from controlplane.spec import StoredSpec
 from testing import k8s_server as ks
 from testing.waiting import wait_until_async
 from tests.deploy.chart import ROOT, VALUE_SETS, Obj, find, render
@@ -110,7 +111,9 @@ def want(generation: int = 1, instance: int = 1) -> DesiredReplicaSet:
         "processor_params": ["--model-repository=oss://bucket/models", "--allow-http=true"],
         "metadata": {"instance": instance, "gpu": 1, "resource": "eas-r-a10"},
     }
-    return desired(ServiceState(NAME, UID, generation, spec, False, False))
+    return desired(
+        ServiceState(NAME, UID, generation, StoredSpec.model_validate(spec), False, False)
+    )
 
 
 async def _until(check: Callable[[], object], timeout: float = 15.0) -> None:

@@ -22,6 +22,7 @@ from controlplane.runtime.kubernetes.manifests import (
     desired_objects,
 )
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
+from controlplane.spec import ServiceSpec, StoredSpec, split_token
 from tests.kubernetes.conftest import RESOURCE_GROUPS
 
 OLDEST = Version("1.29")
@@ -50,7 +51,16 @@ def spec(params: list[str] | None = None, **metadata: Any) -> dict[str, Any]:
 def want(
     body: dict[str, Any] | None = None, *, generation: int = 1, stopped: bool = False
 ) -> DesiredReplicaSet:
-    return desired(ServiceState("triton_test", "uid-1", generation, body or spec(), stopped, False))
+    return desired(
+        ServiceState(
+            "triton_test",
+            "uid-1",
+            generation,
+            StoredSpec.model_validate(body or spec()),
+            stopped,
+            False,
+        )
+    )
 
 
 def objects(
@@ -225,8 +235,10 @@ def test_credentials_only_by_reference_and_no_token_anywhere(
 ) -> None:
     monkeypatch.setenv("OSS_ACCESS_KEY_ID", "LTAI-must-not-leak")
     monkeypatch.setenv("OSS_ACCESS_KEY_SECRET", "secret-must-not-leak")
-    body = {**spec(), "token": TOKEN}
-    deployment, service = objects(body)
+    stored, token = split_token(ServiceSpec.model_validate({**spec(), "token": TOKEN}))
+    assert token == TOKEN  # the token leaves the spec before anything is planned from it
+    state = ServiceState("triton_test", "uid-1", 1, stored, False, False)
+    deployment, service = desired_objects(desired(state), settings())
     text = json.dumps([deployment, service])
     assert TOKEN not in text and "must-not-leak" not in text
     env = {e["name"]: e for e in container(deployment, "model-pull")["env"]}

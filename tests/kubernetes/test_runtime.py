@@ -23,6 +23,7 @@ from controlplane.runtime.base import (
 from controlplane.runtime.kubernetes.manifests import HASH_ANNOTATION, SERVICE_LABEL
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
+from controlplane.spec import StoredSpec
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async
@@ -42,7 +43,9 @@ def want(
         ],
         "metadata": {"instance": 1, "cpu": 4, "gpu": 1, "memory": 10000, **metadata},
     }
-    return desired(ServiceState(NAME, UID, generation, spec, stopped, deleting))
+    return desired(
+        ServiceState(NAME, UID, generation, StoredSpec.model_validate(spec), stopped, deleting)
+    )
 
 
 class Recorder:
@@ -433,7 +436,14 @@ async def test_delete_leaves_other_services_alone(
 ) -> None:
     await runtime.apply(want())
     other = desired(
-        ServiceState("other_svc", "u2", 1, {**_spec_of(want()), "name": "other_svc"}, False, False)
+        ServiceState(
+            "other_svc",
+            "u2",
+            1,
+            StoredSpec.model_validate({**_spec_of(want()), "name": "other_svc"}),
+            False,
+            False,
+        )
     )
     await runtime.apply(other)
     assert await runtime.services() == {NAME, "other_svc"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from processors import registry
-from processors.registry import ProcessorError
+from processors.base import ProcessorError
 from processors.triton import flags
 
 REPO = "--model-repository=oss://triton-model-repo/models"

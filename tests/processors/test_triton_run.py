@@ -18,7 +18,7 @@ import pytest
 
 from openeas import cli as openeas_cli
 from processors import exits, repository
-from processors.registry import Ports, ReplicaPlan
+from processors.base import Ports, ReplicaPlan
 from processors.storage.retry import Backoff
 from processors.triton import binary, flags, plan, run
 from testing.oss_server import OssServer
@@ -62,7 +62,7 @@ def test_shared_triton_server_serves_the_example_models(triton_server: TritonSer
 
 def _replica(model_repository: str) -> ReplicaPlan:
     ports = Ports(http=free_port(), grpc=free_port(), metrics=free_port())
-    return plan.plan([f"--model-repository={model_repository}"], ports, None)
+    return plan.plan([f"--model-repository={model_repository}"], ports, None, None)
 
 
 @contextlib.contextmanager
@@ -144,7 +144,7 @@ def test_run_pulls_from_oss_then_serves(
 ) -> None:
     ports = Ports(http=free_port(), grpc=free_port(), metrics=free_port())
     # The spec's oss_endpoint wins over the replica's OSS_ENDPOINT (a dead port here).
-    replica = plan.plan([f"--model-repository={oss_model_repo}"], ports, oss_server.endpoint)
+    replica = plan.plan([f"--model-repository={oss_model_repo}"], ports, oss_server.endpoint, None)
     cache = tmp_path / "model-cache"
     env = {"OSS_ENDPOINT": "http://127.0.0.1:9", "OPENEAS_MODEL_CACHE": str(cache)}
 

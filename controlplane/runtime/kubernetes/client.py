@@ -207,7 +207,8 @@ def _api_client(settings: KubernetesSettings) -> k8s.ApiClient:
             ),
         )
     except (ConfigException, OSError) as e:
-        source = "in-cluster service account" if in_cluster else "kubeconfig"
+        where = settings.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        source = "in-cluster service account" if in_cluster else f"kubeconfig {where}"
         raise PermanentRuntimeError(
             "KubernetesConfig", f"cannot load the {source}: {_bounded(str(e))}"
         ) from e

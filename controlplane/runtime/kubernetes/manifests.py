@@ -21,7 +21,7 @@ from typing import Any
 from controlplane.runtime.base import DesiredReplicaSet, PermanentRuntimeError
 from controlplane.runtime.kubernetes.settings import GPU_RESOURCE, KubernetesSettings
 from processors import registry
-from processors.storage.uri import resolve_local
+from processors.base import Ports, ProcessorError, Pull, ReplicaPlan
 
 Manifest = dict[str, Any]
 
@@ -39,9 +39,7 @@ PULL_CONTAINER = "model-pull"
 MODEL_DIR = "/models"
 MODEL_REPOSITORY = MODEL_DIR + "/repository"  # what the init container pulls into
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
-POD_PORTS = registry.Ports(
-    HTTP_PORT, GRPC_PORT, METRICS_PORT, host="0.0.0.0"
-)  # a pod listens on its own IP
+POD_PORTS = Ports(HTTP_PORT, GRPC_PORT, METRICS_PORT, host="0.0.0.0")  # on the pod's own IP
 
 # Secret keys the OSS client reads from its environment (processors.storage.oss).
 OSS_SECRET_KEYS = (
@@ -135,7 +133,7 @@ def _deployment(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Man
 
 
 def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manifest:
-    plan, pull = _plan(desired, settings)
+    plan = _plan(desired, settings)
     image = settings.image_for(desired.processor)
     group = settings.resource_groups.get(desired.resources.resource_group or "")
     tolerations = [t.manifest() for t in group.tolerations] if group else []
@@ -144,10 +142,10 @@ def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manif
     volumes: list[Manifest] = []
     mounts: list[Manifest] = []
     init: list[Manifest] = []
-    if pull is not None:
+    if plan.pull is not None:
         volumes.append(_empty_dir("models", settings.model_volume_size))
         mounts.append({"name": "models", "mountPath": MODEL_DIR, "readOnly": True})
-        init.append(_pull_container(pull, plan.env, image, desired, settings))
+        init.append(_pull_container(plan.pull, plan.env, image, desired, settings))
     if settings.shm_size:  # counts against the memory limit as it fills
         volumes.append(_empty_dir("dshm", settings.shm_size, medium="Memory"))
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
@@ -174,45 +172,26 @@ def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manif
     return spec
 
 
-def _plan(
-    desired: DesiredReplicaSet, settings: KubernetesSettings
-) -> tuple[registry.ReplicaPlan, str | None]:
-    """The processor's plan for a pod, and the remote repository the init container pulls
-    (None when the model is local to the image). The processor is planned on the pulled
-    copy, so the serving container needs neither credentials nor a second look at OSS."""
+def _plan(desired: DesiredReplicaSet, settings: KubernetesSettings) -> ReplicaPlan:
+    """The processor's plan for a pod. A remote repository is pulled by the init container
+    into :data:`MODEL_REPOSITORY` (``plan.pull``) and served from there, so the serving
+    container needs neither credentials nor a second look at OSS."""
     endpoint = desired.oss_endpoint or settings.oss_endpoint or None
     try:
         processor = registry.get(desired.processor)
-        params = processor.validate(desired.params)
-        plan = processor.plan(params, POD_PORTS, endpoint)
-        remote = plan.model_uri if _is_remote(plan.model_uri) else None
-        if remote is not None:
-            plan = processor.plan(_local_params(params, remote), POD_PORTS, endpoint)
-    except registry.ProcessorError as e:
+        plan = processor.plan(desired.params, POD_PORTS, endpoint, MODEL_REPOSITORY)
+    except ProcessorError as e:
         raise PermanentRuntimeError("InvalidProcessorParams", e.one_line()) from e
     if not plan.openeas_args:
         raise PermanentRuntimeError(
             "UnsupportedProcessor",
             f"processor {desired.processor!r} has no openeas command to run in a container",
         )
-    return plan, remote
-
-
-def _is_remote(uri: str | None) -> bool:
-    """A repository to download (``oss://…``), not a path inside the image."""
-    return uri is not None and resolve_local(uri) is None
-
-
-def _local_params(params: list[str], remote: str) -> list[str]:
-    """``params`` with the flag naming ``remote`` pointed at the pulled copy instead."""
-    return [
-        f"{p.partition('=')[0]}={MODEL_REPOSITORY}" if p.partition("=")[2] == remote else p
-        for p in params
-    ]
+    return plan
 
 
 def _processor_container(
-    plan: registry.ReplicaPlan,
+    plan: ReplicaPlan,
     image: str,
     mounts: list[Manifest],
     desired: DesiredReplicaSet,
@@ -256,7 +235,7 @@ def _processor_container(
 
 
 def _pull_container(
-    uri: str,
+    pull: Pull,
     plan_env: dict[str, str],
     image: str,
     desired: DesiredReplicaSet,
@@ -281,7 +260,7 @@ def _pull_container(
         "image": image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": list(settings.entrypoint),
-        "args": ["processor", "pull", uri, MODEL_REPOSITORY],
+        "args": ["processor", "pull", pull.uri, pull.into],
         "env": env,
         # The pull shares the replica's CPU and memory (init containers run before it), but
         # not its GPUs.

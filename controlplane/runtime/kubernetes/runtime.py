@@ -15,7 +15,6 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any
 
 from controlplane.runtime.base import (
     DesiredReplicaSet,
@@ -37,11 +36,10 @@ from controlplane.runtime.kubernetes.client import (
     KubeClient,
     Object,
 )
+from controlplane.runtime.kubernetes.logs import KubernetesLogs
 from controlplane.runtime.kubernetes.manifests import (
     HASH_ANNOTATION,
     MANAGED_SELECTOR,
-    PROCESSOR_CONTAINER,
-    PULL_CONTAINER,
     SERVICE_LABEL,
     desired_objects,
     selector,
@@ -67,6 +65,7 @@ class KubernetesRuntime:
         self._client = client or KubeClient(settings)
         self._stop = threading.Event()
         self._watchers: list[_Watcher] = []
+        self._logs = KubernetesLogs(settings, client=self._client)
 
     # -- Runtime --------------------------------------------------------------------------
     async def apply(self, desired: DesiredReplicaSet) -> None:
@@ -95,20 +94,7 @@ class KubernetesRuntime:
         return names
 
     async def logs(self, service: str, replica: int | None, tail: int) -> str:
-        """A replica's output (``replica`` indexes ``observe``; None: the newest pod). The
-        model pull's while the replica is still initialising."""
-        pods, _ = await asyncio.to_thread(self._client.list, POD, selector(service))
-        ordered = replicas.replica_pods(pods)
-        if replica is None:
-            chosen = max(ordered, key=_created, default=None)
-        else:
-            chosen = ordered[replica] if 0 <= replica < len(ordered) else None
-        if chosen is None:
-            raise FileNotFoundError(f"no replica {replica} of {service!r}")
-        container = PULL_CONTAINER if _initialising(chosen) else PROCESSOR_CONTAINER
-        return await asyncio.to_thread(
-            self._client.pod_log, chosen["metadata"]["name"], container, tail
-        )
+        return await self._logs.logs(service, replica, tail)
 
     async def close(self) -> None:
         """Stop the watches. Replicas keep running: they belong to the cluster."""
@@ -280,12 +266,3 @@ def _service_of(obj: Object) -> str:
 
 def _identity(obj: Object) -> tuple[str, str]:
     return _service_of(obj), str(obj["metadata"].get("resourceVersion", ""))
-
-
-def _created(pod: Object) -> tuple[str, str]:
-    return str(pod["metadata"].get("creationTimestamp", "")), str(pod["metadata"]["name"])
-
-
-def _initialising(pod: Object) -> bool:
-    statuses: list[dict[str, Any]] = (pod.get("status") or {}).get("initContainerStatuses") or []
-    return any(not s.get("ready") for s in statuses)

@@ -1,0 +1,130 @@
+"""Queries on stored services shared by the API's operations (:mod:`controlplane.services`),
+the reconciler and the route feed: finding a service, what needs reconciling, writing what
+was observed. The reconciler keeps only its loop; SQL lives here and in ``services``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane.desired import ServiceState
+from controlplane.models import RouteRemovalRow, ServiceRow, utcnow
+from controlplane.status import Status
+
+
+def find(s: Session, cluster: str, name: str) -> ServiceRow | None:
+    """The service row by its unique (cluster, name)."""
+    return s.scalar(
+        select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.name == name)
+    )
+
+
+def routable(s: Session, cluster: str) -> Sequence[ServiceRow]:
+    """The services the gateway routes to (all but those being deleted)."""
+    return s.scalars(
+        select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.deleting.is_(False))
+    ).all()
+
+
+def routes_changed_after(s: Session, cluster: str, version: int) -> Sequence[ServiceRow]:
+    """Services whose route changed after ``version`` (those being deleted included)."""
+    return s.scalars(
+        select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.route_version > version)
+    ).all()
+
+
+def removed_after(s: Session, cluster: str, version: int) -> list[str]:
+    """Services deleted after ``version``."""
+    query = select(RouteRemovalRow.name).where(
+        RouteRemovalRow.cluster == cluster, RouteRemovalRow.version > version
+    )
+    return list(s.scalars(query))
+
+
+class ReconcileStore:
+    """The reconciler's reads and writes, one short transaction each (run in a worker
+    thread: the reconciler's loop never waits on the database)."""
+
+    def __init__(self, sessions: sessionmaker[Session], cluster: str) -> None:
+        self._sessions = sessions
+        self.cluster = cluster
+
+    def needing_work(self) -> list[str]:
+        """Services with a generation not yet acted on, or being deleted (indexed poll)."""
+        return self._names(
+            or_(ServiceRow.generation > ServiceRow.observed_generation, ServiceRow.deleting)
+        )
+
+    def names(self) -> list[str]:
+        return self._names(None)
+
+    def _names(self, condition: Any) -> list[str]:
+        query = select(ServiceRow.name).where(ServiceRow.cluster == self.cluster)
+        if condition is not None:
+            query = query.where(condition)
+        with self._sessions() as s:
+            return list(s.scalars(query))
+
+    def state(self, name: str) -> tuple[ServiceState | None, str]:
+        """What the reconciler acts on, and the status it last wrote."""
+        with self._sessions() as s:
+            row = find(s, self.cluster, name)
+            if row is None:
+                return None, ""
+            state = ServiceState(
+                name=row.name,
+                uid=row.uid,
+                generation=row.generation,
+                spec=row.spec,
+                stopped=row.stopped,
+                deleting=row.deleting,
+            )
+            return state, row.status
+
+    def write_status(
+        self, state: ServiceState, new: Status, replicas: list[dict[str, object]]
+    ) -> bool:
+        """Store status for the generation acted on; False when the service changed
+        meanwhile (act on the new generation instead). Writes nothing when nothing changed.
+        Raises StaleDataError (retry) when the API wrote the row concurrently."""
+        with self._sessions() as s:
+            row = find(s, self.cluster, state.name)
+            if row is None or row.generation != state.generation:
+                return False
+            values = {
+                "status": new.status,
+                "reason": new.reason,
+                "message": new.message[:4000],
+                "total_instances": new.total,
+                "pending_instances": new.pending,
+                "running_instances": new.running,
+                "replicas": replicas,
+                "observed_generation": state.generation,
+            }
+            if all(getattr(row, k) == v for k, v in values.items()):
+                return True  # a resync of an unchanged service writes nothing
+            changed_status = (row.status, row.reason) != (new.status, new.reason)
+            for key, value in values.items():
+                setattr(row, key, value)
+            if changed_status:
+                detail = (
+                    new.message.splitlines()[-1]
+                    if new.message
+                    else (f"total {new.total}, pending {new.pending}, running {new.running}")
+                )
+                row.add_event(new.status, detail[:500], warning=new.status == "Failed")
+            row.updated_at = utcnow()
+            s.commit()
+            return True
+
+    def forget(self, name: str) -> None:
+        """Remove a deleted service's row once its replicas are gone."""
+        with self._sessions() as s:
+            row = find(s, self.cluster, name)
+            if row is not None and row.deleting:
+                s.delete(row)
+                s.commit()

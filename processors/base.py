@@ -1,0 +1,96 @@
+"""What every processor provides and every runtime consumes: the bottom of ``processors``.
+
+The registry, the runtimes (local, kubernetes) and the processors themselves import this
+module, never each other's internals, so no runtime knows Triton and there is no cycle.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ProcessorError(ValueError):
+    """Bad processor input; ``field`` names the spec field, ``fix`` says what to type."""
+
+    def __init__(self, message: str, *, field: str = "processor_params", fix: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+        self.fix = fix
+
+    def one_line(self) -> str:
+        """``<field>: <message>; <fix>`` for a terminal or a log line."""
+        return f"{self.field}: {self}" + (f"; {self.fix}" if self.fix else "")
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Ports the platform assigns to a replica (never the tenant)."""
+
+    http: int
+    grpc: int
+    metrics: int
+    # Where the replica listens: loopback for the local runtime, 0.0.0.0 in a pod.
+    host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Pull:
+    """A model repository the runtime downloads before the replica starts (the kubernetes
+    runtime's init container): ``uri`` into the folder ``into`` that the plan serves from."""
+
+    uri: str
+    into: str
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """Everything a runtime needs to start one replica of a service."""
+
+    command: list[str]  # argv of the replica process (local runtime)
+    env: dict[str, str] = field(default_factory=dict)
+    http_port: int = 8000
+    readiness_path: str = "/v2/health/ready"
+    liveness_path: str = "/v2/health/live"
+    # Set when the plan serves a pulled copy (``model_dir`` given and the repository remote).
+    pull: Pull | None = None
+    # The same command as arguments of the ``openeas`` entry point, for a container whose
+    # image provides it (kubernetes runtime); empty when the command is not an openeas one.
+    openeas_args: list[str] = field(default_factory=list)
+
+
+# (normalised params, ports, oss_endpoint, model_dir) -> plan. ``model_dir``: a local folder
+# the runtime pulls a remote repository into before the replica starts (None: the replica
+# makes the repository local itself).
+Plan = Callable[[Sequence[str], Ports, str | None, str | None], ReplicaPlan]
+
+
+@dataclass(frozen=True)
+class Processor:
+    name: str
+    # Returns the normalised params (``--flag=value`` form) or raises ProcessorError.
+    validate: Callable[[Sequence[str]], list[str]]
+    plan: Plan
+    # Inside the replica: (params, ports, model cache dir or None) -> exit code.
+    # ``openeas processor run <name>`` calls it; None for processors without a runner.
+    run: Callable[[Sequence[str], Ports, Path | None], int] | None = None
+
+
+def die_with(parent: int) -> Callable[[], None]:
+    """preexec_fn: SIGTERM the child when ``parent`` dies, even by SIGKILL (Linux
+    ``PR_SET_PDEATHSIG``); used for replicas (local runtime) and their servers."""
+
+    def arrange() -> None:
+        if sys.platform.startswith("linux"):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return arrange
