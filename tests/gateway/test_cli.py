@@ -107,6 +107,12 @@ def test_gateway_process_with_workers(
             return get(f"{base}/gateway/healthz")[0] == 200
 
         wait_until(healthy, 30, what="the gateway answers /gateway/healthz")
+        log_path = tmp_path / "gateway.log"
+        wait_until(
+            lambda: log_path.read_bytes().count(b" listening on ") == 2,
+            30,
+            what="both workers listen",
+        )
         workers = descendants(proc.pid)
         assert len(workers) >= 2
         health = json.loads(get(f"{base}/gateway/healthz")[1])
@@ -121,11 +127,11 @@ def test_gateway_process_with_workers(
             15,
             what="every worker serves the new token",
         )
-        log_bytes = (tmp_path / "gateway.log").read_bytes()
-        assert log_bytes.count(b" listening on ") == 2  # each worker logged: checked below
+        log_bytes = log_path.read_bytes()
         assert b"adm-token" not in log_bytes and TOKEN.encode() not in log_bytes
-    finally:
+    finally:  # no assertion here: it would hide the one that failed in the body
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(15) == 0
+        code = proc.wait(15)
         log.close()
+    assert code == 0, (tmp_path / "gateway.log").read_text()
     assert not any(is_alive(pid) for pid in workers)
