@@ -57,7 +57,9 @@ class Base(DeclarativeBase):
     pass
 
 
-_PENDING = text("generation > observed_generation OR deleting")
+# Spelled as SQLAlchemy renders the reconciler's query, which SQLite needs to use the index.
+_PENDING_SQLITE = text("generation > observed_generation OR deleting = 1")
+_PENDING_PG = text("generation > observed_generation OR deleting")
 
 
 class ServiceRow(Base):
@@ -70,7 +72,12 @@ class ServiceRow(Base):
         Index("ix_services_updated", "cluster", "updated_at", "id"),
         Index("ix_services_status", "cluster", "status", "id"),
         # Only services with work pending: the reconciler's poll reads this, not the table.
-        Index("ix_services_pending", "cluster", sqlite_where=_PENDING, postgresql_where=_PENDING),
+        Index(
+            "ix_services_pending",
+            "cluster",
+            sqlite_where=_PENDING_SQLITE,
+            postgresql_where=_PENDING_PG,
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

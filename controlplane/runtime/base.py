@@ -86,6 +86,16 @@ class ReplicaStatus:
         }
 
 
+@dataclass(frozen=True)
+class ReplicaSummary:
+    """A service's replicas in one line, for the bulk resync: how many are wanted (not
+    terminating), how many are ready, and the templates they run."""
+
+    replicas: int
+    ready: int
+    templates: frozenset[str]
+
+
 @dataclass
 class Observation:
     replicas: list[ReplicaStatus] = field(default_factory=list)
@@ -113,6 +123,9 @@ class Runtime(Protocol):
 
     async def services(self) -> set[str]:
         """Names of the services this runtime runs replicas for (to find orphans)."""
+
+    async def summary(self) -> dict[str, ReplicaSummary]:
+        """Every service this runtime runs replicas for, in one listing (bulk resync)."""
 
     async def logs(self, service: str, replica: int | None, tail: int) -> str:
         """The last ``tail`` lines of a replica's output (``None``: the newest replica)."""

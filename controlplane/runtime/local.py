@@ -31,6 +31,7 @@ from controlplane.runtime.base import (
     Observation,
     ReplicaState,
     ReplicaStatus,
+    ReplicaSummary,
 )
 from processors import exits, progress, registry
 from processors.base import Ports, die_with
@@ -162,6 +163,16 @@ class LocalRuntime:
 
     async def services(self) -> set[str]:
         return {name for name, replicas in self._replicas.items() if replicas}
+
+    async def summary(self) -> dict[str, ReplicaSummary]:
+        out = {}
+        for name, replicas in self._replicas.items():
+            live = [r for r in replicas if not r.stopping]
+            if replicas:
+                ready = sum(r.state == "Running" for r in live)
+                templates = frozenset(r.desired.template_hash for r in live)
+                out[name] = ReplicaSummary(len(live), ready, templates)
+        return out
 
     async def logs(self, service: str, replica: int | None, tail: int) -> str:
         return await LocalLogs(self.data_dir).logs(service, replica, tail)

@@ -24,7 +24,9 @@ down_revision = "0002"
 branch_labels = None
 depends_on = None
 
-PENDING = "generation > observed_generation OR deleting"
+# As SQLAlchemy renders the reconciler's query (SQLite matches a partial index textually).
+PENDING_SQLITE = "generation > observed_generation OR deleting = 1"
+PENDING_PG = "generation > observed_generation OR deleting"
 
 
 def upgrade() -> None:
@@ -48,8 +50,8 @@ def upgrade() -> None:
         "ix_services_pending",
         "services",
         ["cluster"],
-        sqlite_where=sa.text(PENDING),
-        postgresql_where=sa.text(PENDING),
+        sqlite_where=sa.text(PENDING_SQLITE),
+        postgresql_where=sa.text(PENDING_PG),
     )
     op.create_table(
         "route_removals",
