@@ -11,10 +11,12 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse
 from sqlalchemy import Engine, text
 
+from controlplane.api import groups as groups_api
 from controlplane.api import internal, problems
 from controlplane.api import services as services_api
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
+from controlplane.groups import Groups
 from controlplane.runtime import make_log_source
 from controlplane.runtime.base import LogSource
 from controlplane.services import Services
@@ -49,6 +51,7 @@ def create_app(settings: Settings, engine: Engine, log_source: LogSource | None 
     sessions = make_sessions(engine)
     services = Services(sessions, settings.cluster_id, deployment_checks(settings))
     app.include_router(services_api.router(services, settings))
+    app.include_router(groups_api.router(Groups(sessions, settings.cluster_id), services, settings))
     logs = log_source or make_log_source(settings)
     app.include_router(internal.router(sessions, services, settings, logs))
 
