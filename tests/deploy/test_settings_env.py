@@ -183,6 +183,7 @@ SAMPLE: dict[str, Any] = {
         "replicaDownS": 0.5,
         "pollWaitS": 10,
         "pollBackoffMaxS": 2,
+        "headTimeoutS": 30,
         "healthPath": "/healthz",
         "metricsPath": "/gateway/metrics",
     },
