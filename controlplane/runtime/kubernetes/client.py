@@ -42,7 +42,8 @@ class Kind:
 DEPLOYMENT = Kind("Deployment", "apps/v1", "deployment")
 SERVICE = Kind("Service", "v1", "service")
 POD = Kind("Pod", "v1", "pod")
-KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD)}
+DISRUPTION_BUDGET = Kind("PodDisruptionBudget", "policy/v1", "pod_disruption_budget")
+KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD, DISRUPTION_BUDGET)}
 
 
 class Conflict(TemporaryRuntimeError):
@@ -66,6 +67,11 @@ class KubeClient:
         self._api = _api_client(settings)
         self._apps = k8s.AppsV1Api(self._api)
         self._core = k8s.CoreV1Api(self._api)
+        self._apis: dict[str, Any] = {
+            "apps/v1": self._apps,
+            "policy/v1": k8s.PolicyV1Api(self._api),
+            "v1": self._core,
+        }
         self._streams: set[urllib3.BaseHTTPResponse] = set()
         self._lock = threading.Lock()
         self._aborted = False
@@ -183,8 +189,7 @@ class KubeClient:
 
     # -- plumbing -------------------------------------------------------------------------
     def _call(self, verb: str, kind: Kind) -> Any:
-        api = self._apps if kind.api_version == "apps/v1" else self._core
-        return getattr(api, f"{verb}_namespaced_{kind.method}")
+        return getattr(self._apis[kind.api_version], f"{verb}_namespaced_{kind.method}")
 
     def _opts(self) -> dict[str, Any]:
         # Raw JSON instead of the client's models: the runtime works on manifest-shaped dicts.
