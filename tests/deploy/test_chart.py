@@ -118,7 +118,8 @@ def test_the_control_plane_runs_the_kubernetes_runtime_with_one_replica(
     assert deployment["spec"]["replicas"] == 1
     env = _env(container(rendered["defaults"], "Deployment", CP, "controlplane"))
     assert env["OPENEAS_RUNTIME"]["value"] == "kubernetes"
-    assert env["OPENEAS_K8S_NAMESPACE"]["value"] == NAMESPACE  # default: the release's
+    # default: a namespace of their own, apart from the database and the admin token
+    assert env["OPENEAS_K8S_NAMESPACE"]["value"] == "openeas-serving"
 
 
 def test_the_gateway_has_no_kubernetes_api_token(rendered: dict[str, list[Obj]]) -> None:
@@ -224,7 +225,7 @@ def test_hpa_scales_the_gateway_and_owns_its_replica_count(
 
 def test_optional_objects_are_off_by_default(rendered: dict[str, list[Obj]]) -> None:
     kinds = {o["kind"] for o in rendered["defaults"]}
-    assert kinds.isdisjoint({"Ingress", "HorizontalPodAutoscaler", "Namespace"})
+    assert kinds.isdisjoint({"Ingress", "HorizontalPodAutoscaler", "ServiceMonitor"})
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
 
 
@@ -319,3 +320,35 @@ def _all_env(obj: Obj) -> list[Obj]:
         return []
     pod = template["spec"]
     return [e for c in pod.get("initContainers", []) + pod["containers"] for e in c.get("env", [])]
+
+
+def test_image_digests_pin_what_runs() -> None:
+    digest = "sha256:" + "ab" * 32
+    objects = render(
+        {
+            "image": {"repository": "r.example/openeas", "digest": digest, "pullPolicy": "Always"},
+            "serving": {
+                "processorImage": {
+                    "repository": "r.example/processor-triton",
+                    "digest": digest,
+                    "pullPolicy": "IfNotPresent",
+                },
+                "resourceGroups": {},
+                "gpuTolerations": [],
+            },
+        }
+    )
+    assert container(objects, "Deployment", GW, "gateway")["image"] == f"r.example/openeas@{digest}"
+    env = _env(container(objects, "Deployment", CP, "controlplane"))
+    assert env["OPENEAS_K8S_PROCESSOR_IMAGE"]["value"] == f"r.example/processor-triton@{digest}"
+
+
+def test_a_service_monitor_scrapes_the_replicas_metrics_port() -> None:
+    objects = render({"serving": {"serviceMonitor": {"enabled": True, "labels": {"p": "main"}}}})
+    monitor = find(objects, "ServiceMonitor", "openeas-replicas")
+    assert monitor["metadata"]["namespace"] == "openeas-serving"
+    assert monitor["metadata"]["labels"]["p"] == "main"
+    assert monitor["spec"]["selector"] == {
+        "matchLabels": {"app.kubernetes.io/managed-by": "openeas"}
+    }
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "30s"}]

@@ -111,7 +111,7 @@ def test_the_rendered_environment_parses_into_the_settings(
     k8s = settings.k8s
     assert k8s.in_cluster is True
     serving = values.get("serving", {})
-    assert k8s.namespace == serving.get("namespace", "openeas")
+    assert k8s.namespace == serving.get("namespace", "openeas-serving")
     assert k8s.processor_image == (
         "registry.example.com/openeas/processor-triton:0.1.0-cuda12"
         if case == "gpu resource groups"
@@ -182,11 +182,17 @@ SAMPLE: dict[str, Any] = {
     "serving": {
         "requestTimeoutSeconds": 10,
         "startupTimeoutSeconds": 600,
-        "terminationGraceSeconds": 30,
+        "terminationGraceSeconds": 40,
         "runAsUser": None,
         "serviceAccount": "replicas",
-        "modelVolumeSize": "20Gi",
+        "modelVolumeSize": "50Gi",
         "shmSize": "",
+        "prestopSeconds": 5,
+        "gpuResource": "nvidia.com/mig-1g.10gb",
+        "runtimeClassName": "nvidia",
+        "spreadTopologyKey": "topology.kubernetes.io/zone",
+        "disruptionBudget": False,
+        "gpuRollout": {"maxSurge": "25%", "maxUnavailable": 0},
         "fieldManager": "openeas-test",
         "resyncSeconds": 60,
         "watchTimeoutSeconds": 120,
@@ -212,7 +218,9 @@ def test_every_config_key_reaches_its_setting(monkeypatch: pytest.MonkeyPatch) -
         if name == "controlplane":
             assert isinstance(settings, Settings)
             for key, value in SAMPLE["serving"].items():
-                assert getattr(settings.k8s, _snake(key)) == value, key
+                got = getattr(settings.k8s, _snake(key))
+                assert (got.model_dump(by_alias=True) if key == "gpuRollout" else got) == value
+
     gw = container(objects, "Deployment", GW, "gateway")
     assert gw["readinessProbe"]["httpGet"]["path"] == "/healthz"  # probes follow healthPath
 

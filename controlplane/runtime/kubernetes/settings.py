@@ -45,12 +45,13 @@ Percent = Annotated[str, StringConstraints(pattern=r"^[0-9]+%$")]
 
 
 class Rollout(BaseModel):
-    """A Deployment's RollingUpdate: pod counts or percentages, as in Kubernetes."""
+    """A Deployment's RollingUpdate: pod counts or percentages, spelled as in Kubernetes
+    (``maxSurge``) or as the other settings (``max_surge``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    max_surge: NonNegativeInt | Percent
-    max_unavailable: NonNegativeInt | Percent
+    max_surge: NonNegativeInt | Percent = Field(alias="maxSurge")
+    max_unavailable: NonNegativeInt | Percent = Field(alias="maxUnavailable")
 
     def manifest(self) -> dict[str, int | str]:
         return {"maxSurge": self.max_surge, "maxUnavailable": self.max_unavailable}

@@ -36,8 +36,9 @@ app.kubernetes.io/part-of: openeas
 {{ include "openeas.selectorLabels" . }}
 {{- end }}
 
+{{/* Replicas run apart from the platform (its database, its Secrets) by default. */}}
 {{- define "openeas.servingNamespace" -}}
-{{- .Values.serving.namespace | default .Release.Namespace }}
+{{- .Values.serving.namespace | default (printf "%s-serving" .Release.Name) }}
 {{- end }}
 
 {{- define "openeas.serviceAccountName" -}}
@@ -48,10 +49,17 @@ app.kubernetes.io/part-of: openeas
 {{- end }}
 {{- end }}
 
-{{/* "repository:tag", the tag defaulting to the chart's appVersion. Call with (list $ image). */}}
+{{/*
+"repository@digest" when a digest is given (what runs cannot change under the tag), else
+"repository:tag", the tag defaulting to the chart's appVersion. Call with (list $ image).
+*/}}
 {{- define "openeas.image" -}}
 {{- $image := index . 1 -}}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
 {{- printf "%s:%s" $image.repository ($image.tag | default (index . 0).Chart.AppVersion) }}
+{{- end }}
 {{- end }}
 
 {{/* The Secret the chart writes (admin token, database URL), unless both are external. */}}
@@ -194,12 +202,17 @@ imagePullSecrets:
 
 {{/*
 serving.resourceGroups (Kubernetes spelling: nodeSelector) as the JSON of
-OPENEAS_K8S_RESOURCE_GROUPS (the settings' spelling: node_selector).
+OPENEAS_K8S_RESOURCE_GROUPS (the settings' spelling: node_selector); optional fields only
+when given.
 */}}
 {{- define "openeas.resourceGroups" -}}
 {{- $groups := dict -}}
 {{- range $id, $group := .Values.serving.resourceGroups }}
-{{- $_ := set $groups $id (dict "node_selector" ($group.nodeSelector | default dict) "tolerations" ($group.tolerations | default list)) }}
+{{- $out := dict "node_selector" ($group.nodeSelector | default dict) "tolerations" ($group.tolerations | default list) }}
+{{- range $from, $to := dict "gpuResource" "gpu_resource" "runtimeClassName" "runtime_class_name" "processorImage" "processor_image" "rollout" "rollout" }}
+{{- if hasKey $group $from }}{{ $_ := set $out $to (index $group $from) }}{{ end }}
+{{- end }}
+{{- $_ := set $groups $id $out }}
 {{- end }}
 {{- $groups | toJson }}
 {{- end }}
