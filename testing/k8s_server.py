@@ -4,7 +4,7 @@ No API server can be installed here, so the unmodified ``kubernetes`` client tal
 one through a kubeconfig (:meth:`ApiStandIn.write_kubeconfig`) on 127.0.0.1, bearer token
 required. It is strict where the runtime depends on the real server's behaviour:
 
-* Deployments (``apps/v1``), Services and Pods (``v1``), PodDisruptionBudgets
+* Deployments (``apps/v1``), Services, Pods and Secrets (``v1``), PodDisruptionBudgets
   (``policy/v1``: their validation, not eviction), namespaced: get, list, create,
   replace, patch, delete; ``Status`` error bodies with the real reasons and codes
   (NotFound, AlreadyExists, Conflict, Invalid, BadRequest, Unauthorized, Expired, ...).
@@ -52,7 +52,7 @@ field selectors, pagination (``limit``/``continue``), JSON patch
 (``application/json-patch+json``), strategic-merge directives (``$patch``,
 ``$setElementOrder``, ...: rejected), managedFields in responses (ownership is tracked per
 leaf field, lists as a whole), admission (quotas, webhooks, defaults beyond a few shown
-below), cluster-scoped resources other than discovery, Secrets, RBAC (one token may do
+below), cluster-scoped resources other than discovery, RBAC (one token may do
 everything), protobuf/CBOR, TLS, ``dryRun``, server-side ``fieldValidation`` modes (always
 strict), events, and the status subresource of a Deployment as a client would write it.
 """
@@ -99,6 +99,7 @@ RESOURCES = {
     ("apps/v1", "deployments"): Resource("deployments", "Deployment", "apps/v1", "subdomain"),
     ("v1", "services"): Resource("services", "Service", "v1", "label"),
     ("v1", "pods"): Resource("pods", "Pod", "v1", "subdomain"),
+    ("v1", "secrets"): Resource("secrets", "Secret", "v1", "subdomain"),
     ("policy/v1", "poddisruptionbudgets"): Resource(
         "poddisruptionbudgets", "PodDisruptionBudget", "policy/v1", "subdomain"
     ),
@@ -877,7 +878,7 @@ class ApiStandIn:
                 problems.append("spec.selector: Invalid value: field is immutable")
         if resource.kind == "PodDisruptionBudget":
             problems += _disruption_budget_problems(obj["spec"])
-        ip = obj["spec"].get("clusterIP")
+        ip = (obj.get("spec") or {}).get("clusterIP")
         if resource.kind == "Service" and live is not None and ip != live["spec"].get("clusterIP"):
             problems.append("spec.clusterIP: Invalid value: field is immutable")
         schema_problem = _schema_problem(obj)
@@ -1144,6 +1145,9 @@ def _group(resource: Resource) -> str:
 def _default(resource: Resource, obj: Obj, live: Obj | None) -> None:
     """A few server-side defaults, so live objects differ from what was applied as real ones
     do (the runtime must compare hashes, not objects)."""
+    if resource.kind == "Secret":  # no spec; type defaults to Opaque
+        obj.setdefault("type", "Opaque")
+        return
     spec = obj.setdefault("spec", {})
     if resource.kind == "Deployment":
         spec.setdefault("progressDeadlineSeconds", 600)

@@ -152,7 +152,6 @@ def test_secrets_reach_pods_only_by_reference(case: str, rendered: dict[str, lis
         if o["kind"] == "Secret"
         for v in (o.get("data") or {}).values()
     }
-    assert secret_values or case == "existing secrets"
     for obj in objects:
         if obj["kind"] == "Secret":
             continue
@@ -164,6 +163,52 @@ def test_secrets_reach_pods_only_by_reference(case: str, rendered: dict[str, lis
                 if env["name"] == name and "value" in env:
                     assert name == "OPENEAS_DATABASE_URL" and "@" in env["value"]
                     assert ":" not in env["value"].split("@")[0].split("//")[1]  # no password
+
+
+def test_helm_template_draws_no_random_value() -> None:
+    """What GitOps tools apply is what was rendered: two renders are the same, so a sync
+    never replaces the admin token or the database password (the hook Job draws them once
+    in the cluster: tests/kubernetes/test_secrets_cli.py)."""
+    assert render({}) == render({})
+    assert not [o for o in render({}) if o["kind"] == "Secret"]
+
+
+@pytest.mark.parametrize(
+    ("values", "keys"),
+    [
+        (
+            {},
+            ["admin-token=openeas/admin-token", "postgresql-password=openeas-postgresql/password"],
+        ),
+        ({"auth": {"adminToken": "x" * 20}}, ["postgresql-password=openeas-postgresql/password"]),
+        (VALUE_SETS["external database"], None),
+        (VALUE_SETS["existing secrets"], None),
+    ],
+)
+def test_a_hook_job_generates_only_what_nobody_gave(values: Obj, keys: list[str] | None) -> None:
+    objects = render(values)
+    jobs = [o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == "openeas-secrets"]
+    if keys is None:
+        assert jobs == [] and not [o for o in objects if o["metadata"]["name"] == "openeas-secrets"]
+        return
+    [job] = jobs
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["secrets", "--namespace", NAMESPACE, "--name", "openeas-generated", *keys]
+    rules = find(objects, "Role", "openeas-secrets")["rules"]
+    named: dict[str, set[str]] = {}
+    for rule in rules:
+        for verb in rule["verbs"]:
+            named.setdefault(verb, set()).update(rule.get("resourceNames", ["*"]))
+    seeds = {k.split("=")[1].split("/")[0] for k in keys}
+    assert named == {"create": {"*"}, "patch": {"openeas-generated"}} | {
+        "get": {"openeas-generated", "openeas", "openeas-postgresql"}
+    }
+    assert seeds <= named["get"]
+    # every reader of a generated value reads it from that Secret
+    env = _env(container(objects, "Deployment", CP, "controlplane"))
+    token_ref = env["OPENEAS_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert (token_ref["name"] == "openeas-generated") == any("admin-token" in k for k in keys)
 
 
 def test_existing_secrets_are_referenced_and_none_is_made(rendered: dict[str, list[Obj]]) -> None:

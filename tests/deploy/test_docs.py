@@ -132,9 +132,10 @@ def test_configuration_names_every_variable_and_no_other() -> None:
 NOT_REASONS = {
     "ALL", "AlwaysAllow", "BOOKMARK", "Background", "ClusterIP", "DELETED", "Deleting",
     "Deployment", "ERROR", "Failed", "FallbackToLogsOnError", "False", "KUBECONFIG", "Memory",
-    "PYTHONUNBUFFERED", "Pending", "Pod", "PodDisruptionBudget", "PodScheduled", "Ready",
-    "ReplicaFailure", "RollingUpdate", "Running", "RuntimeDefault", "ScheduleAnyway", "Service",
-    "Stopped", "Stopping", "Succeeded", "TCP", "Terminating", "True", "Updating", "Waiting",
+    "Opaque", "PYTHONUNBUFFERED", "Pending", "Pod", "PodDisruptionBudget", "PodScheduled", "Ready",
+    "ReplicaFailure", "RollingUpdate", "Running", "RuntimeDefault", "ScheduleAnyway", "Secret",
+    "Service", "Stopped", "Stopping", "Succeeded", "TCP", "Terminating", "True",
+    "Updating", "Waiting",
 }  # fmt: skip
 KUBERNETES = ROOT / "controlplane" / "runtime" / "kubernetes"
 REASON_MODULES = [

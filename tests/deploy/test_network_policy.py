@@ -137,7 +137,7 @@ def test_the_serving_namespace_is_restricted_and_kept(chart: list[Obj]) -> None:
     control = find(chart, "Deployment", "openeas-controlplane")["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in control["containers"][0]["env"]}
     assert env["OPENEAS_K8S_NAMESPACE"] == SERVING
-    assert find(chart, "Secret", "openeas")["metadata"]["namespace"] == NAMESPACE  # apart
+    assert find(chart, "Job", "openeas-secrets")["metadata"]["namespace"] == NAMESPACE  # apart
     plain = render({"serving": {"podSecurity": ""}})
     assert (
         "pod-security.kubernetes.io/enforce"

@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.settings import Settings
 from gateway.settings import GatewaySettings
-from tests.deploy.chart import CHART, VALUE_SETS, Obj, container, render
+from tests.deploy.chart import CHART, VALUE_SETS, Obj, container, find, render
 
 CP, GW = "openeas-controlplane", "openeas-gateway"
 NOT_SETTINGS = {"PGPASSWORD"}  # read by libpq, not by us (the bundled database's password)
@@ -141,7 +141,13 @@ def test_the_bundled_database_url_leaves_the_password_to_libpq() -> None:
     assert env["OPENEAS_DATABASE_URL"] == (
         "postgresql+psycopg://openeas@openeas-postgresql:5432/openeas"
     )
-    assert len(env["PGPASSWORD"]) == 43  # generated: the chart's Secret, not the URL
+    pod = find(objects, "Deployment", CP)["spec"]["template"]["spec"]
+    [password] = [e for e in pod["containers"][0]["env"] if e["name"] == "PGPASSWORD"]
+    # generated once by the install hook, not rendered
+    assert password["valueFrom"]["secretKeyRef"] == {
+        "name": "openeas-generated",
+        "key": "postgresql-password",
+    }
 
 
 # -- config maps -------------------------------------------------------------------------------

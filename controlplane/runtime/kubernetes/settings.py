@@ -58,9 +58,9 @@ class Rollout(BaseModel):
 
 
 # A new replica ready before an old one goes: no capacity lost, one spare slot needed.
-SURGE = Rollout(max_surge=1, max_unavailable=0)
+SURGE = Rollout(maxSurge=1, maxUnavailable=0)
 # One replica down at a time, no spare slot: what a full GPU pool can do.
-REPLACE = Rollout(max_surge=0, max_unavailable=1)
+REPLACE = Rollout(maxSurge=0, maxUnavailable=1)
 
 
 class ResourceGroup(BaseModel):

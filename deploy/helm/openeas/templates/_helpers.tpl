@@ -67,8 +67,32 @@ app.kubernetes.io/part-of: openeas
 {{- include "openeas.fullname" . }}
 {{- end }}
 
+{{/*
+The Secret `openeas secrets` (the install hook) completes with the values nobody gave:
+created once in the cluster, never rendered, so `helm template` and GitOps syncs cannot
+replace them.
+*/}}
+{{- define "openeas.generatedSecret" -}}
+{{- include "openeas.component" (list . "generated") }}
+{{- end }}
+
+{{- define "openeas.generatesAdminToken" -}}
+{{- if not (or .Values.auth.adminToken .Values.auth.existingSecret) }}true{{ end }}
+{{- end }}
+
+{{- define "openeas.generatesPostgresqlPassword" -}}
+{{- $auth := .Values.postgresql.auth }}
+{{- if and .Values.postgresql.enabled (not (or $auth.password $auth.existingSecret)) }}true{{ end }}
+{{- end }}
+
 {{- define "openeas.adminTokenSecret" -}}
-{{- .Values.auth.existingSecret | default (include "openeas.secretName" .) }}
+{{- if .Values.auth.existingSecret }}
+{{- .Values.auth.existingSecret }}
+{{- else if .Values.auth.adminToken }}
+{{- include "openeas.secretName" . }}
+{{- else }}
+{{- include "openeas.generatedSecret" . }}
+{{- end }}
 {{- end }}
 
 {{- define "openeas.postgresqlName" -}}
@@ -76,7 +100,25 @@ app.kubernetes.io/part-of: openeas
 {{- end }}
 
 {{- define "openeas.postgresqlSecret" -}}
-{{- .Values.postgresql.auth.existingSecret | default (include "openeas.postgresqlName" .) }}
+{{- $auth := .Values.postgresql.auth }}
+{{- if $auth.existingSecret }}
+{{- $auth.existingSecret }}
+{{- else if $auth.password }}
+{{- include "openeas.postgresqlName" . }}
+{{- else }}
+{{- include "openeas.generatedSecret" . }}
+{{- end }}
+{{- end }}
+
+{{- define "openeas.postgresqlSecretKey" -}}
+{{- $auth := .Values.postgresql.auth }}
+{{- if $auth.existingSecret }}
+{{- $auth.existingSecretKey }}
+{{- else if $auth.password }}
+{{- "password" }}
+{{- else }}
+{{- "postgresql-password" }}
+{{- end }}
 {{- end }}
 
 {{/* The OSS Secret replicas read (empty: anonymous pulls). */}}
@@ -85,21 +127,6 @@ app.kubernetes.io/part-of: openeas
 {{- .Values.oss.existingSecret }}
 {{- else if .Values.oss.accessKeyId }}
 {{- include "openeas.component" (list . "oss") }}
-{{- end }}
-{{- end }}
-
-{{/*
-A generated secret value that survives upgrades: the one already stored in the live Secret
-(lookup; empty under `helm template`), else a new random one. Base64, ready for `data:`.
-Call with (list $ secretName namespace key).
-*/}}
-{{- define "openeas.keptRandom" -}}
-{{- $live := lookup "v1" "Secret" (index . 2) (index . 1) -}}
-{{- $key := index . 3 -}}
-{{- if and $live $live.data (hasKey $live.data $key) }}
-{{- index $live.data $key }}
-{{- else }}
-{{- randAlphaNum 43 | b64enc }}
 {{- end }}
 {{- end }}
 
@@ -157,7 +184,7 @@ secretName holds `database-url` for database.url (the migration hook has its own
 {{- $url := dict "name" "OPENEAS_DATABASE_URL" -}}
 {{- $env := list -}}
 {{- if $v.postgresql.enabled -}}
-{{- $password := dict "name" (include "openeas.postgresqlSecret" $root) "key" $v.postgresql.auth.existingSecretKey -}}
+{{- $password := dict "name" (include "openeas.postgresqlSecret" $root) "key" (include "openeas.postgresqlSecretKey" $root) -}}
 {{- $env = append $env (dict "name" "PGPASSWORD" "valueFrom" (dict "secretKeyRef" $password)) -}}
 {{- $_ := set $url "value" (printf "postgresql+psycopg://%s@%s:5432/%s" $v.postgresql.auth.username (include "openeas.postgresqlName" $root) $v.postgresql.auth.database) -}}
 {{- else if $v.database.existingSecret -}}
