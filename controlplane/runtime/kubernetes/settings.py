@@ -145,7 +145,8 @@ class KubernetesSettings(BaseSettings):
     shm_size: str = "1Gi"
 
     # -- replica life cycle ---------------------------------------------------------------
-    # How long a replica may take from start to live (pull + model load) before restarting.
+    # How long the serving container may take from start to live (model load) before it is
+    # restarted; the pull runs before, in the init container (the probe does not cover it).
     startup_timeout_seconds: int = Field(default=1800, ge=30)
     # A terminating replica keeps serving this long before tritonserver gets SIGTERM: the
     # time for its endpoint to leave every gateway's route table (the pod's readiness → the
