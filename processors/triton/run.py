@@ -20,7 +20,7 @@ from pathlib import Path
 from processors import exits, repository
 from processors.base import Ports, ProcessorError
 from processors.exits import fail, say
-from processors.triton import binary, fences, flags, supervisor
+from processors.triton import backends, binary, fences, flags, supervisor
 
 
 def run(params: Sequence[str], ports: Ports, model_cache: Path | None) -> int:
@@ -42,6 +42,9 @@ def run(params: Sequence[str], ports: Ports, model_cache: Path | None) -> int:
         )
     except repository.PullFailed as e:
         return fail(e.exit_code, f"model pull failed: {e}")
+    problem = backends.missing(local, backends.directory(server.args))
+    if problem is not None:
+        return fail(exits.BACKEND_MISSING, problem)
     say(f"serving {checked.model_repository} from {local} with {server.binary}")
     argv = tritonserver_argv(server, checked, local, ports, fences.new_key())
     try:

@@ -157,7 +157,7 @@ def test_troubleshooting_explains_every_reason() -> None:
         reasons |= set(re.findall(r'"([A-Z][A-Za-z]+)"', module.read_text())) - NOT_REASONS
     text = (DOCS / "troubleshooting.md").read_text()
     assert sorted(r for r in reasons if f"`{r}`" not in text) == []
-    for code in ("2", "3", "75", "127", "130"):
+    for code in ("2", "3", "4", "75", "127", "130"):
         assert f"| {code} |" in text
 
 
