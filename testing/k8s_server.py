@@ -1173,11 +1173,18 @@ def _default(resource: Resource, obj: Obj, live: Obj | None) -> None:
 
 
 def _disruption_budget_problems(spec: Obj) -> list[str]:
-    """policy/v1 validation of a budget: one of minAvailable / maxUnavailable, a selector
-    that is valid (an empty one selects every pod of the namespace, as the real one)."""
+    """policy/v1 validation of a budget: at most one of minAvailable / maxUnavailable, a
+    known unhealthyPodEvictionPolicy, a valid selector (an empty one selects every pod of
+    the namespace, as the real one)."""
     problems = _selector_problems(spec.get("selector") or {}, "spec.selector")
     if "minAvailable" in spec and "maxUnavailable" in spec:
         problems.append("spec: Invalid value: minAvailable and maxUnavailable cannot be both set")
+    policy = spec.get("unhealthyPodEvictionPolicy")
+    if policy not in (None, "IfHealthyBudget", "AlwaysAllow"):
+        problems.append(
+            f"spec.unhealthyPodEvictionPolicy: Unsupported value: {policy!r}: supported "
+            'values: "IfHealthyBudget", "AlwaysAllow"'
+        )
     return problems
 
 
