@@ -57,9 +57,10 @@ WATCH_BACKOFF_MAX = 30.0
 
 
 class KubernetesRuntime:
-    """Services as Deployments + Services in ``settings.namespace``. Construction connects
-    the client (a bad kubeconfig is a PermanentRuntimeError at once); the watch threads
-    start with the first call and stop in :meth:`close`."""
+    """Services as Deployments, Services and PodDisruptionBudgets in
+    ``settings.namespace``. Construction connects the client (a bad kubeconfig is a
+    PermanentRuntimeError at once); the watch threads start with the first call and stop in
+    :meth:`close`."""
 
     def __init__(
         self, settings: KubernetesSettings, notify: Notify, *, client: KubeClient | None = None
