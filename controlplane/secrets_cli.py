@@ -82,8 +82,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="openeas secrets",
         description="Create the keys of a generated Secret that do not exist yet (values "
         "are never replaced nor printed).",
+        epilog="Connects as the control plane does (OPENEAS_K8S_IN_CLUSTER, "
+        "OPENEAS_K8S_KUBECONFIG, OPENEAS_K8S_CONTEXT: docs/configuration.md).",
     )
-    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--namespace", required=True, help="namespace of the Secrets")
     parser.add_argument("--name", required=True, help="the Secret to complete")
     parser.add_argument(
         "keys",
