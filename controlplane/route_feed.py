@@ -23,17 +23,18 @@ import weakref
 from typing import Any
 
 from sqlalchemy import delete, event, insert, inspect, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import InstanceState, Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
-from contract.wire import Route, RouteTable
+from contract.wire import GroupRoute, Route, RouteTable
 from controlplane import store
-from controlplane.models import CounterRow, RouteRemovalRow, ServiceRow
+from controlplane.models import CounterRow, GroupRow, RouteRemovalRow, ServiceRow
 
 COUNTER = "routes"
 FLOOR = "routes_floor"  # removals at or below it are pruned: a gateway that far behind
 REMOVALS_KEPT = 10_000  # gets a whole table; how many versions of removals are kept
 _ROUTING_FIELDS = ("token_sha256", "status", "spec", "deleting", "stopped")
+_GROUP_ROUTING_FIELDS = ("token_sha256", "traffic_mode")
 
 
 def version(session: Session, counter: str = COUNTER) -> int:
@@ -49,12 +50,18 @@ def table(
         current = version(s)  # read first: a change after this shows up as a newer version
         if after < version(s, FLOOR) or after > current:
             routes = [_route(r, default_timeout_ms) for r in store.routable(s, cluster)]
-            return RouteTable(version=current, routes=routes)
+            groups = [_group(g) for g in store.groups_changed_after(s, cluster, -1)]
+            return RouteTable(version=current, routes=routes, groups=groups)
         changed = store.routes_changed_after(s, cluster, after)
-        removed = [r.name for r in changed if r.deleting]
-        removed += store.removed_after(s, cluster, after)
-        routes = [_route(r, default_timeout_ms) for r in changed if not r.deleting]
-        return RouteTable(version=current, routes=routes, full=False, removed=removed)
+        removed = store.removed_after(s, cluster, after)
+        return RouteTable(
+            version=current,
+            routes=[_route(r, default_timeout_ms) for r in changed if not r.deleting],
+            full=False,
+            removed=[r.name for r in changed if r.deleting] + removed.get("service", []),
+            groups=[_group(g) for g in store.groups_changed_after(s, cluster, after)],
+            removed_groups=removed.get("group", []),
+        )
 
 
 def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
@@ -67,6 +74,17 @@ def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
         rate_limit=rpc.rate_limit,
         max_queue_size=rpc.max_queue_size,
         status=row.status,
+        group=row.spec.metadata.group,
+        weight=row.spec.metadata.group_weight,
+        grouping=row.spec.metadata.grouping,
+    )
+
+
+def _group(row: GroupRow) -> GroupRoute:
+    return GroupRoute(
+        group=row.name,
+        token_sha256=row.token_sha256,
+        traffic_mode="auto" if row.traffic_mode == "auto" else "customized",
     )
 
 
@@ -75,17 +93,24 @@ def _endpoints(replicas: list[dict[str, Any]] | None) -> list[str]:
     return [r["endpoint"] for r in replicas or [] if r["state"] == "Running" and r["endpoint"]]
 
 
-def _routing_changes(session: Session) -> tuple[list[ServiceRow], list[ServiceRow]]:
-    """The services of this flush whose route changes, and those deleted."""
-    changed = [obj for obj in session.new if isinstance(obj, ServiceRow)]
-    changed += [obj for obj in session.dirty if isinstance(obj, ServiceRow) and _routes(obj)]
-    return changed, [obj for obj in session.deleted if isinstance(obj, ServiceRow)]
+Routed = ServiceRow | GroupRow
+_KIND = {ServiceRow: "service", GroupRow: "group"}
 
 
-def _routes(row: ServiceRow) -> bool:
-    state = inspect(row)
-    if any(state.attrs[f].history.has_changes() for f in _ROUTING_FIELDS):
+def _routing_changes(session: Session) -> tuple[list[Routed], list[Routed]]:
+    """The services and groups of this flush whose route changes, and those deleted."""
+    changed = [obj for obj in session.new if isinstance(obj, Routed)]
+    changed += [obj for obj in session.dirty if isinstance(obj, Routed) and _routes(obj)]
+    return changed, [obj for obj in session.deleted if isinstance(obj, Routed)]
+
+
+def _routes(row: Routed) -> bool:
+    state: InstanceState[Routed] = inspect(row)
+    fields = _ROUTING_FIELDS if isinstance(row, ServiceRow) else _GROUP_ROUTING_FIELDS
+    if any(state.attrs[f].history.has_changes() for f in fields):
         return True
+    if isinstance(row, GroupRow):
+        return False
     # A replica's other fields (pull progress, messages) change often and route nothing.
     replicas = state.attrs["replicas"].history
     return replicas.has_changes() and [_endpoints(v) for v in replicas.deleted] != [
@@ -182,8 +207,8 @@ def _collect(session: Session, _context: Any) -> None:
     """Note what this flush changed for routing (history is still there after a flush)."""
     changed, deleted = _routing_changes(session)
     pending = session.info.setdefault("routing", ({}, set()))
-    pending[0].update({row.id: row for row in changed})
-    pending[1].update((row.cluster, row.name) for row in deleted)
+    pending[0].update({(type(row), row.id): row for row in changed})
+    pending[1].update((_KIND[type(row)], row.cluster, row.name) for row in deleted)
 
 
 def _bump_version(session: Session) -> None:
@@ -201,15 +226,17 @@ def _bump_version(session: Session) -> None:
         .returning(CounterRow.value)
     )
     assert new is not None, "the routes counter is missing: run 'openeas migrate'"
-    if changed:
-        stamp = update(ServiceRow).where(ServiceRow.id.in_(changed)).values(route_version=new)
-        session.execute(stamp, execution_options={"synchronize_session": False})
-        for row in changed.values():
-            set_committed_value(row, "route_version", new)
+    for model in (ServiceRow, GroupRow):
+        ids = [row_id for kind, row_id in changed if kind is model]
+        if ids:
+            stamp = update(model).where(model.id.in_(ids)).values(route_version=new)
+            session.execute(stamp, execution_options={"synchronize_session": False})
+    for row in changed.values():
+        set_committed_value(row, "route_version", new)
     if deleted:
         session.execute(
             insert(RouteRemovalRow),
-            [{"cluster": c, "name": n, "version": new} for c, n in sorted(deleted)],
+            [{"kind": k, "cluster": c, "name": n, "version": new} for k, c, n in sorted(deleted)],
         )
         _prune_removals(session, new - REMOVALS_KEPT)
     session.info["routes_changed"] = True

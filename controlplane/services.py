@@ -19,7 +19,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from contract.merge import merge_patch
 from contract.wire import token_digest
-from controlplane import paging, store
+from controlplane import groups, paging, store
 from controlplane.errors import (
     Conflict,
     FieldProblem,
@@ -29,6 +29,7 @@ from controlplane.errors import (
     ServiceNotFound,
 )
 from controlplane.models import EventRow, ServiceRow, utcnow
+from controlplane.sealing import TokenSealer
 from controlplane.spec import Check, split_token, validate_spec
 
 SortKey = Literal["name", "createTime", "updateTime", "status"]
@@ -49,10 +50,15 @@ class Services:
     """Operations on the services of one cluster."""
 
     def __init__(
-        self, sessions: sessionmaker[Session], cluster: str, checks: Sequence[Check] = ()
+        self,
+        sessions: sessionmaker[Session],
+        cluster: str,
+        sealer: TokenSealer,
+        checks: Sequence[Check] = (),
     ) -> None:
         self._sessions = sessions
         self.cluster = cluster
+        self.sealer = sealer
         self._checks = checks
 
     # -- reads ---------------------------------------------------------------------------
@@ -114,28 +120,34 @@ class Services:
         spec = validate_spec(data, self._checks)
         stored, custom_token = split_token(spec)
         token = custom_token or new_token()
-        row = ServiceRow(
-            uid=_uid(),
-            cluster=self.cluster,
-            name=spec.name,
-            spec=stored,
-            token=token,
-            token_sha256=token_digest(token),
-            status="Creating",
-            total_instances=spec.metadata.instance,
-            pending_instances=spec.metadata.instance,
-        )
-        row.add_event("Created", f"service created with {spec.metadata.instance} instance(s)")
-        with self._sessions() as s:
-            s.add(row)
-            try:
-                s.commit()
-            except IntegrityError as e:
-                raise ServiceExists(
-                    f"a service named {spec.name!r} already exists: pick another name, or "
-                    f"change it with 'eascmd modify {spec.name} -s <file>'"
-                ) from e
-        return row, token
+        for _ in range(2):  # a concurrent first member may make the same group: once more
+            row = ServiceRow(
+                uid=_uid(),
+                cluster=self.cluster,
+                name=spec.name,
+                spec=stored,
+                token=self.sealer.seal(token),
+                token_sha256=token_digest(token),
+                status="Creating",
+                total_instances=spec.metadata.instance,
+                pending_instances=spec.metadata.instance,
+            )
+            row.add_event("Created", f"service created with {spec.metadata.instance} instance(s)")
+            with self._sessions() as s:
+                s.add(row)
+                try:
+                    s.flush()
+                    groups.follow(s, row, None, self.sealer)
+                    s.commit()
+                    return row, token
+                except IntegrityError as e:
+                    s.rollback()
+                    if store.find(s, self.cluster, spec.name) is not None:
+                        raise ServiceExists(
+                            f"a service named {spec.name!r} already exists: pick another name, "
+                            f"or change it with 'eascmd modify {spec.name} -s <file>'"
+                        ) from e
+        raise Conflict(f"group {spec.metadata.group!r} is being created concurrently: try again")
 
     def update(
         self, cluster: str, name: str, patch: dict[str, Any], if_match: int | None = None
@@ -147,12 +159,25 @@ class Services:
             )
         return self._patch(cluster, name, patch, ("Updated", "spec updated"), if_match)
 
+    def release(
+        self, cluster: str, name: str, weight: int | None, traffic_state: str | None
+    ) -> ServiceRow:
+        """EAS's ReleaseService: a member's weight and whether it takes group traffic (each
+        optional, the other kept). Routing only: replicas and generation stay."""
+        metadata: dict[str, Any] = {}
+        if weight is not None:
+            metadata["weight"] = weight
+        if traffic_state is not None:
+            metadata["traffic_state"] = traffic_state
+        detail = ", ".join(f"{k} {v}" for k, v in metadata.items()) or "nothing changed"
+        return self._patch(cluster, name, {"metadata": metadata}, ("Released", detail))
+
     def scale(self, cluster: str, name: str, instance: int) -> ServiceRow:
         patch = {"metadata": {"instance": instance}}
         return self._patch(cluster, name, patch, ("Scaled", f"instances set to {instance}"))
 
     def set_stopped(self, cluster: str, name: str, stopped: bool) -> ServiceRow:
-        def change(row: ServiceRow) -> None:
+        def change(s: Session, row: ServiceRow) -> None:
             if row.stopped != stopped:
                 row.stopped = stopped
                 _bump(
@@ -167,19 +192,21 @@ class Services:
     def request_delete(self, cluster: str, name: str) -> ServiceRow:
         """Mark for deletion; the reconciler removes the replicas, then the row."""
 
-        def change(row: ServiceRow) -> None:
+        def change(s: Session, row: ServiceRow) -> None:
             if not row.deleting:
                 row.deleting = True
                 _bump(row, "Deleting", "delete requested")
                 row.status = "Deleting"
+                # The last member takes its group along.
+                groups.follow(s, row, row.group_name, self.sealer)
 
         return self._write(cluster, name, change)
 
     def rotate_token(self, cluster: str, name: str) -> tuple[ServiceRow, str]:
         token = new_token()
 
-        def change(row: ServiceRow) -> None:
-            _set_token(row, token)
+        def change(s: Session, row: ServiceRow) -> None:
+            self._set_token(row, token)
             row.add_event("TokenRotated", "service token rotated")
 
         return self._write(cluster, name, change), token
@@ -194,19 +221,34 @@ class Services:
         if_match: int | None = None,
     ) -> ServiceRow:
         """Merge ``patch`` into the stored spec (and token), validate the whole, and record
-        a new generation with ``event`` only when the spec really changed."""
+        a new generation with ``event`` only when the spec really changed — only the event
+        when just routing fields changed (a release or a group move rolls no replica)."""
 
-        def change(row: ServiceRow) -> None:
+        def change(s: Session, row: ServiceRow) -> None:
             spec = validate_spec(merge_patch(row.spec.public(), patch), self._checks)
             stored, token = split_token(spec)  # a token only when the patch carries one
-            if token and token != row.token:
-                _set_token(row, token)
+            if token and token_digest(token) != row.token_sha256:
+                self._set_token(row, token)
                 row.add_event("TokenChanged", "service token replaced by the spec's token")
             if stored != row.spec:
+                before, deployment = row.group_name, row.spec.deployment()
                 row.spec = stored
-                _bump(row, *event)
+                groups.follow(s, row, before, self.sealer)
+                if stored.deployment() == deployment:
+                    row.add_event(*event)
+                else:
+                    _bump(row, *event)
 
         return self._write(cluster, name, change, if_match)
+
+    def token(self, cluster: str, name: str) -> tuple[ServiceRow, str]:
+        """The explicit admin call that opens a service's sealed token."""
+        row = self.get(cluster, name)
+        return row, self.sealer.open(row.token)
+
+    def _set_token(self, row: ServiceRow, token: str) -> None:
+        row.token = self.sealer.seal(token)
+        row.token_sha256 = token_digest(token)
 
     def _load(self, s: Session, cluster: str, name: str) -> ServiceRow:
         if cluster != self.cluster:
@@ -222,7 +264,7 @@ class Services:
         self,
         cluster: str,
         name: str,
-        change: Callable[[ServiceRow], None],
+        change: Callable[[Session, ServiceRow], None],
         if_match: int | None = None,
     ) -> ServiceRow:
         for _ in range(_RETRIES):
@@ -236,7 +278,8 @@ class Services:
                 if row.deleting:
                     raise Conflict(f"service {name!r} is being deleted")
                 try:
-                    change(row)
+                    with s.no_autoflush:  # so the check below sees what the change did
+                        change(s, row)
                     if not s.dirty and not s.new:
                         return row
                     row.updated_at = utcnow()
@@ -252,11 +295,6 @@ def _bump(row: ServiceRow, reason: str, message: str) -> None:
     if row.status in ("Running", "Failed", "Waiting"):
         row.status = "Updating"
     row.add_event(reason, message)
-
-
-def _set_token(row: ServiceRow, token: str) -> None:
-    row.token = token
-    row.token_sha256 = token_digest(token)
 
 
 def _uid() -> str:

@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane import sealing
 from controlplane.desired import ServiceState
-from controlplane.models import RouteRemovalRow, ServiceRow, utcnow
+from controlplane.models import GroupRow, RouteRemovalRow, ServiceRow, utcnow
 from controlplane.resync import StoredSummary
+from controlplane.sealing import TokenSealer
 from controlplane.status import Status
 
 
@@ -37,12 +39,22 @@ def routes_changed_after(s: Session, cluster: str, version: int) -> Sequence[Ser
     ).all()
 
 
-def removed_after(s: Session, cluster: str, version: int) -> list[str]:
-    """Services deleted after ``version``."""
-    query = select(RouteRemovalRow.name).where(
+def removed_after(s: Session, cluster: str, version: int) -> dict[str, list[str]]:
+    """Services and groups deleted after ``version``, by kind."""
+    query = select(RouteRemovalRow.kind, RouteRemovalRow.name).where(
         RouteRemovalRow.cluster == cluster, RouteRemovalRow.version > version
     )
-    return list(s.scalars(query))
+    out: dict[str, list[str]] = {}
+    for kind, name in s.execute(query):
+        out.setdefault(kind, []).append(name)
+    return out
+
+
+def groups_changed_after(s: Session, cluster: str, version: int) -> Sequence[GroupRow]:
+    """Groups whose routing (token, traffic mode) changed after ``version`` (-1: all)."""
+    return s.scalars(
+        select(GroupRow).where(GroupRow.cluster == cluster, GroupRow.route_version > version)
+    ).all()
 
 
 def pending(cluster: str) -> Select[str]:
@@ -144,3 +156,18 @@ class ReconcileStore:
             if row is not None and row.deleting:
                 s.delete(row)
                 s.commit()
+
+
+def seal_tokens(sessions: sessionmaker[Session], sealer: TokenSealer, *, reseal: bool) -> int:
+    """Seal tokens stored in clear (from before sealing), or with ``reseal`` every token
+    under the first key (a key rotation). One pass at migrate time; returns how many."""
+    done = 0
+    with sessions() as s:
+        rows: list[ServiceRow | GroupRow] = [*s.scalars(select(ServiceRow))]
+        rows += s.scalars(select(GroupRow))
+        for row in rows:
+            if reseal or not row.token.startswith(sealing.PREFIX):
+                row.token = sealer.reseal(row.token)
+                done += 1
+        s.commit()
+    return done

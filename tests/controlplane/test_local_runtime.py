@@ -176,12 +176,6 @@ async def test_rolling_update_keeps_a_ready_replica(
     assert min(ready) == 1, ready
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LocalRuntime never escalates on delete/close: _stop sends SIGTERM, and the "
-    "STOP_GRACE → killpg(SIGKILL) path in _kill only runs once _supervise ends, which waits "
-    "for the process to exit: a replica ignoring SIGTERM lives on (and close() hangs)",
-)
 async def test_a_replica_ignoring_sigterm_is_killed_with_its_group_after_the_grace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

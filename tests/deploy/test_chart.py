@@ -165,6 +165,11 @@ def test_secrets_reach_pods_only_by_reference(case: str, rendered: dict[str, lis
                     assert ":" not in env["value"].split("@")[0].split("//")[1]  # no password
 
 
+ADMIN = "admin-token=openeas/admin-token"
+PLATFORM = ["routes-token=openeas/routes-token", "secret-key=openeas/secret-key"]
+PASSWORD = "postgresql-password=openeas-postgresql/password"
+
+
 def test_helm_template_draws_no_random_value() -> None:
     """What GitOps tools apply is what was rendered: two renders are the same, so a sync
     never replaces the admin token or the database password (the hook Job draws them once
@@ -176,12 +181,9 @@ def test_helm_template_draws_no_random_value() -> None:
 @pytest.mark.parametrize(
     ("values", "keys"),
     [
-        (
-            {},
-            ["admin-token=openeas/admin-token", "postgresql-password=openeas-postgresql/password"],
-        ),
-        ({"auth": {"adminToken": "x" * 20}}, ["postgresql-password=openeas-postgresql/password"]),
-        (VALUE_SETS["external database"], None),
+        ({}, [ADMIN, *PLATFORM, PASSWORD]),
+        ({"auth": {"adminToken": "x" * 20}}, [*PLATFORM, PASSWORD]),
+        (VALUE_SETS["external database"], PLATFORM),
         (VALUE_SETS["existing secrets"], None),
     ],
 )

@@ -85,6 +85,11 @@ replace them.
 {{- if and .Values.postgresql.enabled (not (or $auth.password $auth.existingSecret)) }}true{{ end }}
 {{- end }}
 
+{{/* The routes token and the sealing key: the operator's Secret, else generated. */}}
+{{- define "openeas.platformSecret" -}}
+{{- .Values.auth.existingSecret | default (include "openeas.generatedSecret" .) }}
+{{- end }}
+
 {{- define "openeas.adminTokenSecret" -}}
 {{- if .Values.auth.existingSecret }}
 {{- .Values.auth.existingSecret }}
@@ -242,4 +247,13 @@ when given.
 {{- $_ := set $groups $id $out }}
 {{- end }}
 {{- $groups | toJson }}
+{{- end }}
+
+{{/* The gateway's route-reader token (OPENEAS_ROUTES_TOKEN), set on both sides. */}}
+{{- define "openeas.routesTokenEnv" -}}
+- name: OPENEAS_ROUTES_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "openeas.platformSecret" . }}
+      key: {{ ternary .Values.auth.existingSecretRoutesKey "routes-token" (ne .Values.auth.existingSecret "") }}
 {{- end }}
