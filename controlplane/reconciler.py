@@ -19,7 +19,7 @@ from collections.abc import Callable
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
-from controlplane import resync
+from controlplane import resync, route_feed
 from controlplane import status as status_mod
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
@@ -50,7 +50,7 @@ class Reconciler:
         cluster: str,
         *,
         resync_seconds: float = 30.0,
-        poll_seconds: float = 0.5,
+        poll_seconds: float = 2.0,
         lease_ttl: float = 15.0,
         holder: str | None = None,
     ) -> None:
@@ -120,11 +120,14 @@ class Reconciler:
             self.is_leader = False
 
     async def _poll_changes(self) -> None:
+        """Services with a new generation: at once when this process committed it (every
+        such write is a routing change, which wakes us), within ``poll_seconds`` when
+        another control-plane replica did. Reads the partial index of pending services."""
         while True:
             for name in await asyncio.to_thread(self.store.needing_work):
                 if name not in self._failures:  # those come back on their backoff timer
                     self._enqueue(name)
-            await asyncio.sleep(self.poll_seconds)
+            await route_feed.CHANGED.wait(self.poll_seconds)
 
     async def _resync(self) -> None:
         """A safety net under the runtime's notifications: one query and one runtime

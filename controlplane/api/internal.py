@@ -18,7 +18,7 @@ from controlplane.runtime.base import LogSource, RuntimeError_
 from controlplane.services import Services
 from controlplane.settings import Settings
 
-POLL_SECONDS = 0.2  # how soon a change committed by another process is seen
+POLL_SECONDS = 0.5  # how soon a change committed by another process is seen
 
 
 def router(
