@@ -112,11 +112,8 @@ class PredictProxy:
             self._authenticate_group(request, group)
             entry = routes.pick(group)
             if entry is None:
-                raise Problem(
-                    503,
-                    f"group {name!r} has no member taking group traffic with a ready replica",
-                    service=name,
-                    headers={"Retry-After": str(self.settings.retry_after_s)},
+                raise self._unavailable(
+                    name, f"group {name!r} has no member taking group traffic with a ready replica"
                 )
             return entry, True
         group_name, dot, member = name.partition(".")
@@ -179,11 +176,8 @@ class PredictProxy:
                 413, f"request body of {length} bytes exceeds the limit of {limit}", service=name
             )
         if not entry.endpoints:
-            raise Problem(
-                503,
-                f"service {name!r} has no ready replica (status: {entry.route.status})",
-                service=name,
-                headers={"Retry-After": str(self.settings.retry_after_s)},
+            raise self._unavailable(
+                name, f"service {name!r} has no ready replica (status: {entry.route.status})"
             )
         bucket = entry.bucket
         if bucket is not None and not bucket.try_acquire():
@@ -200,6 +194,11 @@ class PredictProxy:
                 service=name,
                 headers={"Retry-After": "1"},
             )
+
+    def _unavailable(self, name: str, detail: str) -> Problem:
+        """A 503 the caller may retry after a moment (replicas come and go)."""
+        headers = {"Retry-After": str(self.settings.retry_after_s)}
+        return Problem(503, detail, service=name, headers=headers)
 
     def _count(self, label: str, code: int, started: float) -> None:
         self.metrics.requests.inc((label, str(code)))
@@ -337,11 +336,8 @@ class PredictProxy:
         while True:
             endpoint = self.balancer.choose(entry.endpoints, tried)
             if endpoint is None:
-                raise Problem(
-                    503,
-                    f"no replica of service {name!r} accepted the connection",
-                    service=name,
-                    headers={"Retry-After": str(self.settings.retry_after_s)},
+                raise self._unavailable(
+                    name, f"no replica of service {name!r} accepted the connection"
                 )
             endpoint.outstanding += 1
             try:

@@ -81,6 +81,8 @@ import jsonschema
 import referencing
 import yaml
 
+from contract.merge import merge_patch as contract_merge_patch
+
 Obj = dict[str, Any]
 SCHEMA_VERSION = "1.33"
 TOKEN = "openeas-standin-token"
@@ -1335,16 +1337,8 @@ def _selector_problems(selector: Obj, where: str) -> list[str]:
 
 # -- merging --------------------------------------------------------------------------------
 def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
+    """RFC 7386 JSON merge patch, on copies (stored objects are never shared)."""
+    return copy.deepcopy(contract_merge_patch(target, patch))
 
 
 def strategic_merge(target: Any, patch: Any, kind: str, key: str = "") -> Any:
