@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
 from controlplane import status as status_mod
+from controlplane.autoscaling import Autoscaling
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
 from controlplane.runtime.base import (
@@ -52,6 +53,7 @@ class Reconciler:
         poll_seconds: float = 0.5,
         lease_ttl: float = 15.0,
         holder: str | None = None,
+        autoscaling: Autoscaling | None = None,
     ) -> None:
         self.store = ReconcileStore(sessions, cluster)
         self._runtime_factory = runtime_factory
@@ -65,6 +67,7 @@ class Reconciler:
         self._queued: set[str] = set()
         self._failures: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.autoscaling = autoscaling  # runs while this reconciler leads
 
     # -- wake-ups ------------------------------------------------------------------------
     def notify(self, service: str) -> None:
@@ -106,6 +109,8 @@ class Reconciler:
             asyncio.create_task(self._poll_changes()),
             asyncio.create_task(self._resync()),
         ]
+        if self.autoscaling is not None:
+            tasks.append(asyncio.create_task(self.autoscaling.run()))
         try:
             while await asyncio.to_thread(self.lease.acquire):
                 await asyncio.sleep(self.lease.ttl / 3)
@@ -161,7 +166,11 @@ class Reconciler:
         state, previous = await asyncio.to_thread(self.store.state, name)
         if state is None:
             await runtime.delete(name)  # an orphan: nothing stored wants it
+            if self.autoscaling is not None:
+                self.autoscaling.forget(name)
             return
+        if self.autoscaling is not None:
+            self.autoscaling.observe(state)
         if state.deleting:
             if await runtime.delete(name):
                 await asyncio.to_thread(self.store.forget, name)

@@ -13,6 +13,7 @@ import uvicorn
 
 from controlplane import migrate
 from controlplane.api.app import create_app
+from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine, make_sessions
 from controlplane.reconciler import Reconciler
 from controlplane.runtime import make_runtime
@@ -38,17 +39,19 @@ class ControlPlane:
         if migrate.pending(self.engine):
             raise SchemaOutOfDate("the database schema is not up to date: run 'openeas migrate'")
         sessions = make_sessions(self.engine)
+        self.autoscaling = Autoscaling(sessions, settings.cluster_id)
         self.reconciler = (
             Reconciler(
                 sessions,
                 lambda notify: make_runtime(settings, notify),
                 settings.cluster_id,
                 resync_seconds=settings.resync_seconds,
+                autoscaling=self.autoscaling,
             )
             if reconcile
             else None
         )
-        self.app = create_app(settings, self.engine)
+        self.app = create_app(settings, self.engine, autoscaling=self.autoscaling)
         self._server: _Server | None = None
 
     async def serve(self, sock: socket.socket) -> None:

@@ -72,5 +72,12 @@ class GatewaySettings(BaseSettings):
     poll_backoff_max_s: float = Field(
         default=1.0, gt=0, description="Cap of the retry back-off while it is unreachable."
     )
+    report_interval_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description="How often each gateway process reports per-service load to the control "
+        "plane's autoscaler (0: never; needs the admin token).",
+    )
     health_path: str = "/gateway/healthz"
     metrics_path: str = "/metrics"

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, text
 
 from controlplane.api import internal, problems
 from controlplane.api import services as services_api
+from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
 from controlplane.runtime import make_log_source
@@ -39,7 +40,12 @@ def deployment_checks(settings: Settings) -> list[Check]:
     return [resource_group]
 
 
-def create_app(settings: Settings, engine: Engine, log_source: LogSource | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    engine: Engine,
+    log_source: LogSource | None = None,
+    autoscaling: Autoscaling | None = None,
+) -> FastAPI:
     app = FastAPI(
         title="OpenEAS control plane",
         version="0.1.0",
@@ -48,9 +54,11 @@ def create_app(settings: Settings, engine: Engine, log_source: LogSource | None 
     problems.install(app)
     sessions = make_sessions(engine)
     services = Services(sessions, settings.cluster_id, deployment_checks(settings))
-    app.include_router(services_api.router(services, settings))
+    # Without a reconciler in this process nothing leads: load reports are answered 421.
+    scaling = autoscaling or Autoscaling(sessions, settings.cluster_id)
+    app.include_router(services_api.router(services, settings, scaling))
     logs = log_source or make_log_source(settings)
-    app.include_router(internal.router(sessions, services, settings, logs))
+    app.include_router(internal.router(sessions, services, settings, logs, scaling.signals))
 
     console_page = CONSOLE.read_text(encoding="utf-8")
 

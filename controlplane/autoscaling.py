@@ -1,0 +1,174 @@
+"""The autoscaler as the leading reconciler runs it: which services have an autoscaler,
+their recent recommendations, and the loop that decides and scales.
+
+The reconciler hands every service it reconciles to :meth:`Autoscaling.observe` (so specs
+are known without a query of their own) and runs :meth:`Autoscaling.run` while it leads.
+Gateway reports (:class:`controlplane.signals.Signals`) wake the loop for the services they
+name; between reports it re-evaluates only autoscaled services that have load or are above
+their minimum (a scale-down waits out its window). Idle services at their minimum cost
+nothing. A decision is written by :meth:`Services.autoscale` — the manual scale's write,
+with an ``Autoscaled`` event saying why — and the reconciler follows the new generation on
+either runtime. State here is memory only: a new leader starts the windows afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane import store
+from controlplane.autoscaler import History, decide
+from controlplane.desired import ServiceState
+from controlplane.services import Services
+from controlplane.signals import Signals
+from controlplane.spec import Autoscaler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Tracked:
+    autoscaler: Autoscaler
+    instances: int
+    stopped: bool
+    history: History
+    values: dict[str, float] = field(default_factory=dict)
+    last_decision: str = ""
+    last_decision_at: str = ""
+
+
+class Autoscaling:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        cluster: str,
+        *,
+        tick_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._sessions = sessions
+        self.cluster = cluster
+        self.services = Services(sessions, cluster)
+        self.signals = Signals(clock=clock)
+        self.signals.listeners.append(self._on_report)
+        self.tick_s = tick_s
+        self._clock = clock
+        self._tracked: dict[str, Tracked] = {}
+        self._plain: set[str] = set()  # services known to have no autoscaler
+        self._due: set[str] = set()
+        self._wake: asyncio.Event | None = None
+
+    # -- what the reconciler and the API tell it --------------------------------------------
+    def observe(self, state: ServiceState) -> None:
+        """The service as the reconciler just read it: start, update or stop tracking."""
+        auto = state.spec.autoscaler
+        if auto is None or state.deleting:
+            self._tracked.pop(state.name, None)
+            self._plain.add(state.name)
+            return
+        self._plain.discard(state.name)
+        instances = state.spec.metadata.instance
+        t = self._tracked.get(state.name)
+        if t is None:
+            # Seeded with the current count: a new leader does not scale down before the
+            # window has passed under its own eyes.
+            t = self._tracked[state.name] = Tracked(auto, instances, state.stopped, ())
+            t.history = ((self._clock(), instances),)
+        t.autoscaler, t.instances, t.stopped = auto, instances, state.stopped
+        self._mark([state.name])
+
+    def forget(self, name: str) -> None:
+        self._tracked.pop(name, None)
+        self._plain.discard(name)
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        """Current metric values and the last decision, for describe (None when this
+        process does not lead or does not track the service)."""
+        t = self._tracked.get(name) if self.signals.leading else None
+        if t is None:
+            return None
+        return {
+            "Metrics": {k: round(v, 3) for k, v in t.values.items()},
+            "LastDecision": t.last_decision,
+            "LastDecisionTime": t.last_decision_at,
+        }
+
+    def _on_report(self, names: list[str]) -> None:
+        self._mark(n for n in names if n not in self._plain)
+
+    def _mark(self, names: Any) -> None:
+        self._due.update(names)
+        if self._wake is not None and self._due:
+            self._wake.set()
+
+    # -- the loop ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Decide and scale until cancelled (the reconciler runs this while it leads)."""
+        self._wake = asyncio.Event()
+        self.signals.leading = True
+        try:
+            while True:
+                watch = self._watched()
+                try:
+                    async with asyncio.timeout(self.tick_s if watch else None):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+                due, self._due = self._due | self._watched(), set()
+                for name in due:
+                    await self._evaluate(name)
+        finally:
+            self.signals.leading = False
+            self._wake = None
+
+    def _watched(self) -> set[str]:
+        """Autoscaled services that need a look without a report: with load still counted,
+        or above their minimum (a scale-down waits out its window)."""
+        loaded = {n for n in self.signals.active() if n in self._tracked}
+        above = {n for n, t in self._tracked.items() if t.instances > t.autoscaler.min}
+        return loaded | above
+
+    async def _evaluate(self, name: str) -> None:
+        t = self._tracked.get(name)
+        if t is None:
+            if name in self._plain or not await asyncio.to_thread(self._load, name):
+                return
+            t = self._tracked[name]
+        if t.stopped:
+            return
+        load = self.signals.load(name)
+        t.values = {"qps": load.qps, "concurrency": load.concurrency}
+        d = decide(t.autoscaler, t.instances, t.values, t.history, self._clock())
+        t.history = d.history
+        if d.instances == t.instances:
+            return
+        why = f"scaled {t.instances}→{d.instances}: {d.reason}"
+        written = await asyncio.to_thread(
+            self.services.autoscale, self.cluster, name, t.instances, d.instances, why
+        )
+        if written:
+            log.info("autoscaler: %s %s", name, why)
+            t.instances = d.instances
+            t.last_decision = why
+            t.last_decision_at = datetime.now(UTC).isoformat(timespec="seconds")
+
+    def _load(self, name: str) -> bool:
+        """Learn a service first named by a report (the reconciler has not shown it yet)."""
+        with self._sessions() as s:
+            row = store.find(s, self.cluster, name)
+            if row is None:
+                self._plain.add(name)
+                return False
+            state = ServiceState(
+                row.name, row.uid, row.generation, row.spec, row.stopped, row.deleting
+            )
+        self.observe(state)
+        return name in self._tracked
