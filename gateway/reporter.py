@@ -31,7 +31,7 @@ class LoadReporter:
         admin_token: str,
         activity: Activity,
         *,
-        interval_s: float = 1.0,
+        interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = url.rstrip("/") + SIGNALS_PATH

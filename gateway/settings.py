@@ -73,7 +73,7 @@ class GatewaySettings(BaseSettings):
         default=1.0, gt=0, description="Cap of the retry back-off while it is unreachable."
     )
     report_interval_s: float = Field(
-        default=1.0,
+        default=0.5,
         ge=0,
         le=60,
         description="How often each gateway process reports per-service load to the control "
