@@ -21,14 +21,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import store
 from controlplane.autoscaler import History, decide
 from controlplane.desired import ServiceState
+from controlplane.runtime.base import Observation
 from controlplane.services import Services
 from controlplane.signals import Signals
 from controlplane.spec import Autoscaler
+from controlplane.triton_metrics import QueueTimes
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ class Tracked:
     instances: int
     stopped: bool
     history: History
+    metrics_urls: tuple[str, ...] = ()  # ready replicas' metrics ports
     values: dict[str, float] = field(default_factory=dict)
     last_decision: str = ""
     last_decision_at: str = ""
@@ -64,6 +68,7 @@ class Autoscaling:
         self._plain: set[str] = set()  # services known to have no autoscaler
         self._due: set[str] = set()
         self._wake: asyncio.Event | None = None
+        self._queue_times: QueueTimes | None = None
 
     # -- what the reconciler and the API tell it --------------------------------------------
     def observe(self, state: ServiceState) -> None:
@@ -84,9 +89,17 @@ class Autoscaling:
         t.autoscaler, t.instances, t.stopped = auto, instances, state.stopped
         self._mark([state.name])
 
+    def replicas(self, name: str, seen: Observation) -> None:
+        """The replicas as the reconciler just observed them (where queue time is read)."""
+        t = self._tracked.get(name)
+        if t is not None:
+            t.metrics_urls = tuple(r.metrics for r in seen.replicas if r.metrics)
+
     def forget(self, name: str) -> None:
         self._tracked.pop(name, None)
         self._plain.discard(name)
+        if self._queue_times is not None:
+            self._queue_times.forget(name)
 
     def status(self, name: str) -> dict[str, Any] | None:
         """Current metric values and the last decision, for describe (None when this
@@ -113,6 +126,14 @@ class Autoscaling:
         """Decide and scale until cancelled (the reconciler runs this while it leads)."""
         self._wake = asyncio.Event()
         self.signals.leading = True
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0))
+
+        async def fetch(url: str) -> str:
+            async with session.get(url + "/metrics") as resp:
+                resp.raise_for_status()
+                return await resp.text()
+
+        self._queue_times = QueueTimes(fetch, clock=self._clock)
         try:
             while True:
                 watch = self._watched()
@@ -123,11 +144,11 @@ class Autoscaling:
                     pass
                 self._wake.clear()
                 due, self._due = self._due | self._watched(), set()
-                for name in due:
-                    await self._evaluate(name)
+                await asyncio.gather(*(self._evaluate(name) for name in due))
         finally:
             self.signals.leading = False
-            self._wake = None
+            self._wake = self._queue_times = None
+            await session.close()
 
     def _watched(self) -> set[str]:
         """Autoscaled services that need a look without a report: with load still counted,
@@ -145,7 +166,13 @@ class Autoscaling:
         if t.stopped:
             return
         load = self.signals.load(name)
-        t.values = {"qps": load.qps, "concurrency": load.concurrency}
+        values = {"qps": load.qps, "concurrency": load.concurrency}
+        wanted = {s.metricName for s in t.autoscaler.scaleStrategies}
+        if "queue_time_ms" in wanted and t.metrics_urls and self._queue_times is not None:
+            queue_ms = await self._queue_times.sample(name, t.metrics_urls)
+            if queue_ms is not None:
+                values["queue_time_ms"] = queue_ms
+        t.values = values
         d = decide(t.autoscaler, t.instances, t.values, t.history, self._clock())
         t.history = d.history
         if d.instances == t.instances:

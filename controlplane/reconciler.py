@@ -185,6 +185,8 @@ class Reconciler:
             await self._write(state, failed, Observation())
             return
         seen = await runtime.observe(name)
+        if self.autoscaling is not None:
+            self.autoscaling.replicas(name, seen)
         computed = status_mod.compute(want, seen, deleting=False, previous=previous)
         await self._write(state, computed, seen, want.template_hash)
 

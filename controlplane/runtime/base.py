@@ -68,6 +68,7 @@ class ReplicaStatus:
     reason: str = ""
     message: str = ""  # for a human: last log lines, scheduler message, ...
     permanent: bool = False  # failed in a way that restarting cannot fix (bad model repo)
+    metrics: str | None = None  # base URL of the replica's metrics port, when ready
 
     def as_dict(self, *, current: bool) -> dict[str, object]:
         """As stored for describe and the route table; ``current``: of the desired template."""

@@ -49,6 +49,7 @@ class Replica:
     log_path: Path
     state: ReplicaState = "Pending"
     base_url: str | None = None  # of the current process; an endpoint only while ready
+    metrics_url: str | None = None  # its metrics port (the autoscaler's queue time)
     restarts: int = 0
     reason: str = "Starting"
     message: str = ""
@@ -71,6 +72,7 @@ class Replica:
             reason=self.reason,
             message=self.message,
             permanent=self.permanent,
+            metrics=self.metrics_url if self.state == "Running" and not self.stopping else None,
         )
 
 
@@ -248,6 +250,7 @@ class LocalRuntime:
         env["PYTHONUNBUFFERED"] = "1"
         replica.state, replica.reason = "Pending", "Starting"
         replica.base_url = f"http://{self.host}:{http}"
+        replica.metrics_url = f"http://{self.host}:{metrics}"
         with replica.log_path.open("ab") as out:
             out.write(f"--- openeas: start #{replica.restarts} on port {http}\n".encode())
             out.flush()
