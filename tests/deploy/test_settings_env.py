@@ -176,6 +176,7 @@ SAMPLE: dict[str, Any] = {
         "replicaDownS": 0.5,
         "pollWaitS": 10,
         "pollBackoffMaxS": 2,
+        "reportIntervalS": 0.25,
         "healthPath": "/healthz",
         "metricsPath": "/gateway/metrics",
     },
