@@ -7,9 +7,13 @@ Per strategy, as Kubernetes' HPA: desired = ceil(current × value per replica / 
 unchanged inside a 10 % band around the threshold; the largest desired count of the
 strategies wins, clamped to [min, max]. Stabilization: a scale-up goes to the smallest
 recommendation of its window (window 0: at once), a scale-down to the largest of its window,
-so a dip shorter than the window never removes a replica. ``current`` is the count asked
-for, ready or not: a replica being added counts as capacity coming, so one burst does not
-ask again while the first new replica starts.
+so a dip shorter than the window never removes a replica.
+
+Capacity coming: qps and concurrency are service totals, spread over ``current`` — the count
+asked for, ready or not — so desired = ceil(total / threshold) and a burst does not ask
+again while the new replicas start. cpu and queue_time_ms are means over the ``ready``
+replicas that measured them, so they scale from ``ready``: while asked-for replicas start,
+the same measurement asks for no more than it did.
 """
 
 from __future__ import annotations
@@ -35,17 +39,17 @@ class Decision:
 
 
 def _recommend(
-    autoscaler: Autoscaler, current: int, values: Mapping[str, float]
+    autoscaler: Autoscaler, current: int, ready: int, values: Mapping[str, float]
 ) -> tuple[int, str]:
     """The largest count any strategy with a value asks for, and that strategy's reason."""
     best, why = -1, "no metric values yet"
-    base = max(current, 1)
     for strategy in autoscaler.scaleStrategies:
         name, threshold = strategy.metricName, strategy.threshold
         value = values.get(name)
         if value is None:
             continue
         additive = name in ADDITIVE
+        base = max(current if additive else ready, 1)
         ratio = (value / base if additive else value) / threshold
         want = current if abs(ratio - 1.0) <= TOLERANCE else math.ceil(base * ratio - 1e-9)
         if want > best:
@@ -61,10 +65,12 @@ def decide(
     values: Mapping[str, float],
     history: History,
     now: float,
+    ready: int | None = None,
 ) -> Decision:
     """``values``: metric name → value (qps and concurrency for the whole service, cpu and
-    queue_time_ms per replica); a metric without a value is left out of the decision."""
-    rec, why = _recommend(autoscaler, current, values)
+    queue_time_ms per ready replica; ``ready`` defaults to ``current``); a metric without a
+    value is left out of the decision."""
+    rec, why = _recommend(autoscaler, current, current if ready is None else ready, values)
     rec = autoscaler.clamp(rec)
     up_s = autoscaler.behavior.scaleUp.stabilizationWindowSeconds
     down_s = autoscaler.behavior.scaleDown.stabilizationWindowSeconds

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from controlplane import store
 from controlplane.autoscaler import History, decide
 from controlplane.desired import ServiceState
-from controlplane.runtime.base import Observation
+from controlplane.runtime.base import CpuSource, Observation, Runtime, RuntimeError_
 from controlplane.services import Services
 from controlplane.signals import Signals
 from controlplane.spec import Autoscaler
@@ -42,7 +42,9 @@ class Tracked:
     instances: int
     stopped: bool
     history: History
+    cpu_request: int = 1  # cores per replica (metadata.cpu), what cpu % is of
     metrics_urls: tuple[str, ...] = ()  # ready replicas' metrics ports
+    ready: int | None = None  # ready replicas as last observed (None: not yet)
     values: dict[str, float] = field(default_factory=dict)
     last_decision: str = ""
     last_decision_at: str = ""
@@ -69,6 +71,8 @@ class Autoscaling:
         self._due: set[str] = set()
         self._wake: asyncio.Event | None = None
         self._queue_times: QueueTimes | None = None
+        self._cpu: CpuSource | None = None
+        self._cpu_read: dict[str, tuple[float, float | None]] = {}  # service → (at, %)
 
     # -- what the reconciler and the API tell it --------------------------------------------
     def observe(self, state: ServiceState) -> None:
@@ -87,6 +91,7 @@ class Autoscaling:
             t = self._tracked[state.name] = Tracked(auto, instances, state.stopped, ())
             t.history = ((self._clock(), instances),)
         t.autoscaler, t.instances, t.stopped = auto, instances, state.stopped
+        t.cpu_request = state.spec.metadata.cpu
         self._mark([state.name])
 
     def replicas(self, name: str, seen: Observation) -> None:
@@ -94,10 +99,12 @@ class Autoscaling:
         t = self._tracked.get(name)
         if t is not None:
             t.metrics_urls = tuple(r.metrics for r in seen.replicas if r.metrics)
+            t.ready = sum(r.state == "Running" for r in seen.replicas)
 
     def forget(self, name: str) -> None:
         self._tracked.pop(name, None)
         self._plain.discard(name)
+        self._cpu_read.pop(name, None)
         if self._queue_times is not None:
             self._queue_times.forget(name)
 
@@ -122,8 +129,10 @@ class Autoscaling:
             self._wake.set()
 
     # -- the loop ---------------------------------------------------------------------------
-    async def run(self) -> None:
-        """Decide and scale until cancelled (the reconciler runs this while it leads)."""
+    async def run(self, runtime: Runtime | None = None) -> None:
+        """Decide and scale until cancelled (the reconciler runs this while it leads, with
+        its runtime: where the cpu metric comes from)."""
+        self._cpu = runtime if isinstance(runtime, CpuSource) else None
         self._wake = asyncio.Event()
         self.signals.leading = True
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0))
@@ -147,7 +156,7 @@ class Autoscaling:
                 await asyncio.gather(*(self._evaluate(name) for name in due))
         finally:
             self.signals.leading = False
-            self._wake = self._queue_times = None
+            self._wake = self._queue_times = self._cpu = None
             await session.close()
 
     def _watched(self) -> set[str]:
@@ -172,8 +181,12 @@ class Autoscaling:
             queue_ms = await self._queue_times.sample(name, t.metrics_urls)
             if queue_ms is not None:
                 values["queue_time_ms"] = queue_ms
+        if "cpu" in wanted:
+            cpu = await self._cpu_percent(name, t.cpu_request)
+            if cpu is not None:
+                values["cpu"] = cpu
         t.values = values
-        d = decide(t.autoscaler, t.instances, t.values, t.history, self._clock())
+        d = decide(t.autoscaler, t.instances, t.values, t.history, self._clock(), t.ready)
         t.history = d.history
         if d.instances == t.instances:
             return
@@ -186,6 +199,22 @@ class Autoscaling:
             t.instances = d.instances
             t.last_decision = why
             t.last_decision_at = datetime.now(UTC).isoformat(timespec="seconds")
+
+    async def _cpu_percent(self, name: str, request: int) -> float | None:
+        """Mean CPU per ready replica, % of its requested cores; read at most once a tick
+        (between reads the last value stands)."""
+        now = self._clock()
+        at, value = self._cpu_read.get(name, (float("-inf"), None))
+        if self._cpu is None or now - at < self.tick_s:
+            return value
+        try:
+            cores = await self._cpu.cpu_cores(name)
+        except RuntimeError_ as e:  # no metrics API, API unreachable: no value this time
+            log.debug("autoscaler: no cpu for %s: %s", name, e)
+            cores = []
+        value = 100.0 * sum(cores) / len(cores) / request if cores else None
+        self._cpu_read[name] = (now, value)
+        return value
 
     def _load(self, name: str) -> bool:
         """Learn a service first named by a report (the reconciler has not shown it yet)."""

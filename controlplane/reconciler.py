@@ -110,7 +110,7 @@ class Reconciler:
             asyncio.create_task(self._resync()),
         ]
         if self.autoscaling is not None:
-            tasks.append(asyncio.create_task(self.autoscaling.run()))
+            tasks.append(asyncio.create_task(self.autoscaling.run(self.runtime)))
         try:
             while await asyncio.to_thread(self.lease.acquire):
                 await asyncio.sleep(self.lease.ttl / 3)

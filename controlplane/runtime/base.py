@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 ReplicaState = Literal["Pending", "Running", "CrashLoopBackOff", "Failed", "Terminating"]
 
@@ -116,3 +116,12 @@ class Runtime(Protocol):
 
     async def close(self) -> None:
         """Stop watching. The local runtime also stops its replicas (no orphans)."""
+
+
+@runtime_checkable
+class CpuSource(Protocol):
+    """A runtime that can say how much CPU a service's replicas use (the autoscaler's
+    ``cpu`` metric); both runtimes are, a test double need not be."""
+
+    async def cpu_cores(self, service: str) -> list[float]:
+        """CPU in use now, in cores, by each ready replica that has a measurement."""

@@ -30,6 +30,7 @@ from controlplane.runtime.base import (
     ReplicaState,
     ReplicaStatus,
 )
+from controlplane.runtime.proc_cpu import CpuRates
 from processors import exits, registry
 from processors.base import Ports, die_with
 
@@ -121,6 +122,7 @@ class LocalRuntime:
         self.base_backoff = base_backoff
         self.drain_seconds = drain_seconds
         self._replicas: dict[str, list[Replica]] = {}
+        self._cpu = CpuRates()
         self._numbers: dict[str, int] = {}
         self._http: aiohttp.ClientSession | None = None
 
@@ -147,6 +149,14 @@ class LocalRuntime:
 
     async def observe(self, service: str) -> Observation:
         return Observation([r.status() for r in self._replicas.get(service, [])])
+
+    async def cpu_cores(self, service: str) -> list[float]:
+        pids = {
+            r.name: r.process.pid
+            for r in self._replicas.get(service, [])
+            if r.state == "Running" and not r.stopping and r.process is not None
+        }
+        return await asyncio.to_thread(self._cpu.cores, service, pids)
 
     async def delete(self, service: str) -> bool:
         for replica in self._replicas.get(service, []):

@@ -188,3 +188,17 @@ async def test_delete_and_close_leave_no_process(runtime: LocalRuntime) -> None:
     await runtime.close()
     with pytest.raises(ProcessLookupError):
         os.kill(last[0], 0)
+
+
+async def test_ready_replicas_publish_metrics_and_cpu(runtime: LocalRuntime) -> None:
+    await runtime.apply(want())
+    await until(states_are(runtime, ["Running"]))
+    (replica,) = (await runtime.observe("svc")).replicas
+    assert replica.metrics is not None and replica.metrics.startswith("http://127.0.0.1:")
+    assert await runtime.cpu_cores("svc") == []  # a rate needs two readings
+
+    async def measured() -> bool:
+        cores = await runtime.cpu_cores("svc")
+        return len(cores) == 1 and 0.0 <= cores[0] < 2.0
+
+    await until(measured)

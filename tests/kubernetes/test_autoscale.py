@@ -7,7 +7,9 @@ import asyncio
 from typing import Any
 
 from controlplane.autoscaling import Autoscaling
-from controlplane.runtime.base import Notify
+from controlplane.desired import ServiceState, desired
+from controlplane.reconciler import Reconciler
+from controlplane.runtime.base import DesiredReplicaSet, Notify
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from testing import k8s_server as ks
@@ -16,12 +18,22 @@ from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_autoscaling import report
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
 
+NAME = "triton_test"
 AUTO = {
     "min": 1,
     "max": 4,
     "scaleStrategies": [{"metricName": "qps", "threshold": 100}],
     "behavior": {"scaleDown": {"stabilizationWindowSeconds": 1}},
 }
+
+
+def state_of(h: Harness) -> ServiceState:
+    row = h.row()
+    return ServiceState(row.name, row.uid, row.generation, row.spec, row.stopped, row.deleting)
+
+
+def want_of(h: Harness) -> DesiredReplicaSet:
+    return desired(state_of(h))
 
 
 async def test_deployment_replicas_follow_the_autoscaler(
@@ -34,8 +46,6 @@ async def test_deployment_replicas_follow_the_autoscaler(
 
     def factory(notify: Notify) -> KubernetesRuntime:
         return KubernetesRuntime(k8s_settings, notify)
-
-    from controlplane.reconciler import Reconciler
 
     reconciler = Reconciler(
         h.sessions, factory, "local", poll_seconds=0.05, lease_ttl=1.0, autoscaling=scaling
@@ -64,3 +74,39 @@ async def test_deployment_replicas_follow_the_autoscaler(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_cpu_comes_from_the_metrics_api(
+    harness: Harness,  # noqa: F811
+    k8s: ApiStandIn,
+    k8s_settings: KubernetesSettings,
+) -> None:
+    h = harness
+    scaling = Autoscaling(h.sessions, "local", tick_s=0.1)
+    runtime = KubernetesRuntime(k8s_settings, lambda _: None)
+    auto = {**AUTO, "scaleStrategies": [{"metricName": "cpu", "threshold": 50}]}
+    h.services.create(seed_spec(autoscaler=auto, metadata={"instance": 1, "cpu": 2}))
+    await runtime.apply(want_of(h))
+    [pod] = k8s.sync_pods("triton-test")
+    k8s.set_pod_status(pod, ks.status_ready())
+    k8s.set_pod_cpu(pod, "1800m")  # 90 % of 2 cores
+    task = asyncio.create_task(scaling.run(runtime))
+    try:
+        await h.until(lambda: scaling.signals.leading)
+        scaling.observe(state_of(h))
+        scaling.replicas(NAME, await runtime.observe(NAME))  # one ready; a second asked for
+        await h.until(lambda: h.row().spec.metadata.instance == 2)
+        assert "scaled 1→2: cpu 90.0 > 50" in [e.message for e in h.services.events("local", NAME)]
+
+        await asyncio.sleep(0.3)  # the same 90 % of the one ready replica asks for no more
+        assert h.row().spec.metadata.instance == 2
+        k8s.metrics_api = False  # no metrics-server: no value, no decision, no crash
+        scaling.observe(state_of(h))
+        await h.until(
+            lambda: "cpu" not in (scaling.status(NAME) or {"Metrics": {"cpu": 1}})["Metrics"]
+        )
+        assert h.row().spec.metadata.instance == 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await runtime.close()
