@@ -3,10 +3,14 @@
 Run by hand (``python bench/autoscale.py``); ``tests/e2e/test_autoscale.py`` runs the same
 with shorter phases. It starts ``openeas up`` on a free loopback port in a temporary data
 dir, creates ``add_sub`` (``examples/models``, python backend on CPU) with an autoscaler
-(min 1, max 4, concurrency per replica 2, scale-down window ``--window``), then drives
-closed-loop clients through the gateway, 127.0.0.1 only, for fixed durations:
+(min 1, max 4, scale-down window ``--window``), then drives load through the gateway,
+127.0.0.1 only, for fixed durations, in three levels and then none:
 
-    1 client (under the threshold) → ``--clients`` clients → half of them → none
+- ``--metric qps`` (default): paced clients at 60 → 250 → 120 requests/s, threshold 100
+  per replica (so 1 → 3 → 2 → 1 replicas);
+- ``--metric concurrency``: 1 → 8 → 4 closed-loop clients, threshold 2 in flight per
+  replica. Closed-loop in-flight counts grow as replicas are taken away (each request waits
+  longer), so on a small machine this load can sit between two counts; qps does not.
 
 and prints the replica timeline, the time from the load crossing the threshold to the
 autoscaler's decision and to the new replica serving (ready and in the gateway's table),
@@ -48,10 +52,14 @@ INFER = json.dumps(
 ).encode()
 
 
+PACED_THREADS = 8
+LEVELS = {"qps": ((60.0, 250.0, 120.0), 100.0), "concurrency": ((1.0, 8.0, 4.0), 2.0)}
+
+
 @dataclass
 class Params:
-    clients: int = 8
-    warm_s: float = 5.0  # one client, under the threshold
+    metric: str = "qps"
+    warm_s: float = 5.0  # the first level, under the threshold
     high_s: float = 20.0
     mid_s: float = 20.0
     window_s: int = 5  # scale-down stabilization window
@@ -150,17 +158,25 @@ def platform() -> Iterator[Platform]:
 
 
 class Load:
-    """Closed-loop clients, each on its own keep-alive connection; ``set(n)`` changes how
-    many run. Counts requests and keeps every failure."""
+    """Clients, each on its own keep-alive connection. Paced: ``set(rate)`` spreads
+    ``rate`` requests/s over a fixed set of threads; closed-loop: ``set(n)`` runs n clients
+    that send again as soon as answered. Counts requests and keeps every failure."""
 
-    def __init__(self, port: int, token: str, result: Result) -> None:
+    def __init__(self, port: int, token: str, result: Result, *, paced: bool) -> None:
         self.port = port
         self.token = token
         self.result = result
+        self.paced = paced
+        self.interval = 0.0  # seconds between one paced thread's requests
         self.lock = threading.Lock()
         self.threads: list[tuple[threading.Thread, threading.Event]] = []
 
-    def set(self, n: int) -> None:
+    def set(self, level: float) -> None:
+        if self.paced:
+            self.interval = PACED_THREADS / level if level else 0.0
+            n = PACED_THREADS if level else 0
+        else:
+            n = int(level)
         while len(self.threads) < n:
             stop = threading.Event()
             t = threading.Thread(target=self._client, args=(stop,), daemon=True)
@@ -175,7 +191,12 @@ class Load:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         path = f"/api/predict/{SERVICE}/v2/models/add_sub/infer"
         headers = {"Authorization": self.token, "Content-Type": "application/json"}
+        due = time.monotonic()
         while not stop.is_set():
+            if self.paced:
+                due = max(due + self.interval, time.monotonic() - 1.0)  # at most 1 s behind
+                if stop.wait(max(0.0, due - time.monotonic())):
+                    break
             try:
                 conn.request("POST", path, body=INFER, headers=headers)
                 resp = conn.getresponse()
@@ -209,6 +230,8 @@ def _sample(p: Platform, result: Result, stop: threading.Event) -> None:
 
 def run(params: Params, log: Any = print) -> Result:
     result = Result()
+    (warm, high, mid), threshold = LEVELS[params.metric]
+    unit = "requests/s" if params.metric == "qps" else "clients"
     with platform() as p:
         created = p.api(
             "POST",
@@ -221,7 +244,7 @@ def run(params: Params, log: Any = print) -> Result:
                 "autoscaler": {
                     "min": 1,
                     "max": 4,
-                    "scaleStrategies": [{"metricName": "concurrency", "threshold": 2}],
+                    "scaleStrategies": [{"metricName": params.metric, "threshold": threshold}],
                     "behavior": {"scaleDown": {"stabilizationWindowSeconds": params.window_s}},
                 },
             },
@@ -231,20 +254,20 @@ def run(params: Params, log: Any = print) -> Result:
             if time.monotonic() > deadline:
                 raise RuntimeError(p.log_tail())
             time.sleep(0.1)
-        log(f"service running; load: 1 client for {params.warm_s:g} s")
+        log(f"service running; load: {warm:g} {unit} for {params.warm_s:g} s")
         stop_sampling = threading.Event()
         sampler = threading.Thread(target=_sample, args=(p, result, stop_sampling), daemon=True)
         sampler.start()
-        load = Load(p.port, created["Token"], result)
+        load = Load(p.port, created["Token"], result, paced=params.metric == "qps")
         try:
-            load.set(1)
+            load.set(warm)
             time.sleep(params.warm_s)
             result.crossed_at = time.time()
-            log(f"{params.clients} clients for {params.high_s:g} s")
-            load.set(params.clients)
+            log(f"{high:g} {unit} for {params.high_s:g} s")
+            load.set(high)
             time.sleep(params.high_s)
-            log(f"{params.clients // 2} clients for {params.mid_s:g} s")
-            load.set(params.clients // 2)
+            log(f"{mid:g} {unit} for {params.mid_s:g} s")
+            load.set(mid)
             time.sleep(params.mid_s)
             load.set(0)
             result.stopped_at = time.time()
@@ -293,7 +316,8 @@ def report(r: Result, params: Params) -> str:
     lines += [f"  {t - t0:7.2f}  {msg}" for t, msg in r.events]
     lines += [
         f"load crossed the threshold at {r.crossed_at - t0:.2f} s "
-        f"({params.clients} clients, threshold concurrency 2 per replica)",
+        f"({LEVELS[params.metric][0][1]:g} {params.metric} level, threshold "
+        f"{LEVELS[params.metric][1]:g} per replica)",
         f"time to decision:            {secs(r.decision_s)}",
         f"time to new replica serving: {secs(r.serving_s)}",
         f"requests: {r.requests}, failed: {len(r.failed)}",
@@ -306,14 +330,12 @@ def report(r: Result, params: Params) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--metric", choices=sorted(LEVELS), default="qps")
     ap.add_argument("--high-s", type=float, default=20.0)
     ap.add_argument("--mid-s", type=float, default=20.0)
     ap.add_argument("--window", type=int, default=5)
     args = ap.parse_args()
-    params = Params(
-        clients=args.clients, high_s=args.high_s, mid_s=args.mid_s, window_s=args.window
-    )
+    params = Params(metric=args.metric, high_s=args.high_s, mid_s=args.mid_s, window_s=args.window)
     result = run(params)
     print(report(result, params))
     return 1 if result.failed else 0

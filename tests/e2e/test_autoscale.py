@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_scale_up_and_down_with_real_triton() -> None:
-    params = Params(clients=8, warm_s=2.0, high_s=8.0, mid_s=0.0, window_s=2)
+    params = Params(metric="qps", warm_s=2.0, high_s=8.0, mid_s=0.0, window_s=2)
     result = run(params, log=lambda _: None)
     print(report(result, params))
     assert result.failed == []
