@@ -165,10 +165,28 @@ def validate_spec(data: Any, checks: Sequence[Check] = ()) -> ServiceSpec:
         params = processor.validate(spec.processor_params)
     except ProcessorError as e:
         raise InvalidSpec([FieldProblem(e.field, str(e), e.fix)]) from e
-    problems = [p for check in checks for p in check(spec)]
+    problems = [p for check in checks for p in check(spec)] + _metrics_off(spec, params)
     if problems:
         raise InvalidSpec(problems)
     return spec.model_copy(update={"processor_params": params})
+
+
+def _metrics_off(spec: ServiceSpec, params: list[str]) -> list[FieldProblem]:
+    """queue_time_ms is read from Triton's metrics port: refuse it when the flags turn it off."""
+    auto = spec.autoscaler
+    if auto is None or "--allow-metrics=false" not in params:
+        return []
+    for i, strategy in enumerate(auto.scaleStrategies):
+        if strategy.metricName == "queue_time_ms":
+            return [
+                FieldProblem(
+                    f"autoscaler.scaleStrategies[{i}].metricName",
+                    "queue_time_ms is read from Triton's metrics, which --allow-metrics=false "
+                    "turns off",
+                    "remove --allow-metrics=false, or scale on qps or concurrency",
+                )
+            ]
+    return []
 
 
 def split_token(spec: ServiceSpec) -> tuple[StoredSpec, str | None]:

@@ -103,3 +103,13 @@ def test_load_reports_need_the_admin_token_and_a_leader(client: TestClient) -> N
     assert r.status_code == 421 and "does not lead" in r.json()["detail"]
     bad = {**report, "interval_s": 0}
     assert client.post(SIGNALS_PATH, json=bad).status_code == 422
+
+
+def test_queue_time_needs_tritons_metrics(client: TestClient) -> None:
+    spec = seed_spec()
+    spec["processor_params"].append("--allow-metrics=false")
+    client.post("/api/v2/services", json=spec)
+    body = {**AUTO, "scaleStrategies": [{"metricName": "queue_time_ms", "threshold": 10}]}
+    r = client.put(SVC + "/autoscaler", json=body)
+    assert r.status_code == 422
+    assert "--allow-metrics=false" in errors_of(r)["autoscaler.scaleStrategies[0].metricName"]
