@@ -87,6 +87,16 @@ def parse(text: str) -> Any:
         raise ConfigSyntaxError(problems, fixed) from None
 
 
+def repaired(text: str, error: ConfigSyntaxError) -> str:
+    """``text`` with each line ``error`` could fix as it should read (line endings kept), for
+    ``eascmd lint --fix``; parse the result again, as some damage has no single fix."""
+    lines = text.splitlines(keepends=True)
+    for number, fixed in error.fixed_lines.items():
+        old = lines[number - 1]
+        lines[number - 1] = fixed + old[len(old.rstrip("\r\n")) :]
+    return "".join(lines)
+
+
 def _scan(text: str) -> tuple[list[Problem], dict[int, str]]:
     """Walk the text as JSON would, reading typographic quotes as quotes, and collect the
     problems plus each affected line as it should read."""

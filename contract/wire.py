@@ -36,11 +36,15 @@ class Route(BaseModel):
 
 
 class RouteTable(BaseModel):
-    """The full table at one version. ``version`` only grows; a watcher passes the last
-    version it has as ``?after=`` and gets an answer when a newer one exists."""
+    """The table at one version, whole (``full``) or as the changes after the version the
+    watcher passed as ``?after=``: ``routes`` replace those services' routes and ``removed``
+    services are gone. ``version`` only grows; a watcher gets an answer when a newer one
+    exists, and a whole table when it has none yet or is too far behind."""
 
     version: int
     routes: list[Route]
+    full: bool = True
+    removed: list[str] = []
 
 
 class ServiceLoad(BaseModel):

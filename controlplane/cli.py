@@ -11,14 +11,32 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from contract.helptext import settings_epilog
 from controlplane import migrate
 from controlplane.db import make_engine
 from controlplane.settings import Settings, ensure_admin_token
 
 
+def _parser(prog: str, description: str | None) -> argparse.ArgumentParser:
+    """A parser whose help ends with the settings' variables (OPENEAS_*) and defaults."""
+    return argparse.ArgumentParser(
+        prog=prog,
+        description=description,
+        epilog=settings_epilog(Settings),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def migrate_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="openeas migrate", description=migrate.__doc__)
-    parser.add_argument("--to", default="head", help="revision: head (default), base or an id")
+    parser = _parser(
+        "openeas migrate",
+        "Upgrade (or step back) the database schema; servers refuse an out-of-date one.",
+    )
+    parser.add_argument(
+        "--to",
+        default="head",
+        help="revision to reach: head, base or a revision id (default head)",
+    )
     args = parser.parse_args(argv)
     settings = Settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -45,14 +63,23 @@ def announce_admin_token(settings: Settings, created: bool) -> None:
 
 
 def controlplane_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="openeas controlplane", description=__doc__)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--migrate", action="store_true", help="upgrade the schema first")
+    parser = _parser(
+        "openeas controlplane",
+        "Serve the control plane's REST API and run the reconciler that turns stored\n"
+        "services into replicas (one leader per database).",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
+    parser.add_argument(
+        "--migrate",
+        action="store_true",
+        help="upgrade the database schema before serving (default: refuse an old schema; "
+        "see 'openeas migrate')",
+    )
     parser.add_argument(
         "--no-reconcile",
         action="store_true",
-        help="serve the API only (another process reconciles)",
+        help="serve the API only, another process reconciles (default: reconcile here)",
     )
     args = parser.parse_args(argv)
 

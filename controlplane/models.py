@@ -16,6 +16,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, WriteOnlyMapped, mapped_column, relationship
 
@@ -56,9 +57,28 @@ class Base(DeclarativeBase):
     pass
 
 
+# Spelled as SQLAlchemy renders the reconciler's query, which SQLite needs to use the index.
+_PENDING_SQLITE = text("generation > observed_generation OR deleting = 1")
+_PENDING_PG = text("generation > observed_generation OR deleting")
+
+
 class ServiceRow(Base):
     __tablename__ = "services"
-    __table_args__ = (UniqueConstraint("cluster", "name", name="uq_services_cluster_name"),)
+    __table_args__ = (
+        UniqueConstraint("cluster", "name", name="uq_services_cluster_name"),
+        Index("ix_services_route_version", "cluster", "route_version"),
+        # The list's sort and filter columns (id breaks ties: stable, keyset-friendly).
+        Index("ix_services_created", "cluster", "created_at", "id"),
+        Index("ix_services_updated", "cluster", "updated_at", "id"),
+        Index("ix_services_status", "cluster", "status", "id"),
+        # Only services with work pending: the reconciler's poll reads this, not the table.
+        Index(
+            "ix_services_pending",
+            "cluster",
+            sqlite_where=_PENDING_SQLITE,
+            postgresql_where=_PENDING_PG,
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     uid: Mapped[str] = mapped_column(String(36), unique=True)
@@ -79,6 +99,10 @@ class ServiceRow(Base):
     total_instances: Mapped[int] = mapped_column(Integer, default=0)
     pending_instances: Mapped[int] = mapped_column(Integer, default=0)
     running_instances: Mapped[int] = mapped_column(Integer, default=0)
+    # The replica template the reconciler last applied (compared in bulk on resync).
+    template_hash: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    # The route counter's value at this service's last routing change (gateway deltas).
+    route_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Replicas as last observed by the reconciler: [{index, state, endpoint, restarts, ...}].
     replicas: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
@@ -111,6 +135,19 @@ class EventRow(Base):
     message: Mapped[str] = mapped_column(Text)
 
     service: Mapped[ServiceRow] = relationship(back_populates="events")
+
+
+class RouteRemovalRow(Base):
+    """A service deleted at a route version, so a gateway asking for changes after an older
+    version drops it. Pruned past the ``routes_floor`` counter."""
+
+    __tablename__ = "route_removals"
+    __table_args__ = (Index("ix_route_removals_version", "cluster", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(63))
+    version: Mapped[int] = mapped_column(Integer)
 
 
 class LeaseRow(Base):

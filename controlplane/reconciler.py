@@ -19,6 +19,7 @@ from collections.abc import Callable
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
+from controlplane import resync
 from controlplane import status as status_mod
 from controlplane.autoscaling import Autoscaling
 from controlplane.desired import ServiceState, desired
@@ -131,10 +132,12 @@ class Reconciler:
             await asyncio.sleep(self.poll_seconds)
 
     async def _resync(self) -> None:
+        """A safety net under the runtime's notifications: one query and one runtime
+        listing, then only the services that drifted (orphans included) are reconciled."""
         while True:
             assert self.runtime is not None
-            stored = set(await asyncio.to_thread(self.store.names))
-            for name in stored | await self.runtime.services():  # orphans get deleted too
+            stored = await asyncio.to_thread(self.store.summaries)
+            for name in resync.drifted(stored, await self.runtime.summary()):
                 self._enqueue(name)
             await asyncio.sleep(self.resync_seconds)
 
@@ -198,5 +201,8 @@ class Reconciler:
         template_hash: str = "",
     ) -> None:
         replicas = [r.as_dict(current=r.template_hash == template_hash) for r in seen.replicas]
-        if not await asyncio.to_thread(self.store.write_status, state, new, replicas):
+        written = await asyncio.to_thread(
+            self.store.write_status, state, new, replicas, template_hash
+        )
+        if not written:
             self.notify(state.name)  # changed meanwhile: act on the new generation

@@ -12,14 +12,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from sqlalchemy import func, select
+from sqlalchemy import func, literal, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
 from contract.merge import merge_patch
 from contract.wire import token_digest
-from controlplane import store
+from controlplane import paging, store
 from controlplane.errors import (
     Conflict,
     FieldProblem,
@@ -69,18 +69,34 @@ class Services:
         status: str | None = None,
         sort: SortKey = "createTime",
         order: Literal["asc", "desc"] = "desc",
-    ) -> tuple[list[ServiceRow], int]:
-        query = select(ServiceRow).where(ServiceRow.cluster == self.cluster)
+        page_token: str | None = None,
+    ) -> tuple[list[ServiceRow], int, str | None]:
+        """One page and the total count (an index count, no row bodies); with
+        ``page_token`` the page starts after the row the previous page ended on (keyset),
+        else at ``page``. Also returns the token of the next page (None on the last)."""
+        filters = [ServiceRow.cluster == self.cluster]
         if name:
-            query = query.where(ServiceRow.name.contains(name, autoescape=True))
+            filters.append(ServiceRow.name.contains(name, autoescape=True))
         if status:
-            query = query.where(ServiceRow.status == status)
+            filters.append(ServiceRow.status == status)
         column = _SORT_COLUMNS[sort]
-        ordered = query.order_by(column.desc() if order == "desc" else column.asc(), ServiceRow.id)
+        key = tuple_(column, ServiceRow.id)
+        query = select(ServiceRow).where(*filters)
+        if page_token:
+            value, row_id = paging.decode(page_token, sort, order)
+            after = tuple_(literal(value, column.type), literal(row_id))
+            query = query.where(key < after if order == "desc" else key > after)
+        else:
+            query = query.offset((page - 1) * size)
+        direction = (
+            [column.desc(), ServiceRow.id.desc()] if order == "desc" else [column, ServiceRow.id]
+        )
         with self._sessions() as s:
-            total = s.scalar(select(func.count()).select_from(query.subquery())) or 0
-            rows = s.scalars(ordered.offset((page - 1) * size).limit(size)).all()
-            return list(rows), total
+            total = s.scalar(select(func.count(ServiceRow.id)).where(*filters)) or 0
+            rows = list(s.scalars(query.order_by(*direction).limit(size)))
+        last = rows[-1] if len(rows) == size else None
+        token = paging.encode(sort, order, getattr(last, column.key), last.id) if last else None
+        return rows, total, token
 
     def events(self, cluster: str, name: str, limit: int = 200) -> list[EventRow]:
         with self._sessions() as s:

@@ -6,13 +6,13 @@ was observed. The reconciler keeps only its loop; SQL lives here and in ``servic
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.desired import ServiceState
-from controlplane.models import ServiceRow, utcnow
+from controlplane.models import RouteRemovalRow, ServiceRow, utcnow
+from controlplane.resync import StoredSummary
 from controlplane.status import Status
 
 
@@ -30,6 +30,29 @@ def routable(s: Session, cluster: str) -> Sequence[ServiceRow]:
     ).all()
 
 
+def routes_changed_after(s: Session, cluster: str, version: int) -> Sequence[ServiceRow]:
+    """Services whose route changed after ``version`` (those being deleted included)."""
+    return s.scalars(
+        select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.route_version > version)
+    ).all()
+
+
+def removed_after(s: Session, cluster: str, version: int) -> list[str]:
+    """Services deleted after ``version``."""
+    query = select(RouteRemovalRow.name).where(
+        RouteRemovalRow.cluster == cluster, RouteRemovalRow.version > version
+    )
+    return list(s.scalars(query))
+
+
+def pending(cluster: str) -> Select[str]:
+    """Names of the services with work pending: matches ``ix_services_pending`` exactly."""
+    return select(ServiceRow.name).where(
+        ServiceRow.cluster == cluster,
+        or_(ServiceRow.generation > ServiceRow.observed_generation, ServiceRow.deleting),
+    )
+
+
 class ReconcileStore:
     """The reconciler's reads and writes, one short transaction each (run in a worker
     thread: the reconciler's loop never waits on the database)."""
@@ -39,20 +62,23 @@ class ReconcileStore:
         self.cluster = cluster
 
     def needing_work(self) -> list[str]:
-        """Services with a generation not yet acted on, or being deleted (indexed poll)."""
-        return self._names(
-            or_(ServiceRow.generation > ServiceRow.observed_generation, ServiceRow.deleting)
-        )
-
-    def names(self) -> list[str]:
-        return self._names(None)
-
-    def _names(self, condition: Any) -> list[str]:
-        query = select(ServiceRow.name).where(ServiceRow.cluster == self.cluster)
-        if condition is not None:
-            query = query.where(condition)
+        """Services with a generation not yet acted on, or being deleted (read through the
+        partial index of exactly those: the poll costs nothing while nothing changes)."""
         with self._sessions() as s:
-            return list(s.scalars(query))
+            return list(s.scalars(pending(self.cluster)))
+
+    def summaries(self) -> list[StoredSummary]:
+        """Every service as the last reconcile left it: one query, no JSON columns."""
+        pending = or_(ServiceRow.generation > ServiceRow.observed_generation, ServiceRow.deleting)
+        query = select(
+            ServiceRow.name,
+            pending,
+            ServiceRow.total_instances,
+            ServiceRow.running_instances,
+            ServiceRow.template_hash,
+        ).where(ServiceRow.cluster == self.cluster)
+        with self._sessions() as s:
+            return [StoredSummary(*row) for row in s.execute(query)]
 
     def state(self, name: str) -> tuple[ServiceState | None, str]:
         """What the reconciler acts on, and the status it last wrote."""
@@ -71,7 +97,11 @@ class ReconcileStore:
             return state, row.status
 
     def write_status(
-        self, state: ServiceState, new: Status, replicas: list[dict[str, object]]
+        self,
+        state: ServiceState,
+        new: Status,
+        replicas: list[dict[str, object]],
+        template_hash: str,
     ) -> bool:
         """Store status for the generation acted on; False when the service changed
         meanwhile (act on the new generation instead). Writes nothing when nothing changed.
@@ -89,6 +119,7 @@ class ReconcileStore:
                 "running_instances": new.running,
                 "replicas": replicas,
                 "observed_generation": state.generation,
+                "template_hash": template_hash,
             }
             if all(getattr(row, k) == v for k, v in values.items()):
                 return True  # a resync of an unchanged service writes nothing

@@ -6,16 +6,19 @@ Every failure prints one clear message and exits non-zero; nothing prints a trac
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from contract.configfile import ConfigFileError
+from contract.configfile import ConfigFileError, ConfigSyntaxError, parse, repaired
 from contract.configfile import read_config as _read
 from contract.merge import merge_patch
-from eascmd import render
+from eascmd import completion, render
+from eascmd.live import LiveLine
 from eascmd.profile import NoProfile, Profile, load, save
 
 if TYPE_CHECKING:  # httpx costs ~0.3 s to import: only commands that call the API load it
@@ -57,31 +60,94 @@ def overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def wait(client: Client, name: str, timeout: float, interval: float = 1.0) -> int:
-    """Print status lines as the service changes until Running (0) or Failed (1)."""
-    print("[OK] Service is now deploying")
+    """Print status lines as the service changes until Running (0) or Failed (1); while
+    replicas pull and load their models, keep one progress line up to date under them."""
+    live = LiveLine(sys.stdout, tty=sys.stdout.isatty())
+
+    def say(line: str) -> None:
+        live.clear()
+        print(line, flush=True)
+
+    say("[OK] Service is now deploying")
     synced = False
     last = ""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         svc = client.call("GET", client.service_path(name))
         if not synced and svc["ObservedGeneration"] >= svc["Generation"]:
-            print("[OK] Successfully synchronized resources")
+            say("[OK] Successfully synchronized resources")
             synced = True
         line = render.status_line(svc)
         if synced and line != last and svc["Status"] not in ("Creating", TERMINAL_BAD):
-            print(line, flush=True)
+            say(line)
             last = line
         if synced and svc["Status"] == TERMINAL_OK:
-            print("[OK] Service is running")
+            say("[OK] Service is running")
             return 0
         if svc["Status"] == TERMINAL_BAD:
-            print(f"[FAILED] {svc['Reason']}: {svc['Message']}")
+            say(f"[FAILED] {svc['Reason']}: {svc['Message']}")
             return 1
+        text, kind = render.progress(svc)
+        if synced and text:
+            live.show(f"[..] {text}", kind)
         time.sleep(interval)
-    print(
-        f"[FAILED] service {name!r} was not running after {timeout:.0f}s: see 'eascmd desc {name}'"
-    )
+    say(f"[FAILED] service {name!r} was not running after {timeout:.0f}s: see 'eascmd desc {name}'")
     return 1
+
+
+def _cmd_lint(args: argparse.Namespace) -> int:
+    """The config file's diagnostics without a server; --fix writes the corrected file."""
+    file = args.file
+    try:
+        text = Path(file).read_bytes().decode("utf-8-sig")  # bytes: keep \r\n as they are
+    except (OSError, UnicodeDecodeError):
+        read_config(file)  # raises the CliError that says why
+        raise
+    try:
+        value = parse(text)
+    except ConfigSyntaxError as e:
+        if not (args.fix or args.in_place):
+            print(e.render(file, text).replace("nothing was created or changed", "not changed"))
+            print(f"[FAILED] run 'eascmd lint {file} --fix' to write the corrected file")
+            return 1
+        lines = len({p.line for p in e.problems})
+        print(f"{file}: {len(e.problems)} problem(s) on {lines} line(s), fixed as follows:")
+        return _fix(file, text, repaired(text, e), args.in_place)
+    if not isinstance(value, dict):
+        print(f"[FAILED] {file} must hold a JSON object {{...}}")
+        return 1
+    print(f"[OK] {file} is valid: 'eascmd create {file}'")
+    return 0
+
+
+def fixed_path(file: str) -> Path:
+    """``triton.config`` -> ``triton.fixed.config``: beside it, still named for what it is."""
+    path = Path(file)
+    return path.with_name(f"{path.stem}.fixed{path.suffix}")
+
+
+def _fix(file: str, text: str, fixed: str, in_place: bool) -> int:
+    try:
+        parse(fixed)
+    except ConfigSyntaxError as e:
+        print(f"[FAILED] some problems have no automatic fix:\n{e.render(file, fixed)}")
+        return 1
+    target = Path(file) if in_place else fixed_path(file)
+    diff = difflib.unified_diff(
+        text.splitlines(keepends=True), fixed.splitlines(keepends=True), file, str(target)
+    )
+    sys.stdout.writelines(diff)
+    try:
+        target.write_bytes(fixed.encode("utf-8"))
+    except OSError as e:
+        raise CliError(f"eascmd: cannot write {target}: {e.strerror}") from e
+    print(f"[OK] wrote {target}: 'eascmd create {target}'")
+    return 0
+
+
+def _cmd_completion(args: argparse.Namespace) -> int:
+    print(completion.script(parser(), args.shell), end="")
+    return 0
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
@@ -113,6 +179,12 @@ def _simple(method: str, action: str, done: str) -> Callable[[argparse.Namespace
         return 0
 
     return run
+
+
+def _cmd_start(args: argparse.Namespace, client: Client) -> int:
+    client.call("PUT", client.service_path(args.name, "start"))
+    print(f"[OK] Service {args.name} is starting")
+    return wait(client, args.name, args.timeout) if args.wait else 0
 
 
 def _cmd_desc(args: argparse.Namespace, client: Client) -> int:
@@ -197,52 +269,78 @@ def _cmd_autoscale(args: argparse.Namespace, client: Client) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eascmd", description="Manage OpenEAS services.")
+    p = argparse.ArgumentParser(
+        prog="eascmd",
+        description="Manage OpenEAS services, as Alibaba's eascmd does for PAI-EAS.",
+        epilog="The control plane and admin token come from ~/.eascmd/config (eascmd config, "
+        "or written by openeas up), overridden by EAS_ENDPOINT, EAS_TOKEN and EAS_REGION. "
+        'Tab completion: eval "$(eascmd completion)".',
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="command")
 
     c = sub.add_parser("config", help="save the control plane's endpoint and admin token")
-    c.add_argument("-e", "--endpoint", required=True)
-    c.add_argument("-k", "--key", required=True, help="admin token")
-    c.add_argument("-r", "--region", default="local", help="cluster id (OPENEAS_CLUSTER_ID)")
+    c.add_argument(
+        "-e", "--endpoint", required=True, help="control plane URL (overridden by EAS_ENDPOINT)"
+    )
+    c.add_argument("-k", "--key", required=True, help="admin token (overridden by EAS_TOKEN)")
+    c.add_argument(
+        "-r",
+        "--region",
+        default="local",
+        help="the control plane's OPENEAS_CLUSTER_ID (default local; overridden by EAS_REGION)",
+    )
 
     c = sub.add_parser("create", help="create a service from a JSON config file")
-    c.add_argument("file")
-    c.add_argument("--no-wait", action="store_true", help="return after the endpoint table")
-    c.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for Running")
+    c.add_argument("file", help="the service's EAS JSON: name, processor, processor_params, ...")
+    _wait_options(c)
     c.set_defaults(run=_cmd_create)
 
     c = sub.add_parser("modify", help="change a service: -s <file> and/or -Dkey=value")
-    c.add_argument("name")
-    c.add_argument("-s", dest="service_file", help="config file with the fields to change")
-    c.add_argument("-D", dest="define", action="append", default=[], metavar="KEY=VALUE")
-    c.add_argument("--no-wait", action="store_true")
-    c.add_argument("--timeout", type=float, default=900.0)
+    c.add_argument("name", help="service name")
+    c.add_argument(
+        "-s", dest="service_file", help="JSON file with the fields to change (default: none)"
+    )
+    c.add_argument(
+        "-D",
+        dest="define",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set one field, e.g. -Dmetadata.instance=2 (repeatable)",
+    )
+    _wait_options(c)
     c.set_defaults(run=_cmd_modify)
 
     for name, help_text, run in (
-        ("desc", "describe a service", _cmd_desc),
+        ("desc", "describe a service and its replicas (with pull progress)", _cmd_desc),
         ("events", "list a service's events", _cmd_events),
         (
             "stop",
             "stop a service (0 replicas)",
             _simple("PUT", "stop", "Service {name} is stopping"),
         ),
-        ("start", "start a stopped service", _simple("PUT", "start", "Service {name} is starting")),
         ("delete", "delete a service", _simple("DELETE", "", "Service {name} is being deleted")),
     ):
         c = sub.add_parser(name, help=help_text)
-        c.add_argument("name")
+        c.add_argument("name", help="service name")
         c.set_defaults(run=run)
 
+    c = sub.add_parser("start", help="start a stopped service")
+    c.add_argument("name", help="service name")
+    _wait_options(c, wait_default=False)
+    c.set_defaults(run=_cmd_start)
+
     c = sub.add_parser("logs", help="show a replica's output")
-    c.add_argument("name")
+    c.add_argument("name", help="service name")
     c.add_argument("--replica", type=int, help="replica number as shown by desc (default newest)")
-    c.add_argument("--tail", type=int, default=200, help="last N lines")
+    c.add_argument("--tail", type=int, default=200, help="last N lines (default 200)")
     c.set_defaults(run=_cmd_logs)
 
     c = sub.add_parser("token", help="show a service's token (--rotate for a new one)")
-    c.add_argument("name")
-    c.add_argument("--rotate", action="store_true")
+    c.add_argument("name", help="service name")
+    c.add_argument(
+        "--rotate", action="store_true", help="issue a new token; the old one stops working"
+    )
     c.set_defaults(run=_cmd_token)
 
     c = sub.add_parser(
@@ -252,9 +350,9 @@ def parser() -> argparse.ArgumentParser:
         "--max instances. Metrics: qps and concurrency (measured by the gateway), cpu (%%), "
         "queue_time_ms (Triton's queue time per request).",
     )
-    c.add_argument("name")
-    c.add_argument("--min", type=int, help="fewest instances")
-    c.add_argument("--max", type=int, help="most instances")
+    c.add_argument("name", help="service name")
+    c.add_argument("--min", type=int, help="fewest instances (no default: required unless --off)")
+    c.add_argument("--max", type=int, help="most instances (no default: required unless --off)")
     c.add_argument(
         "--strategy",
         action="append",
@@ -263,7 +361,11 @@ def parser() -> argparse.ArgumentParser:
         help="e.g. qps=100 or concurrency=4; repeat for several (the largest count wins)",
     )
     c.add_argument(
-        "--scale-up-window", type=int, default=0, metavar="S", help="seconds (default 0)"
+        "--scale-up-window",
+        type=int,
+        default=0,
+        metavar="S",
+        help="seconds the load must stay high before instances are added (default 0)",
     )
     c.add_argument(
         "--scale-down-window",
@@ -276,22 +378,78 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(run=_cmd_autoscale)
 
     c = sub.add_parser("list", help="list services")
-    c.add_argument("--filter", help="name contains")
-    c.add_argument("--status")
-    c.add_argument("--page", type=int, default=1)
-    c.add_argument("--page-size", type=int, default=50)
+    c.add_argument("--filter", help="only names containing this text (default: all)")
+    c.add_argument("--status", help="only services in this status, e.g. Running (default: all)")
+    c.add_argument("--page", type=int, default=1, help="page number (default 1)")
+    c.add_argument("--page-size", type=int, default=50, help="services per page (default 50)")
     c.set_defaults(run=_cmd_list)
+
+    c = sub.add_parser(
+        "lint",
+        help="check a config file without a server; --fix writes the corrected file",
+        description="Report what keeps a config file from being valid JSON (curly quotes, "
+        "an en dash for --, trailing commas) with line and column. Nothing is changed "
+        "unless you ask: --fix writes <name>.fixed<.ext> beside it, --in-place the file "
+        "itself; both print the diff.",
+    )
+    c.add_argument("file", help="the service's EAS JSON file")
+    c.add_argument(
+        "--fix", action="store_true", help="write the corrected JSON beside the file (default: off)"
+    )
+    c.add_argument(
+        "--in-place", action="store_true", help="with the fix, overwrite the file itself"
+    )
+    c.set_defaults(local=_cmd_lint)
+
+    c = sub.add_parser(
+        "completion",
+        help='print the shell completion script: eval "$(eascmd completion)"',
+        description="Print a bash completion script for eascmd (zsh: run "
+        "'autoload -U bashcompinit && bashcompinit' first).",
+    )
+    c.add_argument(
+        "shell", nargs="?", default="bash", choices=["bash", "zsh"], help="(default bash)"
+    )
+    c.set_defaults(local=_cmd_completion)
     return p
+
+
+def _wait_options(c: argparse.ArgumentParser, *, wait_default: bool = True) -> None:
+    if wait_default:
+        c.add_argument(
+            "--no-wait",
+            action="store_true",
+            help="return at once (default: wait until Running, showing progress)",
+        )
+    else:
+        c.add_argument(
+            "--wait",
+            action="store_true",
+            help="wait until Running, showing progress (default: return at once)",
+        )
+    c.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="seconds to wait for Running (default 900)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "config":
         return _cmd_config(args)
+    if hasattr(args, "local"):  # needs no server, so no httpx either
+        try:
+            code: int = args.local(args)
+        except CliError as e:
+            print(str(e), file=sys.stderr)
+            return 2
+        return code
     from eascmd.client import ApiError, Client  # past --help and argument errors: see above
 
     try:
-        code: int = args.run(args, Client(load()))
+        code = args.run(args, Client(load()))
         return code
     except (CliError, NoProfile) as e:
         print(str(e), file=sys.stderr)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from contract.progress import describe as describe_progress
+
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None) -> str:
     cells = [list(map(str, r)) for r in ([header] if header else []) + list(rows)]
@@ -68,6 +70,18 @@ def _autoscaler_rows(svc: dict[str, Any]) -> list[tuple[str, str]]:
     return [("Autoscaler", autoscaler(auto)), ("Metrics", values), ("LastDecision", decision)]
 
 
+def replica_number(replica: dict[str, Any]) -> str:
+    return str(replica.get("name", "")).rsplit("-", 1)[-1]
+
+
+def progress(svc: dict[str, Any]) -> tuple[str, str]:
+    """What the pending replicas are doing, e.g. ``replica 0: pulling 1.2 GB of 4.0 GB
+    (30%), …``, and the kind of it (its phases) — empty when none reports progress."""
+    reports = [(r, r["progress"]) for r in svc.get("Replicas") or [] if r.get("progress")]
+    text = "; ".join(f"replica {replica_number(r)}: {describe_progress(p)}" for r, p in reports)
+    return text, ",".join(p.get("phase", "") for _, p in reports)
+
+
 def describe(svc: dict[str, Any]) -> str:
     cfg = svc.get("ServiceConfig", {})
     rows = [
@@ -92,15 +106,16 @@ def describe(svc: dict[str, Any]) -> str:
         out += "\n" + table(
             [
                 (
-                    str(r.get("name", "")).rsplit("-", 1)[-1],
+                    replica_number(r),
                     r.get("state", ""),
                     r.get("endpoint") or "-",
                     str(r.get("restarts", 0)),
+                    describe_progress(r["progress"]) if r.get("progress") else "-",
                     r.get("message") or "",
                 )
                 for r in replicas
             ],
-            ("Replica", "State", "Endpoint", "Restarts", "Message"),
+            ("Replica", "State", "Endpoint", "Restarts", "Progress", "Message"),
         )
     return out
 

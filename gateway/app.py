@@ -21,7 +21,6 @@ from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
-from contract.wire import RouteTable
 from gateway.balancer import EndpointPool
 from gateway.limits import Activity
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -30,7 +29,7 @@ from gateway.paths import BadTarget, parse_target
 from gateway.problems import Problem, write_problem
 from gateway.proxy import FallbackProxy, PredictProxy
 from gateway.reporter import LoadReporter
-from gateway.route_table import Health, RouteSource, RouteState
+from gateway.route_table import Health, RouteChange, RouteSource, RouteState
 from gateway.server import HttpServer, Request
 from gateway.settings import GatewaySettings
 from gateway.upstream import UpstreamPool
@@ -74,16 +73,14 @@ class Gateway:
         )
         self._report_task: asyncio.Task[None] | None = None
 
-    def _on_table(self, table: RouteTable) -> None:
-        self.metrics.route_version.set((), table.version)
+    def _on_table(self, change: RouteChange) -> None:
+        self.metrics.route_version.set((), change.table.version)
         self._first_table.set()
         if self._upstreams is not None:
-            routed = {
-                (ep.host, ep.port) for r in self.routes.services.values() for ep in r.endpoints
-            }
-            if self._fallback is not None:
-                routed.add((self._fallback.host, self._fallback.port))
-            self._upstreams.keep_only(routed)
+            self._upstreams.reroute(
+                {(ep.host, ep.port) for ep in change.added},
+                {(ep.host, ep.port) for ep in change.released},
+            )
 
     async def start(self) -> None:
         self._upstreams = UpstreamPool(keepalive_s=self.settings.keepalive_s)

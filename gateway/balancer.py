@@ -68,10 +68,13 @@ class EndpointPool:
             out.append(ep)
         return tuple(out)
 
-    def forget_unused(self, in_use: set[str]) -> None:
-        """Drop endpoints no route lists any more and nothing is using."""
-        for url in [u for u, ep in self._by_url.items() if u not in in_use and not ep.outstanding]:
-            del self._by_url[url]
+    def forget(self, base_urls: Iterable[str]) -> None:
+        """Drop endpoints no route lists any more, unless a request is still using one (it
+        is then kept, and found again if a route lists it later)."""
+        for url in base_urls:
+            ep = self._by_url.get(url)
+            if ep is not None and not ep.outstanding:
+                del self._by_url[url]
 
     def choose(
         self, endpoints: Sequence[Endpoint], exclude: Sequence[Endpoint] = ()

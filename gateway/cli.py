@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from contract.helptext import settings_epilog
 from gateway.app import start_gateway
 from gateway.route_table import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
@@ -35,13 +36,21 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="openeas gateway",
         description="Token-authenticated /api/predict/<service> proxy in front of Triton.",
+        epilog=settings_epilog(GatewaySettings),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--host", help="address to bind (OPENEAS_GATEWAY_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to bind (OPENEAS_GATEWAY_PORT, default 8080)")
     p.add_argument(
-        "--workers", type=int, help="processes sharing the port (OPENEAS_GATEWAY_WORKERS)"
+        "--workers",
+        type=int,
+        help="processes sharing the port (OPENEAS_GATEWAY_WORKERS, default 1)",
     )
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        help="DEBUG, INFO, WARNING or ERROR (default INFO)",
+    )
     return p
 
 

@@ -1,15 +1,17 @@
 """The gateway's in-memory route table and the sources that keep it current.
 
-A *route source* pushes :class:`contract.wire.RouteTable` snapshots into a
-:class:`RouteState` through its ``apply`` callback:
+A *route source* pushes :class:`contract.wire.RouteTable` tables — whole, or the changes
+after the version the gateway has — into a :class:`RouteState` through its ``apply`` callback:
 
 - :class:`ControlPlaneRouteSource` long-polls the control plane's ``ROUTES_PATH`` (the
   deployable gateway and ``openeas up``);
 - :class:`StaticRouteSource` holds a table set in-process (tests, embedding).
 
-The proxy only reads :class:`RouteState`; swapping a table is one dict assignment, so a
-request sees either the old or the new table, never half of each. While the control plane
-cannot be reached the last table stays in force and the source's health says since when.
+The proxy only reads :class:`RouteState`; each service's route is replaced by one dict
+assignment, so a request sees a service's old or new route, never half of each, and a change
+to one service costs work for that service only (a whole table is rebuilt only when one
+arrives). While the control plane cannot be reached the last table stays in force and the
+source's health says since when.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import asyncio
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -56,6 +59,15 @@ class ServiceRoute:
     accepted: bytes | None = None
 
 
+@dataclass(frozen=True)
+class RouteChange:
+    """What one applied table changed, for listeners (the upstream connection pool)."""
+
+    table: RouteTable
+    added: frozenset[Endpoint] = field(default_factory=frozenset)  # newly routed replicas
+    released: frozenset[Endpoint] = field(default_factory=frozenset)  # no route lists them
+
+
 class RouteState:
     """Current table: service name → :class:`ServiceRoute`. ``version`` is None until a
     first table arrives."""
@@ -66,48 +78,68 @@ class RouteState:
         self.version: int | None = None
         self.updated_at: float | None = None
         self.services: dict[str, ServiceRoute] = {}
-        self.listeners: list[ApplyFn] = []
+        self.listeners: list[Callable[[RouteChange], None]] = []
+        self._refs: Counter[Endpoint] = Counter()  # how many services list each endpoint
 
     def get(self, service: str) -> ServiceRoute | None:
         return self.services.get(service)
 
     def apply(self, table: RouteTable) -> None:
-        """Swap in ``table``. Per-service counters (in flight, rate-limit bucket) and
-        per-endpoint counts survive when the service or endpoint is still there."""
-        old = self.services
-        new: dict[str, ServiceRoute] = {}
-        in_use: set[str] = set()
-        for route in table.routes:
-            prev = old.get(route.service)
-            bucket: TokenBucket | None = None
-            if route.rate_limit is not None and route.rate_limit > 0:
-                if (
-                    prev is not None
-                    and prev.bucket is not None
-                    and prev.bucket.rate == float(route.rate_limit)
-                ):
-                    bucket = prev.bucket
-                else:
-                    bucket = TokenBucket(route.rate_limit)
-            in_flight = prev.in_flight if prev is not None else InFlight()
-            in_flight.limit = route.max_queue_size if route.max_queue_size else None
-            timeout_ms = route.timeout_ms if route.timeout_ms > 0 else self.default_timeout_ms
-            endpoints = self.pool.resolve(route.endpoints)
-            in_use.update(ep.base_url for ep in endpoints)
-            new[route.service] = ServiceRoute(
-                route=route,
-                digest=digest_bytes(route.token_sha256),
-                endpoints=endpoints,
-                timeout_s=timeout_ms / 1000.0,
-                bucket=bucket,
-                in_flight=in_flight,
-            )
-        self.services = new
+        """Apply ``table``: a whole one replaces every route, changes replace and remove
+        only theirs. Per-service counters (in flight, rate-limit bucket) and per-endpoint
+        counts survive when the service or endpoint is still there."""
+        before = set(self._refs)
+        if table.full:
+            old, self.services = self.services, {}
+            self._refs.clear()
+            for route in table.routes:
+                self._put(route, old.get(route.service))
+        else:
+            for name in table.removed:
+                self._drop(name)
+            for route in table.routes:
+                self._put(route, self._drop(route.service))
+        after = set(self._refs)
+        change = RouteChange(table, frozenset(after - before), frozenset(before - after))
         self.version = table.version
         self.updated_at = time.time()
-        self.pool.forget_unused(in_use)
+        self.pool.forget(ep.base_url for ep in change.released)
         for listener in self.listeners:
-            listener(table)
+            listener(change)
+
+    def _drop(self, name: str) -> ServiceRoute | None:
+        entry = self.services.pop(name, None)
+        if entry is not None:
+            self._refs.subtract(entry.endpoints)
+            for endpoint in entry.endpoints:
+                if self._refs[endpoint] <= 0:
+                    del self._refs[endpoint]
+        return entry
+
+    def _put(self, route: Route, prev: ServiceRoute | None) -> None:
+        bucket: TokenBucket | None = None
+        if route.rate_limit is not None and route.rate_limit > 0:
+            if (
+                prev is not None
+                and prev.bucket is not None
+                and prev.bucket.rate == route.rate_limit
+            ):
+                bucket = prev.bucket
+            else:
+                bucket = TokenBucket(route.rate_limit)
+        in_flight = prev.in_flight if prev is not None else InFlight()
+        in_flight.limit = route.max_queue_size if route.max_queue_size else None
+        timeout_ms = route.timeout_ms if route.timeout_ms > 0 else self.default_timeout_ms
+        endpoints = self.pool.resolve(route.endpoints)
+        self._refs.update(endpoints)
+        self.services[route.service] = ServiceRoute(
+            route=route,
+            digest=digest_bytes(route.token_sha256),
+            endpoints=endpoints,
+            timeout_s=timeout_ms / 1000.0,
+            bucket=bucket,
+            in_flight=in_flight,
+        )
 
 
 class RouteSource(Protocol):

@@ -196,7 +196,9 @@ class UpstreamPool:
         self.keepalive_s = keepalive_s
         self.max_idle = max_idle
         self._idle: dict[tuple[str, int], deque[UpstreamConnection]] = {}
-        self._routed: set[tuple[str, int]] | None = None  # None: keep every replica's
+        # Replicas that left the route table (a delta at a time; small: a replica port or
+        # pod IP that comes back is taken out again).
+        self._unrouted: set[tuple[str, int]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
         # Exchanges with a deadline, checked every TICK_S by one timer rather than one
@@ -254,23 +256,20 @@ class UpstreamPool:
             self._sweeper = self.loop.create_task(self._sweep())
         return conn
 
-    def keep_only(self, routed: set[tuple[str, int]]) -> None:
+    def reroute(self, added: set[tuple[str, int]], released: set[tuple[str, int]]) -> None:
         """Close idle connections to replicas no route lists any more (and busy ones when
         they finish): Triton waits for open connections before it exits, so an idle
         keep-alive here would hold a stopping replica up for its whole exit timeout."""
-        self._routed = routed
-        for key in [k for k in self._idle if k not in routed]:
-            idle = self._idle.pop(key)
+        self._unrouted -= added
+        self._unrouted |= released
+        for key in released:
+            idle = self._idle.pop(key, None)
             while idle:
                 idle.popleft().close()
 
     def release(self, conn: UpstreamConnection) -> None:
         conn.exchange = None
-        if (
-            conn.closed
-            or self._closed
-            or (self._routed is not None and conn.key not in self._routed)
-        ):
+        if conn.closed or self._closed or conn.key in self._unrouted:
             conn.close()
             return
         idle = self._idle.setdefault(conn.key, deque())

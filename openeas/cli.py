@@ -3,7 +3,8 @@
 The first argument picks a command; each command lives with the code it runs and is imported
 only when chosen, so ``openeas processor run`` in a replica does not import the servers.
 To add a command, add one line to ``COMMANDS``: ``"name": "package.module:function"``, where
-the function takes the remaining arguments (``list[str]``) and returns the exit code.
+the function takes the remaining arguments (``list[str]``) and returns the exit code, and
+one line to ``SUMMARIES`` for ``openeas --help`` (which imports none of them, to stay fast).
 """
 
 from __future__ import annotations
@@ -14,13 +15,39 @@ from collections.abc import Callable
 from typing import cast
 
 COMMANDS: dict[str, str] = {
-    "processor": "processors.cli:main",
-    "migrate": "controlplane.cli:migrate_main",
+    "up": "openeas.up:main",
     "controlplane": "controlplane.cli:controlplane_main",
     "gateway": "gateway.cli:main",
-    "up": "openeas.up:main",
+    "migrate": "controlplane.cli:migrate_main",
     "manifests": "controlplane.runtime.kubernetes.manifest_cli:main",
+    "processor": "processors.cli:main",
 }
+
+SUMMARIES: dict[str, str] = {
+    "up": "the whole platform on this machine: API, gateway, console, local replicas (SQLite)",
+    "controlplane": "the REST API and the reconciler, for a cluster (settings: OPENEAS_*)",
+    "gateway": "the /api/predict/<service> proxy in front of the replicas (OPENEAS_GATEWAY_*)",
+    "migrate": "upgrade (or step back) the control plane's database schema",
+    "manifests": "print the Kubernetes objects a service config becomes (a dry run)",
+    "processor": "what a replica runs: pull a model repository, run tritonserver",
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name.ljust(width)}  {SUMMARIES[name]}" for name in COMMANDS]
+    return "\n".join(
+        [
+            "usage: openeas <command> [args...]",
+            "",
+            "OpenEAS: EAS-compatible serving for NVIDIA Triton.",
+            "",
+            "commands: (each one a deployable; 'openeas <command> --help' for its options)",
+            *lines,
+            "",
+            "Services are managed with 'eascmd' (eascmd --help).",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     known = ", ".join(sorted(COMMANDS))
     if not args or args[0] in ("-h", "--help"):
-        print(f"usage: openeas <command> [args...]\ncommands: {known}")
+        print(usage(), file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
     if args[0] not in COMMANDS:
         print(f"openeas: unknown command {args[0]!r}; commands: {known}", file=sys.stderr)

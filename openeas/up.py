@@ -27,9 +27,20 @@ from gateway.settings import GatewaySettings
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="openeas up", description=__doc__)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--no-profile", action="store_true", help="do not write ~/.eascmd/config")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address of the public port (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=8080,
+        help="the public port: API, gateway, console (default 8080)",
+    )
+    parser.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="do not write ~/.eascmd/config (default: write it, so eascmd just works)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 

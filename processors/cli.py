@@ -12,7 +12,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from processors import exits, registry, repository
+from processors import exits, progress, registry, repository
 from processors.base import Ports, ProcessorError
 from processors.exits import fail
 
@@ -44,11 +44,20 @@ def _split_params(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="openeas processor")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="openeas processor",
+        description="What a replica runs. OSS credentials come from OSS_ACCESS_KEY_ID and "
+        "OSS_ACCESS_KEY_SECRET.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{pull,run}")
 
-    pull = commands.add_parser("pull", help="download a model repository to a directory")
-    pull.add_argument("uri", help="oss://bucket/prefix")
+    pull = commands.add_parser(
+        "pull",
+        help="download a model repository to a directory",
+        description="Download a model repository to a directory (progress to "
+        f"${progress.ENV_FILE} when set).",
+    )
+    pull.add_argument("uri", help="oss://bucket/prefix, or a local directory to copy")
     pull.add_argument("dest", help="local directory (created; updated in place if present)")
     pull.add_argument("--endpoint", help="OSS endpoint (default: $OSS_ENDPOINT)")
 
@@ -58,10 +67,12 @@ def _parser() -> argparse.ArgumentParser:
         usage="openeas processor run <processor> [options] -- <processor_params...>",
     )
     run.add_argument("processor", help=f"one of: {', '.join(registry.names())}")
-    run.add_argument("--http-port", type=int, default=8000)
-    run.add_argument("--grpc-port", type=int, default=8001)
-    run.add_argument("--metrics-port", type=int, default=8002)
-    run.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 in a pod)")
+    run.add_argument("--http-port", type=int, default=8000, help="HTTP port (default 8000)")
+    run.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (default 8001)")
+    run.add_argument("--metrics-port", type=int, default=8002, help="metrics port (default 8002)")
+    run.add_argument(
+        "--host", default="127.0.0.1", help="listen address (default 127.0.0.1; 0.0.0.0 in a pod)"
+    )
     run.add_argument(
         "--model-cache",
         type=Path,

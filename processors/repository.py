@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from processors import exits, storage
+from processors import exits, progress, storage
 
 ENV_MODEL_CACHE = "OPENEAS_MODEL_CACHE"
 
@@ -72,8 +72,11 @@ def local_repository(uri: str, cache: Path, *, endpoint: str | None) -> Path:
 
 def pull(uri: str, dest: Path, *, endpoint: str | None) -> storage.PullReport:
     """:func:`processors.storage.pull`, its failures as :class:`PullFailed`."""
+    # Progress goes where the runtime looks for it (OPENEAS_PROGRESS_FILE), else to stderr;
+    # read here so the run and the pull command both report it.
+    sink = progress.sink_from(os.environ)
     try:
-        return storage.pull(uri, dest, endpoint=endpoint)
+        return storage.pull(uri, dest, endpoint=endpoint, progress=sink)
     except storage.PermanentStorageError as e:
         raise PullFailed(str(e), temporary=False) from e
     except storage.TemporaryStorageError as e:

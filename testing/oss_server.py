@@ -66,6 +66,7 @@ import oss2.utils
 
 MAX_SKEW_SECONDS = 15 * 60
 _CHUNK = 1 << 20
+_SLOW_PIECE = 64 << 10  # a "slow" body goes out in pieces this big, paced
 
 # Query parameters OSS's V1 signature covers (the "sub-resources" of its signing doc).
 _SUBRESOURCE_NAMES = """
@@ -124,10 +125,11 @@ class Call:
 
 @dataclass
 class _Fault:
-    kind: str  # "fail" | "drop" | "corrupt"
+    kind: str  # "fail" | "drop" | "corrupt" | "slow"
     remaining: int
     status: int = 503
     after: int = 0
+    rate: float = 0.0  # bytes/s, for "slow"
     match: Callable[[Call], bool] | None = None
 
 
@@ -220,6 +222,13 @@ class OssServer:
     def corrupt_next(self, n: int = 1, match: Callable[[Call], bool] | None = None) -> None:
         """Flip the first body byte of the next ``n`` (matching) GETs."""
         self._add_fault(_Fault("corrupt", n, match=match))
+
+    def slow_next(
+        self, n: int = 1, rate: float = 1e6, match: Callable[[Call], bool] | None = None
+    ) -> None:
+        """Send the body of the next ``n`` (matching) GETs at about ``rate`` bytes/s (a big
+        object on a slow link, for progress reports)."""
+        self._add_fault(_Fault("slow", n, rate=rate, match=match))
 
     def reset(self) -> None:
         """Forget faults and counters, restore CRC headers (between tests)."""
@@ -420,7 +429,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_file(obj.path, start, count)
 
     def _send_file(self, path: Path, offset: int, count: int) -> None:
-        fault = self.oss._take_fault(["drop", "corrupt"], self.call)
+        fault = self.oss._take_fault(["drop", "corrupt", "slow"], self.call)
         with path.open("rb") as f:
             f.seek(offset)
             if fault and fault.kind == "drop":
@@ -432,11 +441,15 @@ class _Handler(BaseHTTPRequestHandler):
                     self.connection.sendfile(f, offset, count)
                 return
             first = True
-            while count > 0 and (chunk := f.read(min(_CHUNK, count))):
+            piece = _SLOW_PIECE if fault.kind == "slow" else _CHUNK
+            while count > 0 and (chunk := f.read(min(piece, count))):
                 if fault.kind == "corrupt" and first:
                     chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
                 self.wfile.write(chunk)
                 count, first = count - len(chunk), False
+                if fault.kind == "slow":
+                    self.wfile.flush()
+                    time.sleep(len(chunk) / fault.rate)  # the link's pace, not a test wait
 
     # -- wire helpers ---------------------------------------------------------------------------
     def _receive_body(self) -> Path:

@@ -16,7 +16,7 @@ PACKAGES = ("contract", "processors", "controlplane", "gateway", "eascmd", "open
 # What each package may import of ours, besides itself.
 ALLOWED = {
     "contract": set(),
-    "processors": set(),
+    "processors": {"contract"},
     "gateway": {"contract"},
     "eascmd": {"contract"},
     "controlplane": {"contract", "processors"},

@@ -41,15 +41,16 @@ def router(
         after: Annotated[int, Query(ge=-1)] = -1,
         wait: Annotated[float, Query(ge=0, le=60)] = 0,
     ) -> RouteTable | Response:
-        """The gateway's route table. With ``after``/``wait`` it is a long-poll: answered
-        at once when the version is newer than ``after``, else 204 after ``wait`` seconds."""
+        """The gateway's route table: the changes after version ``after`` (a whole table
+        without one). With ``wait`` it is a long-poll: answered at once when the version
+        differs from ``after``, else 204 after ``wait`` seconds."""
         deadline = time.monotonic() + wait
-        while await run_in_threadpool(current_version) <= after:
+        while await run_in_threadpool(current_version) == after:
             if time.monotonic() >= deadline or await request.is_disconnected():
                 return Response(status_code=204)
             await route_feed.CHANGED.wait(POLL_SECONDS)
         return await run_in_threadpool(
-            route_feed.table, sessions, settings.cluster_id, settings.default_timeout_ms
+            route_feed.table, sessions, settings.cluster_id, settings.default_timeout_ms, after
         )
 
     @api.post(SIGNALS_PATH, tags=["internal"], status_code=204)

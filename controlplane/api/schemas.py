@@ -59,6 +59,9 @@ class ServiceList(BaseModel):
     PageNumber: int
     PageSize: int
     Services: list[ServicePublic]
+    # Pass as ``pageToken`` for the next page (keyset: stable while services are added);
+    # absent on the last page.
+    NextPageToken: str | None = None
 
 
 class EventPublic(BaseModel):

@@ -80,10 +80,19 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         status: str | None = None,
         sort: SortKey = "createTime",
         order: Literal["asc", "desc"] = "desc",
+        page_token: Annotated[str | None, Query(alias="pageToken", max_length=512)] = None,
     ) -> schemas.ServiceList:
-        """Services of this cluster, paged, filtered by name substring and status."""
-        rows, total = services.page(
-            page=page_number, size=page_size, name=name, status=status, sort=sort, order=order
+        """Services of this cluster, paged, filtered by name substring and status. Pages by
+        ``pageNumber``, or by ``pageToken`` (the previous page's ``NextPageToken``): the
+        latter stays stable while services are created and costs the same at any depth."""
+        rows, total, next_token = services.page(
+            page=page_number,
+            size=page_size,
+            name=name,
+            status=status,
+            sort=sort,
+            order=order,
+            page_token=page_token,
         )
         return schemas.ServiceList(
             RequestId=_request_id(),
@@ -91,6 +100,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
             PageNumber=page_number,
             PageSize=page_size,
             Services=[schemas.service_public(r, ends(request, r.name)) for r in rows],
+            NextPageToken=next_token,
         )
 
     @api.get("/{cluster}/{name}")

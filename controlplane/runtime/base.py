@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from contract.progress import Progress
+
 ReplicaState = Literal["Pending", "Running", "CrashLoopBackOff", "Failed", "Terminating"]
 
 
@@ -69,6 +71,7 @@ class ReplicaStatus:
     message: str = ""  # for a human: last log lines, scheduler message, ...
     permanent: bool = False  # failed in a way that restarting cannot fix (bad model repo)
     metrics: str | None = None  # base URL of the replica's metrics port, when ready
+    progress: Progress | None = None  # how far its model pull is, while it has one
 
     def as_dict(self, *, current: bool) -> dict[str, object]:
         """As stored for describe and the route table; ``current``: of the desired template."""
@@ -80,7 +83,18 @@ class ReplicaStatus:
             "reason": self.reason,
             "message": self.message,
             "current": current,
+            "progress": self.progress.as_dict() if self.progress else None,
         }
+
+
+@dataclass(frozen=True)
+class ReplicaSummary:
+    """A service's replicas in one line, for the bulk resync: how many are wanted (not
+    terminating), how many are ready, and the templates they run."""
+
+    replicas: int
+    ready: int
+    templates: frozenset[str]
 
 
 @dataclass
@@ -110,6 +124,9 @@ class Runtime(Protocol):
 
     async def services(self) -> set[str]:
         """Names of the services this runtime runs replicas for (to find orphans)."""
+
+    async def summary(self) -> dict[str, ReplicaSummary]:
+        """Every service this runtime runs replicas for, in one listing (bulk resync)."""
 
     async def logs(self, service: str, replica: int | None, tail: int) -> str:
         """The last ``tail`` lines of a replica's output (``None``: the newest replica)."""

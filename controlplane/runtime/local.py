@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -23,15 +24,17 @@ from pathlib import Path
 
 import aiohttp
 
+from contract.progress import Progress
 from controlplane.runtime.base import (
     DesiredReplicaSet,
     Notify,
     Observation,
     ReplicaState,
     ReplicaStatus,
+    ReplicaSummary,
 )
 from controlplane.runtime.proc_cpu import CpuRates
-from processors import exits, registry
+from processors import exits, progress, registry
 from processors.base import Ports, die_with
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,7 @@ PERMANENT_EXITS = exits.PERMANENT
 TAIL_LINES = 12
 MAX_BACKOFF = 60.0
 STOP_GRACE = 15.0
+PROGRESS_NOTIFY = 1.0  # seconds between status writes for one pulling replica
 
 
 @dataclass
@@ -55,6 +59,7 @@ class Replica:
     reason: str = "Starting"
     message: str = ""
     permanent: bool = False
+    progress: Progress | None = None
     stopping: bool = False
     process: asyncio.subprocess.Process | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -74,7 +79,12 @@ class Replica:
             message=self.message,
             permanent=self.permanent,
             metrics=self.metrics_url if self.state == "Running" and not self.stopping else None,
+            progress=self.progress if self.state == "Pending" else None,
         )
+
+    @property
+    def progress_path(self) -> Path:
+        return self.log_path.with_suffix(".progress")
 
 
 def log_folder(data_dir: Path, service: str) -> Path:
@@ -165,6 +175,16 @@ class LocalRuntime:
 
     async def services(self) -> set[str]:
         return {name for name, replicas in self._replicas.items() if replicas}
+
+    async def summary(self) -> dict[str, ReplicaSummary]:
+        out = {}
+        for name, replicas in self._replicas.items():
+            live = [r for r in replicas if not r.stopping]
+            if replicas:
+                ready = sum(r.state == "Running" for r in live)
+                templates = frozenset(r.desired.template_hash for r in live)
+                out[name] = ReplicaSummary(len(live), ready, templates)
+        return out
 
     async def logs(self, service: str, replica: int | None, tail: int) -> str:
         return await LocalLogs(self.data_dir).logs(service, replica, tail)
@@ -258,6 +278,9 @@ class LocalRuntime:
         env = dict(os.environ, **plan.env)
         env["OPENEAS_MODEL_CACHE"] = str(self.data_dir / "models")
         env["PYTHONUNBUFFERED"] = "1"
+        env[progress.ENV_FILE] = str(replica.progress_path)
+        replica.progress_path.unlink(missing_ok=True)  # a restart pulls (or skips) anew
+        replica.progress = None
         replica.state, replica.reason = "Pending", "Starting"
         replica.base_url = f"http://{self.host}:{http}"
         replica.metrics_url = f"http://{self.host}:{metrics}"
@@ -288,6 +311,7 @@ class LocalRuntime:
                 connector=aiohttp.TCPConnector(force_close=True),
                 timeout=aiohttp.ClientTimeout(total=2),
             )
+        watch = _ProgressWatch(replica.progress_path)
         while True:
             try:
                 async with self._http.get(url) as response:
@@ -298,6 +322,8 @@ class LocalRuntime:
             if state != replica.state:
                 replica.state = state
                 replica.reason = "" if ready else "NotReady"
+                self.notify(replica.service)
+            elif not ready and watch.changed(replica):
                 self.notify(replica.service)
             await asyncio.sleep(self.probe_interval if not ready else self.probe_interval * 4)
 
@@ -312,6 +338,38 @@ class LocalRuntime:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
+
+
+class _ProgressWatch:
+    """Reads a pending replica's progress file when it changed, and says when the status
+    is worth writing: a new phase at once, new numbers at most every PROGRESS_NOTIFY s."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._mtime = 0
+        self._notified = float("-inf")
+
+    def changed(self, replica: Replica) -> bool:
+        try:
+            mtime = self.path.stat().st_mtime_ns
+        except OSError:
+            return False  # no pull (a local repository), or not started yet
+        if mtime == self._mtime:
+            return False
+        now = asyncio.get_running_loop().time()
+        seen = progress.read_file(self.path)
+        old = replica.progress
+        if seen is None:
+            return False
+        if seen.phase == "pulled":  # pulled, not ready: the server is loading the models
+            seen = dataclasses.replace(seen, phase="loading")
+        new_phase = old is None or old.phase != seen.phase
+        if not new_phase and now - self._notified < PROGRESS_NOTIFY:
+            return False  # read again next probe: the newest numbers win
+        self._mtime = mtime
+        self._notified = now
+        replica.progress = seen
+        return True
 
 
 def _free_ports(count: int, host: str) -> list[int]:

@@ -22,6 +22,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from processors.progress import Meter, Sink
 from processors.storage.crc64 import Crc64
 from processors.storage.errors import PermanentStorageError, TemporaryStorageError
 from processors.storage.manifest import Entry, Manifest
@@ -34,6 +35,7 @@ from processors.storage.uri import LocalLocation, OssLocation, parse_uri
 
 BACKOFF = Backoff()  # module-level so tests can shorten the waits
 _CHUNK = 1 << 20  # bytes read per call: bounds memory at workers x 1 MiB
+PROGRESS_INTERVAL = 0.5  # seconds between progress reports (module-level for tests)
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +56,14 @@ def pull(
     endpoint: str | None = None,
     workers: int = 8,
     part_size: int = 8 * 2**20,
+    progress: Sink | None = None,
 ) -> PullReport:
     """Make ``dest`` an exact, verified copy of the repository at ``uri``.
 
     ``endpoint`` overrides ``OSS_ENDPOINT`` (the service's ``oss_endpoint``). Raises
     :class:`~processors.storage.errors.PermanentStorageError` when the user must fix something
     and :class:`~processors.storage.errors.TemporaryStorageError` when a later retry may work.
+    ``progress`` hears how far an ``oss://`` pull is, at most twice a second and at the end.
     """
     if workers < 1 or part_size < 1:
         raise ValueError(f"workers and part_size must be positive, not {workers}, {part_size}")
@@ -78,7 +82,8 @@ def pull(
                 assert isinstance(location, LocalLocation)
                 files, downloaded, reused = _copy_local(location, work, tree)
             else:
-                files, downloaded, reused = _pull_oss(bucket, work, tree, workers, part_size)
+                sink = progress or _ignore
+                files, downloaded, reused = _pull_oss(bucket, work, tree, workers, part_size, sink)
             work.commit(tree)
         except OSError as e:  # network errors were translated at the OSS boundary: this is disk
             raise PermanentStorageError(f"cannot write the repository beside {dest}: {e}") from e
@@ -97,8 +102,12 @@ def pull(
     return report
 
 
+def _ignore(_progress: object) -> None:
+    pass
+
+
 def _pull_oss(
-    bucket: OssBucket, work: Workspace, tree: Path, workers: int, part_size: int
+    bucket: OssBucket, work: Workspace, tree: Path, workers: int, part_size: int, sink: Sink
 ) -> tuple[int, int, int]:
     files = remote_files(bucket.location, _list(bucket))
     previous = Manifest.load(work.dest)
@@ -114,7 +123,15 @@ def _pull_oss(
         len(todo.reuse),
     )
     reused = sum(f.size for f in todo.reuse) + sum(p.resumed_bytes for p in partials)
-    downloaded = _download(bucket, partials, workers)
+    meter = Meter(
+        sink,
+        files_total=len(files),
+        bytes_total=sum(f.size for f in files),
+        files_done=len(files) - len(todo.fetch),
+        bytes_done=reused,
+        interval=PROGRESS_INTERVAL,
+    )
+    downloaded = _download(bucket, partials, workers, meter)
     crcs: dict[str, int] = {f.path: entries[f.path].crc for f in todo.reuse}
     for f in todo.reuse:
         _place(work.dest / f.path, tree / f.path)
@@ -124,6 +141,7 @@ def _pull_oss(
     Manifest(str(bucket.location), {f.path: _entry(f, crcs[f.path], tree) for f in files}).save(
         tree
     )
+    meter.finish()
     return len(files), downloaded, reused
 
 
@@ -140,25 +158,31 @@ class _Stopped(Exception):
     """Another part failed: this one gives up quietly."""
 
 
-class _Counter:
-    def __init__(self) -> None:
-        self.value = 0
+class _Parts:
+    """Parts still to fetch per file, so the meter can count whole files done."""
+
+    def __init__(self, partials: list[Partial], meter: Meter) -> None:
+        self._left = {id(p): len(p.pending) for p in partials}
         self._lock = threading.Lock()
+        self.meter = meter
 
-    def add(self, n: int) -> None:
+    def done(self, partial: Partial) -> None:
         with self._lock:
-            self.value += n
+            self._left[id(partial)] -= 1
+            whole = self._left[id(partial)] == 0
+        if whole:
+            self.meter.file_done()
 
 
-def _download(bucket: OssBucket, partials: list[Partial], workers: int) -> int:
+def _download(bucket: OssBucket, partials: list[Partial], workers: int, meter: Meter) -> int:
     """Fetch every pending part, biggest files first so their parts are not the tail."""
     for p in partials:
         p.prepare()
     tasks = [(p, i) for p in sorted(partials, key=lambda p: -p.file.size) for i in p.pending]
-    counter = _Counter()
+    parts = _Parts(partials, meter)
     stop = threading.Event()
     with ThreadPoolExecutor(max(1, min(workers, len(tasks))), "oss-pull") as pool:
-        futures = [pool.submit(_fetch_part, bucket, p, i, stop, counter) for p, i in tasks]
+        futures = [pool.submit(_fetch_part, bucket, p, i, stop, parts) for p, i in tasks]
         try:
             wait(futures, return_when=FIRST_EXCEPTION)
         finally:
@@ -171,11 +195,11 @@ def _download(bucket: OssBucket, partials: list[Partial], workers: int) -> int:
     if errors:
         # Report what the user must fix before what a retry might fix.
         raise next((e for e in errors if isinstance(e, PermanentStorageError)), errors[0])
-    return counter.value
+    return meter.fetched
 
 
 def _fetch_part(
-    bucket: OssBucket, partial: Partial, index: int, stop: threading.Event, counter: _Counter
+    bucket: OssBucket, partial: Partial, index: int, stop: threading.Event, parts: _Parts
 ) -> None:
     file = partial.file
     start, end = partial.ranges[index]
@@ -199,7 +223,7 @@ def _fetch_part(
                 _write_at(fd, chunk, start + written, partial.data)
                 crc.update(chunk)
                 written += len(chunk)
-                counter.add(len(chunk))
+                parts.meter.add(len(chunk))
 
     fd = os.open(partial.data, os.O_WRONLY)
     try:
@@ -209,6 +233,7 @@ def _fetch_part(
     finally:
         os.close(fd)
     partial.record(index, crc.value, object_crc)
+    parts.done(partial)
 
 
 def _closed_early(

@@ -140,6 +140,42 @@ def test_list_pages_filters_and_sorts(client: TestClient) -> None:
     assert client.get("/api/v2/services", params={"pageSize": 1000}).status_code == 422
 
 
+@pytest.mark.parametrize(("sort", "order"), [("createTime", "desc"), ("name", "asc")])
+def test_page_tokens_are_stable_while_services_are_created(
+    client: TestClient, sort: str, order: str
+) -> None:
+    """Keyset paging: every service present when the listing started is seen exactly once,
+    though new ones arrive between pages (offset paging would repeat or skip some)."""
+    first = [f"svc_{i:02d}" for i in range(23)]
+    for name in first:
+        create(client, name=name)
+    seen: list[str] = []
+    params: dict[str, Any] = {"pageSize": 5, "sort": sort, "order": order}
+    for page in range(20):
+        body = client.get("/api/v2/services", params=params).json()
+        seen += [s["ServiceName"] for s in body["Services"]]
+        create(client, name=f"new_{page:02d}")  # created while the client pages
+        create(client, name=f"a_new_{page:02d}")  # sorts before every first one by name
+        if body["NextPageToken"] is None:
+            break
+        params["pageToken"] = body["NextPageToken"]
+    original = [n for n in seen if n.startswith("svc_")]
+    assert sorted(original) == first and len(original) == len(set(original))
+    if order == "desc":
+        assert seen == [n for n in seen if n.startswith("svc_")]  # newer ones sort before
+
+
+def test_a_bad_page_token_is_a_4xx_naming_it(client: TestClient) -> None:
+    create(client, name="a")
+    create(client, name="b")
+    token = client.get("/api/v2/services", params={"pageSize": 1}).json()["NextPageToken"]
+    assert token
+    other = client.get("/api/v2/services", params={"pageToken": token, "sort": "name"})
+    assert other.status_code == 422 and "sort=createTime" in errors_of(other)["pageToken"]
+    junk = client.get("/api/v2/services", params={"pageToken": "not-a-token"})
+    assert junk.status_code == 422 and "previous page" in errors_of(junk)["pageToken"]
+
+
 def test_update_merges_bumps_generation_and_checks_if_match(client: TestClient) -> None:
     create(client)
     version = client.get(SVC).json()["ResourceVersion"]

@@ -127,6 +127,17 @@ def test_console_script_without_profile(tmp_path: Path) -> None:
     assert "eascmd config -e <endpoint> -k <admin token>" in done.stderr
 
 
+def test_lint_fix_turns_the_pasted_seed_into_a_config_create_accepts(
+    eascmd: Any, tmp_path: Path
+) -> None:
+    pasted = tmp_path / "triton.config"
+    pasted.write_bytes(SEED.read_bytes())
+    assert eascmd("lint", str(pasted), "--fix")[0] == 0
+    code, out, err = eascmd("create", str(tmp_path / "triton.fixed.config"), "--no-wait")
+    assert (code, err) == (0, "")
+    assert "/api/predict/triton_test" in out
+
+
 def test_autoscale_sets_shows_refuses_and_removes(eascmd: Any, tmp_path: Path) -> None:
     assert eascmd("create", "--no-wait", write(tmp_path, seed_spec()))[0] == 0
     code, out, _ = eascmd(

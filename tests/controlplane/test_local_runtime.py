@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from contract.progress import Progress
 from controlplane.runtime.base import DesiredReplicaSet, Resources
 from controlplane.runtime.local import LocalRuntime
-from processors import registry
+from processors import progress, registry
 from processors.base import Ports, Processor, ReplicaPlan
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "fake_replica.py"
@@ -188,6 +189,44 @@ async def test_delete_and_close_leave_no_process(runtime: LocalRuntime) -> None:
     await runtime.close()
     with pytest.raises(ProcessLookupError):
         os.kill(last[0], 0)
+
+
+async def test_pull_progress_is_published_until_the_replica_is_ready(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    notified: list[str] = []
+    runtime.notify = notified.append
+    ready = tmp_path / "ready"
+    await runtime.apply(want(behaviour=f"until:{ready}"))
+
+    async def started() -> bool:
+        return bool(pids(runtime))
+
+    await until(started)
+    # What `openeas processor run` writes while it pulls, at the path the runtime gave it.
+    report = tmp_path / "logs" / "svc" / "0.progress"
+    pulling = Progress("pulling", 1, 3, 400, 1000, rate=200.0, eta_s=3.0)
+    progress.write_file(report, pulling)
+
+    async def shows(phase: str) -> bool:
+        (replica,) = (await runtime.observe("svc")).replicas
+        return replica.progress is not None and replica.progress.phase == phase
+
+    notified.clear()
+    await until(lambda: shows("pulling"))
+    assert (await runtime.observe("svc")).replicas[0].progress == pulling
+    assert (await runtime.observe("svc")).replicas[0].as_dict(current=True)["progress"] == {
+        "phase": "pulling", "files_done": 1, "files_total": 3, "bytes_done": 400,
+        "bytes_total": 1000, "rate": 200.0, "eta_s": 3.0,
+    }  # fmt: skip
+    assert notified == ["svc"]  # the reconciler writes it (once: the file did not change)
+
+    progress.write_file(report, Progress("pulled", 3, 3, 1000, 1000, 200.0, 0.0))
+    await until(lambda: shows("loading"))  # pulled but not ready: the models are loading
+
+    ready.touch()
+    await until(states_are(runtime, ["Running"]))
+    assert (await runtime.observe("svc")).replicas[0].progress is None
 
 
 async def test_ready_replicas_publish_metrics_and_cpu(runtime: LocalRuntime) -> None:

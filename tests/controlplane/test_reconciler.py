@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from contract.progress import Progress
 from controlplane import route_feed
 from controlplane.db import make_engine, make_sessions
 from controlplane.reconciler import Reconciler
@@ -19,6 +20,7 @@ from controlplane.runtime.base import (
     Observation,
     PermanentRuntimeError,
     ReplicaStatus,
+    ReplicaSummary,
     TemporaryRuntimeError,
 )
 from controlplane.services import Services
@@ -35,6 +37,8 @@ class FakeRuntime:
         self.fail_apply: list[Exception] = []
         self.deletes_pending = 0
         self.closed = False
+        self.observed: list[str] = []
+        self.summaries = 0
 
     async def apply(self, desired: DesiredReplicaSet) -> None:
         self.applied.append(desired)
@@ -52,6 +56,7 @@ class FakeRuntime:
         self.replicas[desired.service] = have[: desired.replicas]
 
     async def observe(self, service: str) -> Observation:
+        self.observed.append(service)
         return Observation(list(self.replicas.get(service, [])))
 
     async def delete(self, service: str) -> bool:
@@ -63,6 +68,16 @@ class FakeRuntime:
 
     async def services(self) -> set[str]:
         return {s for s, r in self.replicas.items() if r}
+
+    async def summary(self) -> dict[str, ReplicaSummary]:
+        self.summaries += 1
+        return {
+            s: ReplicaSummary(
+                len(r), sum(x.state == "Running" for x in r), frozenset(x.template_hash for x in r)
+            )
+            for s, r in self.replicas.items()
+            if r
+        }
 
     async def logs(self, service: str, replica: int | None, tail: int) -> str:
         return ""
@@ -225,6 +240,46 @@ async def test_stop_start_and_delete(running: tuple[Harness, Reconciler]) -> Non
     assert "triton_test" not in h.runtime.replicas
 
 
+async def test_resync_reconciles_only_what_drifted(harness: Harness) -> None:
+    names = [f"s{i}" for i in range(6)]
+    for name in names:
+        harness.services.create(seed_spec(name=name, metadata={"instance": 1}))
+    reconciler = harness.make_reconciler(lease_ttl=5.0, resync_seconds=0.1)
+    task = asyncio.create_task(reconciler.run())
+    await harness.until(lambda: harness.runtime is not None)
+    runtime = harness.runtime
+    assert runtime is not None
+    await harness.until(lambda: all(harness.row(n).status == "Waiting" for n in names))
+    for name in names:
+        runtime.set_all(name, "Running")
+    await harness.until(lambda: all(harness.row(n).status == "Running" for n in names))
+
+    async def quiet_resyncs() -> bool:
+        """Three resyncs in a row that did no per-service work and wrote nothing (the
+        notifications' own reconciles may still be finishing at first)."""
+        versions = {n: harness.row(n).version for n in names}
+        runtime.applied.clear()
+        runtime.observed.clear()
+        seen = runtime.summaries
+        await harness.until(lambda: runtime.summaries >= seen + 3)
+        unchanged = {n: harness.row(n).version for n in names} == versions
+        return (runtime.applied, runtime.observed) == ([], []) and unchanged
+
+    for _ in range(20):
+        if await quiet_resyncs():
+            break
+    else:
+        raise AssertionError("every resync reconciled services that had not changed")
+
+    runtime.replicas["s2"] = []  # lost behind the reconciler's back (no notification)
+    runtime.replicas["ghost"] = [ReplicaStatus("ghost-0", "h", "Running")]  # an orphan
+    await harness.until(lambda: "ghost" not in runtime.replicas and runtime.replicas["s2"])
+    assert {d.service for d in runtime.applied} == {"s2"}
+    assert set(runtime.observed) == {"s2"}
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_orphans_in_the_runtime_are_removed(harness: Harness) -> None:
     reconciler = harness.make_reconciler(lease_ttl=1.0)
     task = asyncio.create_task(reconciler.run())
@@ -272,3 +327,24 @@ async def test_a_runtime_that_cannot_start_is_retried(harness: Harness) -> None:
     assert len(attempts) == 2
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_pull_progress_is_stored_without_touching_routes(
+    running: tuple[Harness, Reconciler],
+) -> None:
+    h, _ = running
+    h.services.create(seed_spec())
+    await h.until(lambda: status(h)[0] == "Waiting")
+    assert h.runtime is not None
+    routes = route_feed.table(h.sessions, "local", 1000).version
+    for done in (100, 600):
+        h.runtime.set_all("triton_test", "Pending", progress=Progress("pulling", 0, 2, done, 1000))
+        stored = lambda d=done: (h.row().replicas[0]["progress"] or {}).get("bytes_done") == d  # noqa: E731
+        await h.until(stored)
+    assert h.row().replicas[0]["progress"]["files_total"] == 2
+    assert route_feed.table(h.sessions, "local", 1000).version == routes  # nothing to route
+    assert h.reasons() == ["Created", "Waiting"]  # and no event per report
+    h.runtime.set_all("triton_test", "Running")
+    await h.until(lambda: status(h)[0] == "Running")
+    assert h.row().replicas[0]["progress"] is None
+    assert route_feed.table(h.sessions, "local", 1000).version > routes

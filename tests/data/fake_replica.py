@@ -13,11 +13,14 @@ if behaviour.startswith("exit:"):
     print("openeas: model pull failed: oss://b/models is empty", file=sys.stderr, flush=True)
     sys.exit(int(behaviour.split(":")[1]))
 ready_at = time.monotonic() + float(os.environ.get("FAKE_READY_AFTER", "0"))
+# "until:<path>": ready once that file exists (the test says when loading is over)
+ready_file = behaviour.removeprefix("until:") if behaviour.startswith("until:") else None
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         ok = self.path == "/v2/health/ready" and time.monotonic() >= ready_at
+        ok = ok and (ready_file is None or os.path.exists(ready_file))
         self.send_response(200 if ok else 503)
         self.send_header("Content-Length", "0")
         self.end_headers()

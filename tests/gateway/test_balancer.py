@@ -47,10 +47,10 @@ def test_endpoints_are_shared_by_url() -> None:
     a.outstanding = 4
     (again,) = pool.resolve(["http://h:1"])
     assert again is a
-    pool.forget_unused(set())
+    pool.forget(["http://h:1"])  # no route lists it any more
     assert pool.resolve(["http://h:1"])[0] is a  # still busy: kept
     a.outstanding = 0
-    pool.forget_unused(set())
+    pool.forget(["http://h:1"])  # no route lists it any more
     assert pool.resolve(["http://h:1"])[0] is not a
 
 

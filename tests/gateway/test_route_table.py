@@ -9,8 +9,9 @@ import time
 
 import pytest
 
+from contract.wire import RouteTable
 from gateway.balancer import EndpointPool
-from gateway.route_table import ControlPlaneRouteSource, RouteState
+from gateway.route_table import ControlPlaneRouteSource, RouteChange, RouteState
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import (
     SERVICE,
@@ -78,6 +79,33 @@ def test_swap_keeps_live_state() -> None:
     assert third.timeout_s == pytest.approx(1.234)  # 0 means the platform default
     state.apply(table(version=4))
     assert state.get(SERVICE) is None and state.version == 4
+
+
+def test_a_delta_touches_only_its_services_and_releases_unlisted_replicas() -> None:
+    state = RouteState(EndpointPool(), default_timeout_ms=1000)
+    changes: list[RouteChange] = []
+    state.listeners.append(changes.append)
+    shared, own = "http://h:1", "http://h:2"
+    state.apply(table(route([shared, own], service="a"), route([shared], service="b")))
+    assert {ep.base_url for ep in changes[-1].added} == {shared, own}
+    b = state.get("b")
+    assert b is not None
+
+    delta = RouteTable(version=2, routes=[route([], service="c")], full=False, removed=["a"])
+    state.apply(delta)
+    assert set(state.services) == {"b", "c"} and state.version == 2
+    assert state.get("b") is b  # untouched by a change to other services
+    assert {ep.base_url for ep in changes[-1].released} == {own}  # b still lists the shared one
+    assert changes[-1].added == frozenset()
+
+    rotated = route([shared], service="b", token="rotated-token")
+    state.apply(RouteTable(version=3, routes=[rotated], full=False))
+    again = state.get("b")
+    assert again is not None and again is not b and again.in_flight is b.in_flight
+    assert changes[-1].released == frozenset() and changes[-1].added == frozenset()
+    state.apply(RouteTable(version=4, routes=[], full=False, removed=["b", "gone-already"]))
+    assert {ep.base_url for ep in changes[-1].released} == {shared}
+    assert set(state.services) == {"c"}
 
 
 def test_changes_through_a_static_source(make_gateway: GatewayFactory, echo: Echo) -> None:

@@ -8,7 +8,7 @@ import asyncio
 from gateway.upstream import UpstreamPool
 
 
-async def test_keep_only_closes_idle_and_finishing_connections_to_unrouted_replicas() -> None:
+async def test_reroute_closes_idle_and_finishing_connections_to_unrouted_replicas() -> None:
     closed: list[int] = []
 
     async def replica(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -23,12 +23,12 @@ async def test_keep_only_closes_idle_and_finishing_connections_to_unrouted_repli
     busy = await pool.acquire("127.0.0.1", port, 1.0)
     pool.release(idle)
 
-    pool.keep_only({("127.0.0.1", port)})  # still routed: kept
+    pool.reroute({("127.0.0.1", port)}, set())  # routed: kept
     await asyncio.sleep(0.1)
     assert closed == [] and pool.idle("127.0.0.1", port) is idle
     pool.release(idle)
 
-    pool.keep_only(set())  # the replica left the table
+    pool.reroute(set(), {("127.0.0.1", port)})  # the replica left the table
     await asyncio.sleep(0.1)
     assert closed == [1] and pool.idle("127.0.0.1", port) is None
     pool.release(busy)  # a request in flight finished: not kept either

@@ -18,6 +18,7 @@ from controlplane.desired import ServiceState, desired
 from controlplane.runtime.base import (
     DesiredReplicaSet,
     PermanentRuntimeError,
+    ReplicaSummary,
     TemporaryRuntimeError,
 )
 from controlplane.runtime.kubernetes.manifests import HASH_ANNOTATION, SERVICE_LABEL
@@ -418,6 +419,20 @@ async def test_logs_of_a_replica_or_of_its_model_pull(
     assert await runtime.logs(NAME, None, 1) == "three\n"
     with pytest.raises(FileNotFoundError):
         await runtime.logs(NAME, 1, 10)
+
+
+async def test_summary_lists_every_service_in_two_calls(
+    runtime: KubernetesRuntime, k8s: ApiStandIn
+) -> None:
+    d = want()
+    await runtime.apply(d)
+    assert await runtime.summary() == {NAME: ReplicaSummary(1, 0, frozenset({d.template_hash}))}
+    [pod] = k8s.sync_pods(OBJECT)
+    k8s.set_pod_status(pod, ks.status_ready())
+    assert await runtime.summary() == {NAME: ReplicaSummary(1, 1, frozenset({d.template_hash}))}
+    stopped = want(stopped=True)
+    await runtime.apply(stopped)
+    assert (await runtime.summary())[NAME] == ReplicaSummary(0, 1, frozenset())
 
 
 async def test_delete_leaves_other_services_alone(

@@ -78,7 +78,13 @@ def _parser() -> argparse.ArgumentParser:
         "service (settings from OPENEAS_K8S_*).",
     )
     parser.add_argument("config", help="the service's EAS JSON, as given to eascmd create")
-    parser.add_argument("--namespace", help="override OPENEAS_K8S_NAMESPACE")
-    parser.add_argument("--uid", default="dry-run", help="the service uid label (placeholder)")
-    parser.add_argument("--generation", type=int, default=1, help="the generation label")
+    parser.add_argument(
+        "--namespace", help="namespace of the objects (default $OPENEAS_K8S_NAMESPACE)"
+    )
+    parser.add_argument(
+        "--uid", default="dry-run", help="the service uid label, a placeholder (default dry-run)"
+    )
+    parser.add_argument(
+        "--generation", type=int, default=1, help="the generation label (default 1)"
+    )
     return parser

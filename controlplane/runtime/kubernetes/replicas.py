@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controlplane.runtime.base import Observation, ReplicaState, ReplicaStatus
+from controlplane.runtime.base import Observation, ReplicaState, ReplicaStatus, ReplicaSummary
 from controlplane.runtime.kubernetes.manifests import (
     HTTP_PORT,
     METRICS_PORT,
@@ -40,6 +40,16 @@ def observation(deployments: list[Object], pods: list[Object]) -> Observation:
         if missing is not None:
             replicas.append(missing)
     return Observation(replicas)
+
+
+def summary(deployment: Object) -> ReplicaSummary:
+    """A Deployment in one line: replicas asked for, ready, and its pod template's hash."""
+    spec = deployment.get("spec") or {}
+    wanted = int(spec.get("replicas") or 0)
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    template = labels.get(TEMPLATE_HASH_LABEL, "")
+    ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
+    return ReplicaSummary(wanted, ready, frozenset({template}) if wanted else frozenset())
 
 
 def replica_pods(pods: list[Object]) -> list[Object]:

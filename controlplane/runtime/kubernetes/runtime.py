@@ -21,6 +21,7 @@ from controlplane.runtime.base import (
     Notify,
     Observation,
     PermanentRuntimeError,
+    ReplicaSummary,
     RuntimeError_,
     TemporaryRuntimeError,
 )
@@ -89,12 +90,16 @@ class KubernetesRuntime:
         return await asyncio.to_thread(self._delete, service)
 
     async def services(self) -> set[str]:
+        return set(await self.summary())
+
+    async def summary(self) -> dict[str, ReplicaSummary]:
+        """Two listings whatever the number of services: Deployments and Services."""
         self._start_watching()
-        names: set[str] = set()
-        for kind in (DEPLOYMENT, SERVICE):
-            items, _ = await asyncio.to_thread(self._client.list, kind, MANAGED_SELECTOR)
-            names |= {_service_of(item) for item in items}
-        return names
+        deployments, _ = await asyncio.to_thread(self._client.list, DEPLOYMENT, MANAGED_SELECTOR)
+        services, _ = await asyncio.to_thread(self._client.list, SERVICE, MANAGED_SELECTOR)
+        out = {_service_of(s): ReplicaSummary(0, 0, frozenset()) for s in services}
+        out.update({_service_of(d): replicas.summary(d) for d in deployments})
+        return out
 
     async def logs(self, service: str, replica: int | None, tail: int) -> str:
         return await self._logs.logs(service, replica, tail)

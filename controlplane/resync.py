@@ -1,0 +1,37 @@
+"""Which services drifted from what was last reconciled: a pure comparison of one query's
+rows with one runtime listing, so the periodic resync reconciles only those (an unchanged
+service costs a row and a dict lookup, no queries, no writes, no runtime calls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from controlplane.runtime.base import ReplicaSummary
+
+
+@dataclass(frozen=True)
+class StoredSummary:
+    """A service's row as the last reconcile left it."""
+
+    name: str
+    pending: bool  # a generation not acted on yet, or being deleted (the poll's work)
+    replicas: int  # what was asked for (total_instances)
+    running: int  # ready replicas as last written
+    template_hash: str  # the replica template applied ("" when none could be)
+
+
+def drifted(stored: Iterable[StoredSummary], observed: Mapping[str, ReplicaSummary]) -> set[str]:
+    """Services to reconcile: orphans (running with no row), and rows whose replicas the
+    runtime no longer shows as last written. Pending ones are the poll's already."""
+    out = set(observed)
+    for row in stored:
+        out.discard(row.name)
+        if row.pending or not row.template_hash:  # nothing applied: a new generation will
+            continue
+        seen = observed.get(row.name, ReplicaSummary(0, 0, frozenset()))
+        templates = frozenset({row.template_hash}) if row.replicas else frozenset()
+        if (seen.replicas, seen.ready, seen.templates) != (row.replicas, row.running, templates):
+            out.add(row.name)
+    return out

@@ -1,0 +1,76 @@
+"""Route-table deltas, bulk resync and indexed listing (thousands of services).
+
+- ``services.route_version``: the route counter's value at the service's last routing
+  change, so the gateway can ask for what changed after a version (indexed per cluster);
+- ``route_removals``: services deleted after a version (tombstones, pruned past a floor kept
+  in the ``routes_floor`` counter: a gateway further behind gets a full table);
+- ``services.template_hash``: the replica template the reconciler last applied, compared in
+  bulk with what the runtime runs;
+- indexes for the list's sort and filter columns and a partial index of the services with
+  work pending (what the reconciler polls).
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+# As SQLAlchemy renders the reconciler's query (SQLite matches a partial index textually).
+PENDING_SQLITE = "generation > observed_generation OR deleting = 1"
+PENDING_PG = "generation > observed_generation OR deleting"
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("services") as batch:
+        batch.add_column(
+            sa.Column("route_version", sa.Integer(), nullable=False, server_default="0")
+        )
+        batch.add_column(
+            sa.Column("template_hash", sa.String(16), nullable=False, server_default="")
+        )
+    # Existing services count as changed at the current version (a delta after an older
+    # version includes them).
+    op.execute(
+        "UPDATE services SET route_version = (SELECT value FROM counters WHERE name = 'routes')"
+    )
+    op.create_index("ix_services_route_version", "services", ["cluster", "route_version"])
+    op.create_index("ix_services_created", "services", ["cluster", "created_at", "id"])
+    op.create_index("ix_services_updated", "services", ["cluster", "updated_at", "id"])
+    op.create_index("ix_services_status", "services", ["cluster", "status", "id"])
+    op.create_index(
+        "ix_services_pending",
+        "services",
+        ["cluster"],
+        sqlite_where=sa.text(PENDING_SQLITE),
+        postgresql_where=sa.text(PENDING_PG),
+    )
+    op.create_table(
+        "route_removals",
+        sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
+        sa.Column("cluster", sa.String(64), nullable=False),
+        sa.Column("name", sa.String(63), nullable=False),
+        sa.Column("version", sa.Integer(), nullable=False),
+    )
+    op.create_index("ix_route_removals_version", "route_removals", ["cluster", "version"])
+    counters = sa.table("counters", sa.column("name", sa.String), sa.column("value", sa.Integer))
+    op.bulk_insert(counters, [{"name": "routes_floor", "value": 0}])
+
+
+def downgrade() -> None:
+    op.execute("DELETE FROM counters WHERE name = 'routes_floor'")
+    op.drop_index("ix_route_removals_version", table_name="route_removals")
+    op.drop_table("route_removals")
+    for name in ("pending", "status", "updated", "created", "route_version"):
+        op.drop_index(f"ix_services_{name}", table_name="services")
+    with op.batch_alter_table("services") as batch:
+        batch.drop_column("template_hash")
+        batch.drop_column("route_version")

@@ -1,0 +1,127 @@
+"""How far a replica's model pull is, for people waiting on it.
+
+The pull (:mod:`processors.storage.pull`) feeds a :class:`Meter` as bytes arrive; the meter
+hands a :class:`contract.progress.Progress` to a sink at most every ``interval`` seconds,
+and once at the end. The sink is a small JSON file named by ``OPENEAS_PROGRESS_FILE`` (the
+local runtime sets it per replica and reads it on its readiness probe, so an idle replica
+costs nothing) or, without it (``openeas processor pull`` in a Kubernetes init container),
+a line on stderr every few seconds. The runtime publishes the fields in the replica's status
+(``eascmd desc``, the console).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from contract.progress import Progress, describe
+
+ENV_FILE = "OPENEAS_PROGRESS_FILE"
+
+Sink = Callable[[Progress], None]
+
+
+class Meter:
+    """Counts a pull's bytes and files from its worker threads and reports to ``sink`` at
+    most every ``interval`` seconds (and at :meth:`finish`), so reporting costs no more than
+    a clock read per chunk."""
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        files_total: int,
+        bytes_total: int,
+        files_done: int = 0,
+        bytes_done: int = 0,
+        interval: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._sink = sink
+        self._clock = clock
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._started = clock()
+        self._last = float("-inf")
+        self._fetched = 0
+        self._now = Progress("pulling", files_done, files_total, bytes_done, bytes_total)
+        self._report()
+
+    @property
+    def fetched(self) -> int:
+        """Bytes this pull downloaded (not reused)."""
+        return self._fetched
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self._fetched += n
+            self._now = replace(self._now, bytes_done=self._now.bytes_done + n)
+            self._maybe_report()
+
+    def file_done(self) -> None:
+        with self._lock:
+            self._now = replace(self._now, files_done=self._now.files_done + 1)
+            self._maybe_report()
+
+    def finish(self) -> None:
+        with self._lock:
+            self._now = replace(
+                self._now, phase="pulled", files_done=self._now.files_total, eta_s=0.0
+            )
+            self._report()
+
+    def _maybe_report(self) -> None:
+        if self._clock() - self._last >= self._interval:
+            self._report()
+
+    def _report(self) -> None:
+        now = self._clock()
+        self._last = now
+        elapsed = now - self._started
+        rate = self._fetched / elapsed if elapsed > 0 and self._fetched else 0.0
+        left = self._now.bytes_total - self._now.bytes_done
+        eta = left / rate if rate else None
+        if self._now.phase == "pulling":
+            self._now = replace(self._now, rate=rate, eta_s=eta)
+        self._sink(self._now)
+
+
+def sink_from(environ: Mapping[str, str]) -> Sink:
+    """The file named by ``OPENEAS_PROGRESS_FILE``, else a line on stderr every few
+    seconds (a Kubernetes init container's log)."""
+    target = environ.get(ENV_FILE)
+    if target:
+        path = Path(target)
+        return lambda p: write_file(path, p)
+    return _Throttled(lambda p: print(f"openeas: {describe(p)}", file=sys.stderr, flush=True))
+
+
+class _Throttled:
+    def __init__(self, sink: Sink, every: float = 5.0) -> None:
+        self._sink, self._every, self._last = sink, every, float("-inf")
+
+    def __call__(self, progress: Progress) -> None:
+        now = time.monotonic()
+        if progress.phase != "pulling" or now - self._last >= self._every:
+            self._last = now
+            self._sink(progress)
+
+
+def write_file(path: Path, progress: Progress) -> None:
+    """Replace ``path`` atomically: a reader sees the old or the new report, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(progress.as_dict()))
+    os.replace(tmp, path)
+
+
+def read_file(path: Path) -> Progress | None:
+    try:
+        return Progress.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None  # not written yet (or by a different version): nothing to show

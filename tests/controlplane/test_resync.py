@@ -1,0 +1,38 @@
+"""Which services the bulk resync reconciles: a pure comparison, as a table."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.resync import StoredSummary, drifted
+from controlplane.runtime.base import ReplicaSummary
+
+H = frozenset({"h1"})
+
+
+def row(name: str = "a", *, pending: bool = False, replicas: int = 2, running: int = 2,
+        template: str = "h1") -> StoredSummary:  # fmt: skip
+    return StoredSummary(name, pending, replicas, running, template)
+
+
+@pytest.mark.parametrize(
+    ("stored", "observed", "expected"),
+    [
+        ([row()], {"a": ReplicaSummary(2, 2, H)}, set()),  # as last written
+        ([row()], {"a": ReplicaSummary(1, 1, H)}, {"a"}),  # a replica lost
+        ([row()], {"a": ReplicaSummary(2, 1, H)}, {"a"}),  # one not ready any more
+        ([row()], {"a": ReplicaSummary(2, 2, frozenset({"h0"}))}, {"a"}),  # an old template
+        ([row()], {}, {"a"}),  # everything gone
+        ([row(replicas=0, running=0)], {}, set()),  # stopped, nothing running
+        ([row(replicas=0, running=0)], {"a": ReplicaSummary(0, 0, frozenset())}, set()),
+        ([row(replicas=0, running=0)], {"a": ReplicaSummary(1, 1, H)}, {"a"}),  # still runs
+        ([], {"ghost": ReplicaSummary(1, 1, H)}, {"ghost"}),  # an orphan
+        ([row(pending=True)], {}, set()),  # the poll has it already
+        ([row(template="")], {}, set()),  # nothing could be applied: waits for a change
+        ([row("a"), row("b")], {"a": ReplicaSummary(2, 2, H)}, {"b"}),
+    ],
+)
+def test_drifted(
+    stored: list[StoredSummary], observed: dict[str, ReplicaSummary], expected: set[str]
+) -> None:
+    assert drifted(stored, observed) == expected

@@ -1,0 +1,152 @@
+"""Route-table deltas: a gateway that applies the changes after its version ends with exactly
+the whole table, whatever it missed; removals, rotations and restarts of either side included
+(both databases, through the HTTP endpoint the gateway long-polls)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from contract.wire import ROUTES_PATH, Route, RouteTable
+from controlplane import route_feed
+from controlplane.api.app import create_app
+from controlplane.db import make_engine, make_sessions
+from controlplane.settings import Settings
+from controlplane.store import ReconcileStore
+from tests.controlplane.conftest import ADMIN, seed_spec
+
+
+class Watcher:
+    """What a gateway keeps: the routes by service, as whole tables and deltas arrive."""
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.routes: dict[str, Route] = {}
+        self.tables: list[RouteTable] = []
+
+    def poll(self, client: TestClient) -> RouteTable:
+        table = RouteTable.model_validate(
+            client.get(ROUTES_PATH, params={"after": self.version}).json()
+        )
+        if table.full:
+            self.routes = {}
+        for name in table.removed:
+            self.routes.pop(name, None)
+        self.routes.update({r.service: r for r in table.routes})
+        self.version = table.version
+        self.tables.append(table)
+        return table
+
+
+def whole(client: TestClient) -> dict[str, Route]:
+    table = RouteTable.model_validate(client.get(ROUTES_PATH).json())
+    assert table.full
+    return {r.service: r for r in table.routes}
+
+
+def create(client: TestClient, name: str, **metadata: Any) -> None:
+    spec = seed_spec(name=name, metadata={"instance": 0, **metadata})
+    assert client.post("/api/v2/services", json=spec).status_code == 200
+
+
+def test_deltas_carry_only_what_changed(client: TestClient, settings: Settings) -> None:
+    gateway = Watcher()
+    for name in ("a", "b", "c"):
+        create(client, name)
+    assert gateway.poll(client).full and set(gateway.routes) == {"a", "b", "c"}
+
+    client.post("/api/v2/services/local/a/token")  # a rotation
+    delta = gateway.poll(client)
+    assert (delta.full, [r.service for r in delta.routes], delta.removed) == (False, ["a"], [])
+    assert gateway.routes == whole(client)
+
+    # Missed versions: several changes between two polls arrive as one delta.
+    client.put("/api/v2/services/local/b", json={"metadata": {"rpc": {"keepalive": 5000}}})
+    create(client, "d")
+    client.delete("/api/v2/services/local/c")  # marked for deletion: no longer routed
+    delta = gateway.poll(client)
+    assert sorted(r.service for r in delta.routes) == ["b", "d"] and delta.removed == ["c"]
+    assert gateway.routes == whole(client)
+    assert gateway.routes["b"].timeout_ms == 5000
+
+    # The reconciler removes the row: a gateway still at the first table learns from a
+    # tombstone that c is gone, with every other change it missed.
+    stale = Watcher()
+    stale.version = gateway.tables[0].version
+    stale.routes = {r.service: r for r in gateway.tables[0].routes}
+    ReconcileStore(make_sessions(make_engine(settings.sqlalchemy_url)), "local").forget("c")
+    delta = stale.poll(client)
+    assert "c" in delta.removed and not delta.full
+    assert stale.routes == whole(client)
+    assert gateway.poll(client).removed == ["c"]  # the tombstone (it had the mark already)
+    assert gateway.routes == whole(client)
+
+
+def test_a_change_costs_one_route_whatever_the_table_size(client: TestClient) -> None:
+    for i in range(60):
+        create(client, f"s{i}")
+    gateway = Watcher()
+    gateway.poll(client)
+    client.put("/api/v2/services/local/s7/scale", json={"Instance": 0})  # no change: no bump
+    client.post("/api/v2/services/local/s7/token")
+    delta = gateway.poll(client)
+    assert [r.service for r in delta.routes] == ["s7"] and not delta.full
+
+
+def test_a_gateway_ahead_of_the_database_gets_the_whole_table(client: TestClient) -> None:
+    """A control plane on a new, empty database: the gateway's version means nothing."""
+    create(client, "a")
+    current = RouteTable.model_validate(client.get(ROUTES_PATH).json()).version
+    table = RouteTable.model_validate(
+        client.get(ROUTES_PATH, params={"after": current + 1000}).json()
+    )
+    assert table.full and [r.service for r in table.routes] == ["a"]
+
+
+def test_pruned_removals_send_a_far_behind_gateway_a_whole_table(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(route_feed, "REMOVALS_KEPT", 2)
+    engine = make_engine(settings.sqlalchemy_url)
+    store = ReconcileStore(make_sessions(engine), "local")
+    with TestClient(create_app(settings, engine)) as client:
+        client.headers["Authorization"] = f"Bearer {ADMIN}"
+        for name in ("a", "b", "c", "d"):
+            create(client, name)
+        gateway = Watcher()
+        gateway.poll(client)
+        behind = gateway.version
+        for name in ("a", "b", "c"):
+            client.delete(f"/api/v2/services/local/{name}")
+            store.forget(name)
+        table = RouteTable.model_validate(client.get(ROUTES_PATH, params={"after": behind}).json())
+        assert table.full and {r.service for r in table.routes} == {"d"}
+        recent = gateway.version + 5  # within the kept window: still a delta
+        delta = RouteTable.model_validate(client.get(ROUTES_PATH, params={"after": recent}).json())
+        assert not delta.full
+    engine.dispose()
+
+
+def test_another_control_plane_on_the_same_database_continues_the_deltas(
+    settings: Settings,
+) -> None:
+    """A failover or restart of the control plane: versions live in the database, so the
+    gateway's version means the same to the next control plane."""
+    engine = make_engine(settings.sqlalchemy_url)
+    gateway = Watcher()
+    with TestClient(create_app(settings, engine)) as first:
+        first.headers["Authorization"] = f"Bearer {ADMIN}"
+        create(first, "a")
+        create(first, "b")
+        gateway.poll(first)
+    engine.dispose()
+    engine = make_engine(settings.sqlalchemy_url)
+    with TestClient(create_app(settings, engine)) as second:
+        second.headers["Authorization"] = f"Bearer {ADMIN}"
+        second.post("/api/v2/services/local/b/token")
+        delta = gateway.poll(second)
+        assert not delta.full and [r.service for r in delta.routes] == ["b"]
+        assert gateway.routes == whole(second)
+    engine.dispose()
