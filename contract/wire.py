@@ -8,6 +8,7 @@ is the whole contract between them, so keep it small and dependency-light.
 from __future__ import annotations
 
 import hashlib
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +34,20 @@ class Route(BaseModel):
     rate_limit: int | None = None  # requests per second, None = unlimited
     max_queue_size: int | None = None  # in-flight requests per service, None = unlimited
     status: str  # service status, for the gateway's 503 detail
+    group: str | None = None  # the group it is a member of
+    weight: int = 100  # its share in a "customized" group
+    grouping: bool = False  # takes group traffic (else standalone: its own endpoint only)
+
+
+class GroupRoute(BaseModel):
+    """A service group's own routing: its token and how it splits traffic between the
+    members (routes whose ``group`` names it and that are ``grouping``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    group: str
+    token_sha256: str
+    traffic_mode: Literal["auto", "customized"]  # by running replicas | by weights
 
 
 class RouteTable(BaseModel):
@@ -45,6 +60,8 @@ class RouteTable(BaseModel):
     routes: list[Route]
     full: bool = True
     removed: list[str] = []
+    groups: list[GroupRoute] = []  # whole, or those changed
+    removed_groups: list[str] = []
 
 
 class ServiceLoad(BaseModel):

@@ -18,7 +18,14 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, WriteOnlyMapped, mapped_column, relationship
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    WriteOnlyMapped,
+    mapped_column,
+    relationship,
+    validates,
+)
 
 from controlplane.spec import StoredSpec
 
@@ -71,6 +78,7 @@ class ServiceRow(Base):
         Index("ix_services_created", "cluster", "created_at", "id"),
         Index("ix_services_updated", "cluster", "updated_at", "id"),
         Index("ix_services_status", "cluster", "status", "id"),
+        Index("ix_services_group", "cluster", "group_name"),
         # Only services with work pending: the reconciler's poll reads this, not the table.
         Index(
             "ix_services_pending",
@@ -99,6 +107,8 @@ class ServiceRow(Base):
     total_instances: Mapped[int] = mapped_column(Integer, default=0)
     pending_instances: Mapped[int] = mapped_column(Integer, default=0)
     running_instances: Mapped[int] = mapped_column(Integer, default=0)
+    # ``spec.metadata.group``, kept in a column (set with the spec) to find members by index.
+    group_name: Mapped[str | None] = mapped_column(String(63), default=None)
     # The replica template the reconciler last applied (compared in bulk on resync).
     template_hash: Mapped[str] = mapped_column(String(16), default="", server_default="")
     # The route counter's value at this service's last routing change (gateway deltas).
@@ -116,6 +126,11 @@ class ServiceRow(Base):
     )
 
     __mapper_args__ = {"version_id_col": version}  # noqa: RUF012
+
+    @validates("spec")
+    def _follow_spec(self, _key: str, spec: StoredSpec) -> StoredSpec:
+        self.group_name = spec.metadata.group
+        return spec
 
     def add_event(self, reason: str, message: str, *, warning: bool = False) -> None:
         self.events.add(
@@ -137,15 +152,37 @@ class EventRow(Base):
     service: Mapped[ServiceRow] = relationship(back_populates="events")
 
 
+class GroupRow(Base):
+    """A service group: exists while it has members (``metadata.group``), made with the
+    first and removed with the last. Holds what is the group's own: how traffic is split and
+    the token that opens the group endpoint (stable while members come and go)."""
+
+    __tablename__ = "service_groups"
+    __table_args__ = (
+        UniqueConstraint("cluster", "name", name="uq_service_groups_cluster_name"),
+        Index("ix_service_groups_route_version", "cluster", "route_version"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(63))
+    traffic_mode: Mapped[str] = mapped_column(String(16), default="customized")
+    token: Mapped[str] = mapped_column(String(128))
+    token_sha256: Mapped[str] = mapped_column(String(64))
+    route_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class RouteRemovalRow(Base):
-    """A service deleted at a route version, so a gateway asking for changes after an older
-    version drops it. Pruned past the ``routes_floor`` counter."""
+    """A service or group (``kind``) deleted at a route version, so a gateway asking for
+    changes after an older version drops it. Pruned past the ``routes_floor`` counter."""
 
     __tablename__ = "route_removals"
     __table_args__ = (Index("ix_route_removals_version", "cluster", "version"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     cluster: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(8), default="service", server_default="service")
     name: Mapped[str] = mapped_column(String(63))
     version: Mapped[int] = mapped_column(Integer)
 

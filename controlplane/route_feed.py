@@ -22,17 +22,19 @@ import contextlib
 import weakref
 from typing import Any
 
-from sqlalchemy import delete, event, inspect, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import delete, event, insert, inspect, select, update
+from sqlalchemy.orm import InstanceState, Session, sessionmaker
+from sqlalchemy.orm.attributes import set_committed_value
 
-from contract.wire import Route, RouteTable
+from contract.wire import GroupRoute, Route, RouteTable
 from controlplane import store
-from controlplane.models import CounterRow, RouteRemovalRow, ServiceRow
+from controlplane.models import CounterRow, GroupRow, RouteRemovalRow, ServiceRow
 
 COUNTER = "routes"
 FLOOR = "routes_floor"  # removals at or below it are pruned: a gateway that far behind
 REMOVALS_KEPT = 10_000  # gets a whole table; how many versions of removals are kept
 _ROUTING_FIELDS = ("token_sha256", "status", "spec", "deleting", "stopped")
+_GROUP_ROUTING_FIELDS = ("token_sha256", "traffic_mode")
 
 
 def version(session: Session, counter: str = COUNTER) -> int:
@@ -48,12 +50,18 @@ def table(
         current = version(s)  # read first: a change after this shows up as a newer version
         if after < version(s, FLOOR) or after > current:
             routes = [_route(r, default_timeout_ms) for r in store.routable(s, cluster)]
-            return RouteTable(version=current, routes=routes)
+            groups = [_group(g) for g in store.groups_changed_after(s, cluster, -1)]
+            return RouteTable(version=current, routes=routes, groups=groups)
         changed = store.routes_changed_after(s, cluster, after)
-        removed = [r.name for r in changed if r.deleting]
-        removed += store.removed_after(s, cluster, after)
-        routes = [_route(r, default_timeout_ms) for r in changed if not r.deleting]
-        return RouteTable(version=current, routes=routes, full=False, removed=removed)
+        removed = store.removed_after(s, cluster, after)
+        return RouteTable(
+            version=current,
+            routes=[_route(r, default_timeout_ms) for r in changed if not r.deleting],
+            full=False,
+            removed=[r.name for r in changed if r.deleting] + removed.get("service", []),
+            groups=[_group(g) for g in store.groups_changed_after(s, cluster, after)],
+            removed_groups=removed.get("group", []),
+        )
 
 
 def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
@@ -66,6 +74,17 @@ def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
         rate_limit=rpc.rate_limit,
         max_queue_size=rpc.max_queue_size,
         status=row.status,
+        group=row.spec.metadata.group,
+        weight=row.spec.metadata.group_weight,
+        grouping=row.spec.metadata.grouping,
+    )
+
+
+def _group(row: GroupRow) -> GroupRoute:
+    return GroupRoute(
+        group=row.name,
+        token_sha256=row.token_sha256,
+        traffic_mode="auto" if row.traffic_mode == "auto" else "customized",
     )
 
 
@@ -74,17 +93,24 @@ def _endpoints(replicas: list[dict[str, Any]] | None) -> list[str]:
     return [r["endpoint"] for r in replicas or [] if r["state"] == "Running" and r["endpoint"]]
 
 
-def _routing_changes(session: Session) -> tuple[list[ServiceRow], list[ServiceRow]]:
-    """The services of this flush whose route changes, and those deleted."""
-    changed = [obj for obj in session.new if isinstance(obj, ServiceRow)]
-    changed += [obj for obj in session.dirty if isinstance(obj, ServiceRow) and _routes(obj)]
-    return changed, [obj for obj in session.deleted if isinstance(obj, ServiceRow)]
+Routed = ServiceRow | GroupRow
+_KIND = {ServiceRow: "service", GroupRow: "group"}
 
 
-def _routes(row: ServiceRow) -> bool:
-    state = inspect(row)
-    if any(state.attrs[f].history.has_changes() for f in _ROUTING_FIELDS):
+def _routing_changes(session: Session) -> tuple[list[Routed], list[Routed]]:
+    """The services and groups of this flush whose route changes, and those deleted."""
+    changed = [obj for obj in session.new if isinstance(obj, Routed)]
+    changed += [obj for obj in session.dirty if isinstance(obj, Routed) and _routes(obj)]
+    return changed, [obj for obj in session.deleted if isinstance(obj, Routed)]
+
+
+def _routes(row: Routed) -> bool:
+    state: InstanceState[Routed] = inspect(row)
+    fields = _ROUTING_FIELDS if isinstance(row, ServiceRow) else _GROUP_ROUTING_FIELDS
+    if any(state.attrs[f].history.has_changes() for f in fields):
         return True
+    if isinstance(row, GroupRow):
+        return False
     # A replica's other fields (pull progress, messages) change often and route nothing.
     replicas = state.attrs["replicas"].history
     return replicas.has_changes() and [_endpoints(v) for v in replicas.deleted] != [
@@ -117,14 +143,80 @@ class ChangeSignal:
 CHANGED = ChangeSignal()
 
 
+class VersionWatch:
+    """The route counter as this process sees it, for the long-polls: one reader polls the
+    database every ``interval`` (and at once on a commit in this process) while any
+    long-poll waits, so idle cost does not grow with the number of gateways polling this
+    control plane, and is nil when none does."""
+
+    def __init__(self, sessions: sessionmaker[Session], interval: float) -> None:
+        self._sessions = sessions
+        self.interval = interval
+        self._current: int | None = None
+        self._waiters = 0
+        self._task: asyncio.Task[None] | None = None
+        self._moved: asyncio.Condition | None = None
+
+    def _read(self) -> int:
+        with self._sessions() as s:
+            return version(s)
+
+    async def wait_past(self, after: int, timeout: float) -> bool:
+        """True as soon as the version differs from ``after``, False after ``timeout``."""
+        if self._moved is None:
+            self._moved = asyncio.Condition()
+        self._waiters += 1
+        try:
+            await self._moved_to(await asyncio.to_thread(self._read))  # fresh for each poll
+            if self._task is None:
+                self._task = asyncio.create_task(self._poll())
+            async with self._moved:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._moved.wait_for(lambda: self._current != after), timeout
+                    )
+            return self._current != after
+        finally:
+            self._waiters -= 1
+
+    async def _poll(self) -> None:
+        try:
+            while self._waiters:
+                await CHANGED.wait(self.interval)
+                await self._moved_to(await asyncio.to_thread(self._read))
+        finally:
+            self._task = None
+
+    async def _moved_to(self, current: int) -> None:
+        assert self._moved is not None
+        if current != self._current:
+            self._current = current
+            async with self._moved:
+                self._moved.notify_all()
+
+
 def install(sessions: sessionmaker[Session]) -> None:
     """Make every session of ``sessions`` bump the route version when routing changes."""
-    event.listen(sessions, "before_flush", _bump_version)
+    event.listen(sessions, "after_flush", _collect)
+    event.listen(sessions, "before_commit", _bump_version)
     event.listen(sessions, "after_commit", _announce)
+    event.listen(sessions, "after_rollback", _forget)
 
 
-def _bump_version(session: Session, _context: Any, _instances: Any) -> None:
+def _collect(session: Session, _context: Any) -> None:
+    """Note what this flush changed for routing (history is still there after a flush)."""
     changed, deleted = _routing_changes(session)
+    pending = session.info.setdefault("routing", ({}, set()))
+    pending[0].update({(type(row), row.id): row for row in changed})
+    pending[1].update((_KIND[type(row)], row.cluster, row.name) for row in deleted)
+
+
+def _bump_version(session: Session) -> None:
+    """Stamp this transaction's routing changes with a new version, as its last statements:
+    the counter's row lock (which keeps versions in commit order) is held only from here to
+    the commit, so concurrent creates queue behind two statements, not their whole work."""
+    session.flush()
+    changed, deleted = session.info.pop("routing", ({}, set()))
     if not changed and not deleted:
         return
     new = session.scalar(
@@ -134,13 +226,24 @@ def _bump_version(session: Session, _context: Any, _instances: Any) -> None:
         .returning(CounterRow.value)
     )
     assert new is not None, "the routes counter is missing: run 'openeas migrate'"
-    for row in changed:
-        row.route_version = new
-    for row in deleted:
-        session.add(RouteRemovalRow(cluster=row.cluster, name=row.name, version=new))
+    for model in (ServiceRow, GroupRow):
+        ids = [row_id for kind, row_id in changed if kind is model]
+        if ids:
+            stamp = update(model).where(model.id.in_(ids)).values(route_version=new)
+            session.execute(stamp, execution_options={"synchronize_session": False})
+    for row in changed.values():
+        set_committed_value(row, "route_version", new)
     if deleted:
+        session.execute(
+            insert(RouteRemovalRow),
+            [{"kind": k, "cluster": c, "name": n, "version": new} for k, c, n in sorted(deleted)],
+        )
         _prune_removals(session, new - REMOVALS_KEPT)
     session.info["routes_changed"] = True
+
+
+def _forget(session: Session) -> None:
+    session.info.pop("routing", None)
 
 
 def _prune_removals(session: Session, floor: int) -> None:

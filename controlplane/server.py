@@ -85,6 +85,10 @@ def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it (Linux). uvicorn writes a response's head and body
+    # separately; with Nagle the body waited for the client's delayed ACK: +40 ms on every
+    # keep-alive request (eascmd, the console, the gateway's route long-poll).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     sock.listen(1024)
     sock.set_inheritable(False)

@@ -19,7 +19,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from contract.merge import merge_patch
 from contract.wire import token_digest
-from controlplane import paging, store
+from controlplane import groups, paging, store
 from controlplane.errors import (
     Conflict,
     FieldProblem,
@@ -115,28 +115,34 @@ class Services:
         stored, custom_token = split_token(spec)
         stored = _owned(stored, stored.metadata.instance)
         token = custom_token or new_token()
-        row = ServiceRow(
-            uid=_uid(),
-            cluster=self.cluster,
-            name=spec.name,
-            spec=stored,
-            token=token,
-            token_sha256=token_digest(token),
-            status="Creating",
-            total_instances=stored.metadata.instance,
-            pending_instances=stored.metadata.instance,
-        )
-        row.add_event("Created", f"service created with {stored.metadata.instance} instance(s)")
-        with self._sessions() as s:
-            s.add(row)
-            try:
-                s.commit()
-            except IntegrityError as e:
-                raise ServiceExists(
-                    f"a service named {spec.name!r} already exists: pick another name, or "
-                    f"change it with 'eascmd modify {spec.name} -s <file>'"
-                ) from e
-        return row, token
+        for _ in range(2):  # a concurrent first member may make the same group: once more
+            row = ServiceRow(
+                uid=_uid(),
+                cluster=self.cluster,
+                name=spec.name,
+                spec=stored,
+                token=token,
+                token_sha256=token_digest(token),
+                status="Creating",
+                total_instances=stored.metadata.instance,
+                pending_instances=stored.metadata.instance,
+            )
+            row.add_event("Created", f"service created with {stored.metadata.instance} instance(s)")
+            with self._sessions() as s:
+                s.add(row)
+                try:
+                    s.flush()
+                    groups.follow(s, row, None)
+                    s.commit()
+                    return row, token
+                except IntegrityError as e:
+                    s.rollback()
+                    if store.find(s, self.cluster, spec.name) is not None:
+                        raise ServiceExists(
+                            f"a service named {spec.name!r} already exists: pick another name, "
+                            f"or change it with 'eascmd modify {spec.name} -s <file>'"
+                        ) from e
+        raise Conflict(f"group {spec.metadata.group!r} is being created concurrently: try again")
 
     def update(
         self, cluster: str, name: str, patch: dict[str, Any], if_match: int | None = None
@@ -147,6 +153,19 @@ class Services:
                 [FieldProblem("name", "a service cannot be renamed", f"use {name!r} or omit it")]
             )
         return self._patch(cluster, name, patch, ("Updated", "spec updated"), if_match)
+
+    def release(
+        self, cluster: str, name: str, weight: int | None, traffic_state: str | None
+    ) -> ServiceRow:
+        """EAS's ReleaseService: a member's weight and whether it takes group traffic (each
+        optional, the other kept). Routing only: replicas and generation stay."""
+        metadata: dict[str, Any] = {}
+        if weight is not None:
+            metadata["weight"] = weight
+        if traffic_state is not None:
+            metadata["traffic_state"] = traffic_state
+        detail = ", ".join(f"{k} {v}" for k, v in metadata.items()) or "nothing changed"
+        return self._patch(cluster, name, {"metadata": metadata}, ("Released", detail))
 
     def scale(self, cluster: str, name: str, instance: int) -> ServiceRow:
         row = self.get(cluster, name)
@@ -180,7 +199,7 @@ class Services:
         True when written."""
         done = False
 
-        def change(row: ServiceRow) -> None:
+        def change(s: Session, row: ServiceRow) -> None:
             nonlocal done
             spec = row.spec
             if spec.autoscaler is None or spec.metadata.instance != expected:
@@ -194,7 +213,7 @@ class Services:
         return done
 
     def set_stopped(self, cluster: str, name: str, stopped: bool) -> ServiceRow:
-        def change(row: ServiceRow) -> None:
+        def change(s: Session, row: ServiceRow) -> None:
             if row.stopped != stopped:
                 row.stopped = stopped
                 _bump(
@@ -209,18 +228,19 @@ class Services:
     def request_delete(self, cluster: str, name: str) -> ServiceRow:
         """Mark for deletion; the reconciler removes the replicas, then the row."""
 
-        def change(row: ServiceRow) -> None:
+        def change(s: Session, row: ServiceRow) -> None:
             if not row.deleting:
                 row.deleting = True
                 _bump(row, "Deleting", "delete requested")
                 row.status = "Deleting"
+                groups.follow(s, row, row.group_name)  # the last member takes its group along
 
         return self._write(cluster, name, change)
 
     def rotate_token(self, cluster: str, name: str) -> tuple[ServiceRow, str]:
         token = new_token()
 
-        def change(row: ServiceRow) -> None:
+        def change(s: Session, row: ServiceRow) -> None:
             _set_token(row, token)
             row.add_event("TokenRotated", "service token rotated")
 
@@ -237,9 +257,10 @@ class Services:
     ) -> ServiceRow:
         """Merge ``patch`` (or apply it, when a function) into the stored spec (and token),
         validate the whole, and record a new generation with ``event`` only when the spec
-        really changed. An autoscaled service keeps the autoscaler's instance count."""
+        really changed — only the event when just routing fields changed (a release or a
+        group move rolls no replica). An autoscaled service keeps the autoscaler's count."""
 
-        def change(row: ServiceRow) -> None:
+        def change(s: Session, row: ServiceRow) -> None:
             current = row.spec.public()
             merged = patch(current) if callable(patch) else merge_patch(current, patch)
             spec = validate_spec(merged, self._checks)
@@ -260,8 +281,13 @@ class Services:
                 _set_token(row, token)
                 row.add_event("TokenChanged", "service token replaced by the spec's token")
             if stored != row.spec:
+                before, deployment = row.group_name, row.spec.deployment()
                 row.spec = stored
-                _bump(row, *event)
+                groups.follow(s, row, before)
+                if stored.deployment() == deployment:
+                    row.add_event(*event)
+                else:
+                    _bump(row, *event)
 
         return self._write(cluster, name, change, if_match)
 
@@ -279,7 +305,7 @@ class Services:
         self,
         cluster: str,
         name: str,
-        change: Callable[[ServiceRow], None],
+        change: Callable[[Session, ServiceRow], None],
         if_match: int | None = None,
     ) -> ServiceRow:
         for _ in range(_RETRIES):
@@ -293,7 +319,7 @@ class Services:
                 if row.deleting:
                     raise Conflict(f"service {name!r} is being deleted")
                 try:
-                    change(row)
+                    change(s, row)
                     if not s.dirty and not s.new:
                         return row
                     row.updated_at = utcnow()

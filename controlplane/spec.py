@@ -30,6 +30,10 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,61}[a-z0-9]$|^[a-z]$")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-+/=.]{16,128}$")
 
 
+# Metadata fields that only steer traffic (see StoredSpec.deployment).
+ROUTING_ONLY = ("group", "weight", "traffic_state")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -40,6 +44,10 @@ class Rpc(_Strict):
     rate_limit: int | None = Field(default=None, ge=1, le=1_000_000)  # requests per second
 
 
+TrafficState = Literal["grouping", "standalone"]
+DEFAULT_WEIGHT = 100
+
+
 class Metadata(_Strict):
     instance: int = Field(default=1, ge=0, le=100)
     cpu: int = Field(default=1, ge=1, le=512)
@@ -47,6 +55,29 @@ class Metadata(_Strict):
     memory: int = Field(default=2000, ge=64, le=4_194_304)  # MB
     resource: str | None = Field(default=None, min_length=1, max_length=128)
     rpc: Rpc = Field(default_factory=Rpc)
+    # Service groups (routing only: changing these rolls no replica). A member gets group
+    # traffic only when "grouping"; new members start standalone unless the spec says so.
+    group: str | None = None
+    weight: int | None = Field(default=None, ge=0, le=1000)  # None: DEFAULT_WEIGHT
+    traffic_state: TrafficState | None = None  # None: "standalone"
+
+    @field_validator("group")
+    @classmethod
+    def _group(cls, v: str | None) -> str | None:
+        if v is not None and not NAME_RE.match(v):
+            raise ValueError(
+                "group names are 1-63 lowercase letters, digits and '_', starting with a letter "
+                "and not ending with '_' (as service names)"
+            )
+        return v
+
+    @property
+    def grouping(self) -> bool:
+        return self.group is not None and self.traffic_state == "grouping"
+
+    @property
+    def group_weight(self) -> int:
+        return DEFAULT_WEIGHT if self.weight is None else self.weight
 
 
 MetricName = Literal["qps", "concurrency", "cpu", "queue_time_ms"]
@@ -113,6 +144,12 @@ class StoredSpec(_Strict):
     def public(self) -> dict[str, Any]:
         """As describe shows it and as a merge patch applies to (JSON, no nulls)."""
         return self.model_dump(mode="json", exclude_none=True)
+
+    def deployment(self) -> StoredSpec:
+        """The spec without its routing-only fields: when only those change, the service
+        keeps its generation and replicas (a release moves traffic, not pods)."""
+        routing = {f: None for f in ROUTING_ONLY}
+        return self.model_copy(update={"metadata": self.metadata.model_copy(update=routing)})
 
 
 class ServiceSpec(StoredSpec):

@@ -11,7 +11,7 @@ from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.desired import ServiceState
-from controlplane.models import RouteRemovalRow, ServiceRow, utcnow
+from controlplane.models import GroupRow, RouteRemovalRow, ServiceRow, utcnow
 from controlplane.resync import StoredSummary
 from controlplane.status import Status
 
@@ -37,12 +37,22 @@ def routes_changed_after(s: Session, cluster: str, version: int) -> Sequence[Ser
     ).all()
 
 
-def removed_after(s: Session, cluster: str, version: int) -> list[str]:
-    """Services deleted after ``version``."""
-    query = select(RouteRemovalRow.name).where(
+def removed_after(s: Session, cluster: str, version: int) -> dict[str, list[str]]:
+    """Services and groups deleted after ``version``, by kind."""
+    query = select(RouteRemovalRow.kind, RouteRemovalRow.name).where(
         RouteRemovalRow.cluster == cluster, RouteRemovalRow.version > version
     )
-    return list(s.scalars(query))
+    out: dict[str, list[str]] = {}
+    for kind, name in s.execute(query):
+        out.setdefault(kind, []).append(name)
+    return out
+
+
+def groups_changed_after(s: Session, cluster: str, version: int) -> Sequence[GroupRow]:
+    """Groups whose routing (token, traffic mode) changed after ``version`` (-1: all)."""
+    return s.scalars(
+        select(GroupRow).where(GroupRow.cluster == cluster, GroupRow.route_version > version)
+    ).all()
 
 
 def pending(cluster: str) -> Select[str]:

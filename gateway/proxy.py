@@ -30,7 +30,7 @@ from gateway.limits import Activity
 from gateway.metrics import GatewayMetrics
 from gateway.paths import Target, is_admin_path
 from gateway.problems import Problem, unauthorized, write_problem
-from gateway.route_table import RouteState, ServiceRoute
+from gateway.route_table import GroupEntry, RouteState, ServiceRoute
 from gateway.server import BodyTooLarge, ClientGone, Request
 from gateway.settings import GatewaySettings
 from gateway.upstream import (
@@ -103,13 +103,65 @@ class PredictProxy:
 
     # -- admission (shared) ---------------------------------------------------------------
 
-    def _admit(self, request: Request, target: Target, entry: ServiceRoute) -> None:
+    def _resolve(self, request: Request, target: Target) -> tuple[ServiceRoute, bool]:
+        """The service that serves this call, and whether the caller is already
+        authenticated (by a group token). A group's name wins over a service's: the group
+        endpoint is what callers of a released service use; every member stays reachable at
+        ``<group>.<service>`` (EAS's spelling) and, without a clash, at its own name."""
+        name = target.service
+        routes = self.routes
+        group = routes.groups.get(name) if routes.groups else None
+        if group is not None:
+            self._authenticate_group(request, group)
+            entry = routes.pick(group)
+            if entry is None:
+                raise Problem(
+                    503,
+                    f"group {name!r} has no member taking group traffic with a ready replica",
+                    service=name,
+                    headers={"Retry-After": str(self.settings.retry_after_s)},
+                )
+            return entry, True
+        group_name, dot, member = name.partition(".")
+        entry = routes.services.get(member if dot else name)
+        if entry is None or (dot and entry.route.group != group_name):
+            raise Problem(404, f"no service named {name!r}")
+        group = routes.groups.get(group_name) if dot else None
+        if group is not None and self._accepts(request, [group.digest], group):
+            return entry, True
+        return entry, False
+
+    def _authenticate_group(self, request: Request, group: GroupEntry) -> None:
+        """The group's token, or any member's, opens the group endpoint."""
+        name = group.route.group
+        if not self._accepts(request, self.routes.group_tokens(group), group):
+            if presented_token(request.hmap.get(b"authorization")) is None:
+                raise unauthorized(name, "missing Authorization header with the group token")
+            raise unauthorized(name, "the token matches neither this group nor its members")
+
+    @staticmethod
+    def _accepts(request: Request, digests: list[bytes], holder: GroupEntry) -> bool:
+        auth = request.hmap.get(b"authorization")
+        accepted = holder.accepted
+        if auth is not None and accepted is not None and compare_digest(auth, accepted):
+            return True
+        token = presented_token(auth)
+        if token is None or not any(token_matches(token, d) for d in digests):
+            return False
+        holder.accepted = auth
+        return True
+
+    def _admit(
+        self, request: Request, target: Target, entry: ServiceRoute, authenticated: bool
+    ) -> None:
         """Raise the :class:`Problem` that refuses this call, or take its place in the
         service's in-flight count (the caller must ``entry.in_flight.leave()``)."""
         name = entry.route.service
         auth = request.hmap.get(b"authorization")
         accepted = entry.accepted
-        if auth is None or accepted is None or not compare_digest(auth, accepted):
+        if not authenticated and (
+            auth is None or accepted is None or not compare_digest(auth, accepted)
+        ):
             token = presented_token(auth)
             if token is None:
                 raise unauthorized(name, "missing Authorization header with the service token")
@@ -162,13 +214,12 @@ class PredictProxy:
 
     def dispatch(self, request: Request, target: Target) -> Coroutine[Any, Any, None] | None:
         started = time.perf_counter()
-        entry = self.routes.services.get(target.service)
+        entry: ServiceRoute | None = None
         try:
-            if entry is None:
-                raise Problem(404, f"no service named {target.service!r}")
-            self._admit(request, target, entry)
+            entry, authenticated = self._resolve(request, target)
+            self._admit(request, target, entry, authenticated)
         except Problem as p:
-            self._count(target.service if entry is not None else "", p.status, started)
+            self._count(entry.route.service if entry is not None else "", p.status, started)
             write_problem(request, p, close=p.status == 413)
             request.finish()
             return None

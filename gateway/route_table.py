@@ -29,10 +29,11 @@ from typing import Protocol
 import aiohttp
 from pydantic import ValidationError
 
-from contract.wire import ROUTES_PATH, Route, RouteTable
+from contract.wire import ROUTES_PATH, GroupRoute, Route, RouteTable
 from gateway.auth import digest_bytes
 from gateway.balancer import Endpoint, EndpointPool
 from gateway.limits import InFlight, TokenBucket
+from gateway.traffic import SmoothWeighted
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,16 @@ class ServiceRoute:
     accepted: bytes | None = None
 
 
+@dataclass(slots=True)
+class GroupEntry:
+    """A service group as the proxy uses it: its token digest and its traffic split."""
+
+    route: GroupRoute
+    digest: bytes
+    picker: SmoothWeighted = field(default_factory=SmoothWeighted)
+    accepted: bytes | None = None  # as ServiceRoute.accepted
+
+
 @dataclass(frozen=True)
 class RouteChange:
     """What one applied table changed, for listeners (the upstream connection pool)."""
@@ -80,9 +91,30 @@ class RouteState:
         self.services: dict[str, ServiceRoute] = {}
         self.listeners: list[Callable[[RouteChange], None]] = []
         self._refs: Counter[Endpoint] = Counter()  # how many services list each endpoint
+        self.groups: dict[str, GroupEntry] = {}
+        self.members: dict[str, set[str]] = {}  # group → its members' service names
 
     def get(self, service: str) -> ServiceRoute | None:
         return self.services.get(service)
+
+    def pick(self, group: GroupEntry) -> ServiceRoute | None:
+        """The member that takes the next request of ``group``: among those taking group
+        traffic with a ready replica, by weight ("customized") or ready replicas ("auto")."""
+        auto = group.route.traffic_mode == "auto"
+        candidates = {}
+        for name in self.members.get(group.route.group, ()):
+            entry = self.services[name]
+            if entry.route.grouping and entry.endpoints:
+                candidates[name] = entry
+        chosen = group.picker.pick(
+            (name, len(e.endpoints) if auto else e.route.weight) for name, e in candidates.items()
+        )
+        return None if chosen is None else candidates[chosen]
+
+    def group_tokens(self, group: GroupEntry) -> list[bytes]:
+        """The digests that open a group endpoint: the group's, then every member's."""
+        members = self.members.get(group.route.group, ())
+        return [group.digest, *(self.services[name].digest for name in members)]
 
     def apply(self, table: RouteTable) -> None:
         """Apply ``table``: a whole one replaces every route, changes replace and remove
@@ -91,14 +123,22 @@ class RouteState:
         before = set(self._refs)
         if table.full:
             old, self.services = self.services, {}
+            old_groups, self.groups = self.groups, {}
             self._refs.clear()
+            self.members.clear()
             for route in table.routes:
                 self._put(route, old.get(route.service))
+            for group in table.groups:
+                self._put_group(group, old_groups.get(group.group))
         else:
             for name in table.removed:
                 self._drop(name)
             for route in table.routes:
                 self._put(route, self._drop(route.service))
+            for name in table.removed_groups:
+                self.groups.pop(name, None)
+            for group in table.groups:
+                self._put_group(group, self.groups.get(group.group))
         after = set(self._refs)
         change = RouteChange(table, frozenset(after - before), frozenset(before - after))
         self.version = table.version
@@ -107,8 +147,26 @@ class RouteState:
         for listener in self.listeners:
             listener(change)
 
+    def _forget_accepted(self, group: str) -> None:
+        """A member came, went or changed its token: the group's last accepted credential
+        may have been that member's, so the next call is checked again."""
+        entry = self.groups.get(group)
+        if entry is not None:
+            entry.accepted = None
+
+    def _put_group(self, route: GroupRoute, prev: GroupEntry | None) -> None:
+        picker = prev.picker if prev is not None else SmoothWeighted()  # keeps its rhythm
+        self.groups[route.group] = GroupEntry(route, digest_bytes(route.token_sha256), picker)
+
     def _drop(self, name: str) -> ServiceRoute | None:
         entry = self.services.pop(name, None)
+        if entry is not None and entry.route.group is not None:
+            self._forget_accepted(entry.route.group)
+            members = self.members.get(entry.route.group)
+            if members is not None:
+                members.discard(name)
+                if not members:
+                    del self.members[entry.route.group]
         if entry is not None:
             self._refs.subtract(entry.endpoints)
             for endpoint in entry.endpoints:
@@ -132,6 +190,9 @@ class RouteState:
         timeout_ms = route.timeout_ms if route.timeout_ms > 0 else self.default_timeout_ms
         endpoints = self.pool.resolve(route.endpoints)
         self._refs.update(endpoints)
+        if route.group is not None:
+            self.members.setdefault(route.group, set()).add(route.service)
+            self._forget_accepted(route.group)
         self.services[route.service] = ServiceRoute(
             route=route,
             digest=digest_bytes(route.token_sha256),
@@ -198,6 +259,7 @@ class ControlPlaneRouteSource:
         connect_timeout_s: float = 3.0,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
+        min_interval_s: float = 0.05,
     ) -> None:
         self.url = url.rstrip("/") + ROUTES_PATH
         self._auth = f"Bearer {admin_token}"
@@ -205,6 +267,7 @@ class ControlPlaneRouteSource:
         self.connect_timeout_s = connect_timeout_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
+        self.min_interval_s = min_interval_s
         self.version: int | None = None
         self.last_sync: float | None = None
         self.unreachable_since: float | None = None
@@ -274,12 +337,12 @@ class ControlPlaneRouteSource:
                     self.last_sync = now
                     backoff = self.backoff_initial_s
                     if table is not None:
-                        same = table.version == self.version
                         self.version = after = table.version
                         apply(table)
-                        if same:
-                            # A server that ignores ?after= must not turn this into a spin.
-                            await asyncio.sleep(self.backoff_initial_s)
+                        # Changes arriving meanwhile come as one delta: a burst of creates
+                        # costs the control plane a few answers a second per gateway, not
+                        # one per commit (and a server ignoring ?after= cannot spin us).
+                        await asyncio.sleep(self.min_interval_s)
                     continue
                 after = -1
                 await asyncio.sleep(backoff)

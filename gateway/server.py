@@ -245,6 +245,31 @@ class Request:
 Handler = Callable[[Request], Coroutine[Any, Any, None] | None]
 
 
+def framing_refusal(headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None:
+    """(status, detail) for a head whose framing we cannot relay faithfully, else None.
+
+    llhttp de-chunks a body whose last transfer coding is ``chunked`` and drops the codings
+    before it, so ``gzip, chunked`` would reach the replica as a gzip body nobody declared:
+    any coding but a single ``chunked`` is 501 (RFC 9112 §6.1). More than one Host field is
+    400 (RFC 9112 §3.2). Cheap for the common head: no Transfer-Encoding, no repeated name.
+    """
+    names = {name for name, _ in headers}
+    if len(names) != len(headers) and sum(name == b"host" for name, _ in headers) > 1:
+        return 400, "more than one Host header field"
+    if b"transfer-encoding" in names:
+        codings = [
+            coding.strip().lower()
+            for name, value in headers
+            if name == b"transfer-encoding"
+            for coding in value.split(b",")
+            if coding.strip()
+        ]
+        if codings != [b"chunked"]:
+            listed = ", ".join(c.decode("latin-1") for c in codings)
+            return 501, f"transfer coding not implemented: {listed} (only chunked is)"
+    return None
+
+
 class HttpConnection(ReadPausable):
     """One client connection."""
 
@@ -358,6 +383,10 @@ class HttpConnection(ReadPausable):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._expect_head = False
+        refusal = framing_refusal(self._headers)
+        if refusal is not None:
+            self._protocol_error(*refusal)
+            return
         p = self.parser
         req = Request(
             self,

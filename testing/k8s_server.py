@@ -17,24 +17,40 @@ required. It is strict where the runtime depends on the real server's behaviour:
   schema (unknown fields are an error, as server-side apply's "field not declared in
   schema"), plus label syntax, name rules, the Deployment's immutable selector matching its
   template, the Service's immutable clusterIP.
-* Label selectors (``=``, ``==``, ``!=``, ``in``, ``notin``, exists, ``!``), watch streams
-  (``?watch=true&resourceVersion=``, bookmarks, ``timeoutSeconds``) with an ERROR event
-  ``410 Expired`` for versions older than the last compaction, the pod log subresource.
+* Label selectors: strings (``=``, ``==``, ``!=``, ``in``, ``notin``, exists, ``!``; an
+  empty ``in ()`` is a 400) and ``LabelSelector`` objects (``matchLabels`` and/or
+  ``matchExpressions`` with In/NotIn/Exists/DoesNotExist, validated; an empty Deployment
+  selector is a 422).
+* Watch streams (``?watch=true&resourceVersion=``, bookmarks, ``timeoutSeconds``) with an
+  ERROR event ``410 Expired`` for versions older than the last compaction; as the real
+  watch cache, a change that takes an object out of a watch's label selector arrives as
+  DELETED and one that brings it in as ADDED. The pod log subresource.
+* Deletion: ``DeleteOptions`` preconditions (``uid``, ``resourceVersion``: 409 Conflict
+  "Precondition failed"), ``propagationPolicy`` in the query or the body, and a garbage
+  collector: dependents named by ``ownerReferences`` are deleted with their owner
+  (Background; Foreground alike, see below) or lose the reference (Orphan). Deleted pods
+  only turn terminating (``deletionTimestamp``) until the kubelet (a test) removes them.
 * metrics-server's pod metrics (``metrics.k8s.io/v1beta1``, list by label selector), with
   the CPU a test sets (:meth:`set_pod_cpu`); ``metrics_api=False`` answers 404 as a
   cluster without metrics-server does.
 
 Tests drive what controllers and kubelets would do with helpers that change state directly
-(not counted as client writes): :meth:`sync_pods` (a crude ReplicaSet controller),
+(not counted as client writes): :meth:`sync_pods` (one step of a crude Deployment controller:
+rolling updates surge and wait for readiness by ``maxSurge``/``maxUnavailable``, status
+counts ``updatedReplicas`` of the current template),
 :meth:`set_pod_status` with the status builders below (ready, unschedulable,
 ImagePullBackOff, init container exit 3, CrashLoopBackOff, OOMKilled), :meth:`remove_pods`,
 :meth:`set_log`, :meth:`expire_watches` (compaction), fault injection (:meth:`fail_next`,
 :meth:`touch_before_next_write`); :attr:`writes` lists the clients' successful write
 requests (no-op writes included) and :attr:`requests` every request.
 
-Not modeled: controllers (no ReplicaSets, no garbage collection or ownerReferences, no
-scheduler or kubelet: pods exist only when a test makes them), finalizers and foreground
-deletion, field selectors, pagination (``limit``/``continue``), JSON patch
+Not modeled: controllers that run by themselves (no ReplicaSets: pods are owned by their
+Deployment directly; no scheduler or kubelet: pods exist and change only when a test makes
+them; rollouts advance only when a test calls :meth:`sync_pods`, with no
+``progressDeadlineSeconds``, ``minReadySeconds``, pausing or rollback; scale-down removes
+pods at once), finalizers (so Foreground deletion does not hold the owner until its
+dependents are gone, and the garbage collector runs synchronously within the DELETE),
+field selectors, pagination (``limit``/``continue``), JSON patch
 (``application/json-patch+json``), strategic-merge directives (``$patch``,
 ``$setElementOrder``, ...: rejected), managedFields in responses (ownership is tracked per
 leaf field, lists as a whole), admission (quotas, webhooks, defaults beyond a few shown
@@ -143,6 +159,20 @@ class _Event:
     namespace: str
     type: str
     obj: Obj
+    prev: Obj | None = None  # the object before a MODIFIED: a selector may stop matching
+
+    def seen_through(self, match: Callable[[Obj], bool]) -> Obj | None:
+        """The event as a watch with this selector gets it, like the API server's watch
+        cache: a change that makes an object leave the selection is DELETED, one that makes
+        it enter is ADDED; None when the object is outside before and after."""
+        now = match(self.obj)
+        before = match(self.prev) if self.type == "MODIFIED" and self.prev else now
+        if not now and not before:
+            return None
+        kind = self.type
+        if self.type == "MODIFIED" and now != before:
+            kind = "ADDED" if now else "DELETED"
+        return {"type": kind, "object": copy.deepcopy(self.obj)}
 
 
 @dataclass
@@ -254,43 +284,79 @@ class ApiStandIn:
             self._compacted = self._rv
 
     def sync_pods(self, deployment: str, namespace: str | None = None) -> list[str]:
-        """A crude ReplicaSet controller: pods of the Deployment's current template, as many
-        as its replicas (new ones Pending); others removed. Returns the current pod names."""
+        """One step of a crude Deployment + ReplicaSet controller; returns the names of the
+        pods of the current template.
+
+        As many current-template pods as ``replicas`` are wanted. A template change rolls
+        out by the Deployment's RollingUpdate strategy (``maxSurge``/``maxUnavailable``,
+        numbers or percentages, 25% by default): new pods are created up to
+        ``replicas + maxSurge`` in all, and old ones removed only while the ready pods stay
+        at least ``replicas - maxUnavailable`` (not-ready old pods go first). So a rollout
+        takes several steps, with readiness (:meth:`set_pod_status`) in between; call
+        until it settles. ``Recreate`` removes every old pod first. New pods are Pending and
+        owned by the Deployment (``ownerReferences``; the real owner is a ReplicaSet)."""
         ns = namespace or self.namespaces[0]
         with self._cond:
             dep = self._objects[("deployments", ns, deployment)]
             template = dep["spec"]["template"]
-            labels = template["metadata"]["labels"]
             suffix = _short_hash(template)
-            mine = {
+            wanted = int(dep["spec"].get("replicas", 1))
+            pods = {
                 name: pod
                 for (p, n, name), pod in self._objects.items()
                 if (p, n) == ("pods", ns) and _selects(dep["spec"]["selector"], pod)
             }
-            current = sorted(name for name in mine if f"-{suffix}-" in name)
-            for name in set(mine) - set(current):
-                self._remove(("pods", ns, name))
-            wanted = int(dep["spec"].get("replicas", 1))
-            for name in current[wanted:]:
+            current = sorted(name for name in pods if f"-{suffix}-" in name)
+            old = sorted(set(pods) - set(current), key=lambda n: (_pod_ready(pods[n]), n))
+            for name in current[wanted:]:  # scaled down
                 self._remove(("pods", ns, name))
             current = current[:wanted]
+            surge, unavailable = _rollout_bounds(dep["spec"], wanted)
+            ready = sum(_pod_ready(pods[n]) for n in current + old)
+            kept = []
+            for name in old:
+                if _pod_ready(pods[name]):
+                    if ready - 1 < wanted - unavailable:
+                        kept.append(name)  # it still serves: the floor of ready pods
+                        continue
+                    ready -= 1
+                self._remove(("pods", ns, name))
+            old = kept
             for i in itertools.count():
-                if len(current) >= wanted:
+                if len(current) >= wanted or len(current) + len(old) >= wanted + surge:
                     break
                 name = f"{deployment}-{suffix}-{i:05d}"
                 if name in current:
                     continue
-                pod = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
-                    "spec": copy.deepcopy(template["spec"]),
-                    "status": {"phase": "Pending"},
-                }
-                self._store("pods", ns, pod, created=True)
+                self._store("pods", ns, self._new_pod(dep, name), created=True)
                 current.append(name)
             self._deployment_status(dep)
             return sorted(current)
+
+    @staticmethod
+    def _new_pod(dep: Obj, name: str) -> Obj:
+        meta = dep["metadata"]
+        template = dep["spec"]["template"]
+        owner = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": meta["namespace"],
+                "labels": dict(template["metadata"]["labels"]),
+                "ownerReferences": [owner],
+            },
+            "spec": copy.deepcopy(template["spec"]),
+            "status": {"phase": "Pending"},
+        }
 
     def set_pod_status(self, name: str, status: Obj, namespace: str | None = None) -> None:
         ns = namespace or self.namespaces[0]
@@ -360,8 +426,9 @@ class ApiStandIn:
             if plural == "deployments":
                 meta["generation"] = 1
         meta["resourceVersion"] = self._next_rv()
+        prev = self._objects.get((plural, ns, meta["name"]))
         self._objects[(plural, ns, meta["name"])] = obj
-        self._record("ADDED" if created else "MODIFIED", plural, ns, obj)
+        self._record("ADDED" if created else "MODIFIED", plural, ns, obj, prev)
         return obj
 
     def _remove(self, key: tuple[str, str, str]) -> Obj:
@@ -373,8 +440,10 @@ class ApiStandIn:
         self._record("DELETED", key[0], key[1], obj)
         return obj
 
-    def _record(self, kind: str, plural: str, ns: str, obj: Obj) -> None:
-        self._events.append(_Event(self._rv, plural, ns, kind, copy.deepcopy(obj)))
+    def _record(self, kind: str, plural: str, ns: str, obj: Obj, prev: Obj | None = None) -> None:
+        self._events.append(
+            _Event(self._rv, plural, ns, kind, copy.deepcopy(obj), copy.deepcopy(prev))
+        )
         self._cond.notify_all()
 
     def _deployment_status(self, dep: Obj) -> None:
@@ -385,13 +454,17 @@ class ApiStandIn:
             if (kind, n) == ("pods", ns) and _selects(dep["spec"]["selector"], p)
         ]
         ready = sum(1 for p in pods if _pod_ready(p))
+        suffix = _short_hash(dep["spec"]["template"])
+        updated = sum(1 for p in pods if f"-{suffix}-" in p["metadata"]["name"])
         status = {
             "observedGeneration": dep["metadata"].get("generation", 1),
             "replicas": len(pods),
-            "updatedReplicas": len(pods),
+            "updatedReplicas": updated,
             "readyReplicas": ready,
             "availableReplicas": ready,
         }
+        if len(pods) > ready:
+            status["unavailableReplicas"] = len(pods) - ready
         if dep.get("status") != status:
             dep = copy.deepcopy(dep)
             dep["status"] = status
@@ -444,7 +517,7 @@ class ApiStandIn:
                 self.writes.append(("patch", resource.plural, name))
                 return 200, result, "application/json"
             if method == "DELETE":
-                result = self._delete(resource, ns, name, query)
+                result = self._delete(resource, ns, name, query, body)
                 self.writes.append(("delete", resource.plural, name))
                 return 200, result, "application/json"
         raise ApiError(
@@ -665,19 +738,61 @@ class ApiStandIn:
         other["metadata"].setdefault("annotations", {})["example.com/touched"] = str(self._rv)
         self._commit(resource, ns, live, other, "someone-else")
 
-    def _delete(self, resource: Resource, ns: str, name: str, query: dict[str, str]) -> Obj:
-        policy = query.get("propagationPolicy", "Background")
+    def _delete(
+        self, resource: Resource, ns: str, name: str, query: dict[str, str], body: bytes
+    ) -> Obj:
+        options = _json_object(body) if body.strip() else {}
+        policy = query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
         if policy not in ("Background", "Foreground", "Orphan"):
             raise ApiError(400, "BadRequest", f'propagationPolicy "{policy}" is not supported')
         live = self._existing(resource, ns, name)
+        self._check_preconditions(resource, live, options.get("preconditions") or {})
         if resource.plural == "pods":  # graceful: the kubelet (a test) finishes it
-            if not live["metadata"].get("deletionTimestamp"):
-                pod = copy.deepcopy(live)
-                pod["metadata"]["deletionTimestamp"] = _now()
-                pod["metadata"]["deletionGracePeriodSeconds"] = 30
-                live = self._store("pods", ns, pod)
-            return copy.deepcopy(live)
-        return copy.deepcopy(self._remove((resource.plural, ns, name)))
+            return copy.deepcopy(self._terminate(ns, live))
+        removed = self._remove((resource.plural, ns, name))
+        self._collect_garbage(ns, removed["metadata"]["uid"], orphan=policy == "Orphan")
+        return copy.deepcopy(removed)
+
+    def _check_preconditions(self, resource: Resource, live: Obj, wanted: Obj) -> None:
+        meta = live["metadata"]
+        for field_name, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            if wanted.get(field_name) and wanted[field_name] != meta[field_name]:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f"Operation cannot be fulfilled on {resource.plural}.{_group(resource)} "
+                    f'"{meta["name"]}": Precondition failed: {label} in precondition: '
+                    f"{wanted[field_name]}, {label} in object meta: {meta[field_name]}",
+                    name=meta["name"],
+                    kind=resource.plural,
+                )
+
+    def _terminate(self, ns: str, pod: Obj) -> Obj:
+        """A pod deletion: marked terminating; the kubelet (a test) removes it later."""
+        if pod["metadata"].get("deletionTimestamp"):
+            return pod
+        pod = copy.deepcopy(pod)
+        pod["metadata"]["deletionTimestamp"] = _now()
+        pod["metadata"]["deletionGracePeriodSeconds"] = 30
+        return self._store("pods", ns, pod)
+
+    def _collect_garbage(self, ns: str, owner_uid: str, *, orphan: bool) -> None:
+        """The garbage collector, at once: dependents of a deleted owner (by
+        ownerReferences) are deleted too, or with ``Orphan`` only lose the reference."""
+        for (plural, n, _), obj in list(self._objects.items()):
+            refs = obj["metadata"].get("ownerReferences") or []
+            if n != ns or not any(r.get("uid") == owner_uid for r in refs):
+                continue
+            if orphan:
+                kept = copy.deepcopy(obj)
+                kept["metadata"]["ownerReferences"] = [r for r in refs if r["uid"] != owner_uid]
+                if not kept["metadata"]["ownerReferences"]:
+                    del kept["metadata"]["ownerReferences"]
+                self._store(plural, ns, kept)
+            elif plural == "pods":
+                self._terminate(ns, obj)
+            else:
+                self._remove((plural, ns, obj["metadata"]["name"]))
 
     def _log(self, ns: str, name: str | None, query: dict[str, str]) -> str:
         pod = self._existing(RESOURCES[("v1", "pods")], ns, name or "")
@@ -780,7 +895,12 @@ class ApiStandIn:
         if resource.kind == "Deployment":
             spec = obj["spec"]
             selector = spec.get("selector") or {}
-            if not _selects(selector, spec["template"]):
+            problems += _selector_problems(selector, "spec.selector")
+            if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+                problems.append(
+                    "spec.selector: Invalid value: {}: empty selector is invalid for deployment"
+                )
+            elif not _selects(selector, spec["template"]):
                 problems.append(
                     "spec.template.metadata.labels: Invalid value: "
                     "`selector` does not match template `labels`"
@@ -864,11 +984,12 @@ class ApiStandIn:
                         yield _bookmark(resource, self._rv)
                     return
                 sent = pending[-1].rv
-                batch = [
-                    {"type": e.type, "object": copy.deepcopy(e.obj)}
+                seen = (
+                    e.seen_through(match)
                     for e in pending
-                    if (e.plural, e.namespace) == (resource.plural, ns) and match(e.obj)
-                ]
+                    if (e.plural, e.namespace) == (resource.plural, ns)
+                )
+                batch = [event for event in seen if event is not None]
             yield from batch
 
 
@@ -1112,7 +1233,15 @@ def parse_selector(text: str) -> Callable[[Obj], bool]:
             continue
         m = re.fullmatch(r"([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)", term)
         if m:
-            key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
+            key, op = m.group(1), m.group(2)
+            values = {v.strip() for v in m.group(3).split(",") if v.strip()}
+            if not values:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f"unable to parse requirement: {term!r}: for 'in', 'notin' operators, "
+                    "values set can't be empty",
+                )
             terms.append(_in(key, values) if op == "in" else _notin(key, values))
             continue
         m = re.fullmatch(r"([\w./-]+)\s*(==|=|!=)\s*([\w.-]*)", term)
@@ -1165,9 +1294,45 @@ def _exists(key: str, present: bool) -> Callable[[dict[str, str]], bool]:
 
 
 def _selects(selector: Obj, obj: Obj) -> bool:
+    """A ``LabelSelector`` (matchLabels and matchExpressions, ANDed) against an object; an
+    empty selector selects nothing here (a Deployment may not have one: see _validate)."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
     wanted = selector.get("matchLabels") or {}
-    return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
+    expressions = selector.get("matchExpressions") or []
+    if not wanted and not expressions:
+        return False
+    return all(labels.get(k) == v for k, v in wanted.items()) and all(
+        _expression(e)(labels) for e in expressions
+    )
+
+
+def _expression(e: Obj) -> Callable[[dict[str, str]], bool]:
+    key, op, values = e.get("key", ""), e.get("operator"), set(e.get("values") or [])
+    if op == "In":
+        return _in(key, values)
+    if op == "NotIn":
+        return _notin(key, values)
+    return _exists(key, op == "Exists")
+
+
+def _selector_problems(selector: Obj, where: str) -> list[str]:
+    """What the real validation says about a LabelSelector's expressions."""
+    problems = []
+    for i, e in enumerate(selector.get("matchExpressions") or []):
+        at = f"{where}.matchExpressions[{i}]"
+        op, values = e.get("operator"), e.get("values") or []
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            problems.append(f'{at}.operator: Invalid value: "{op}": not a valid selector operator')
+        elif op in ("In", "NotIn") and not values:
+            problems.append(
+                f"{at}.values: Required value: must be specified when `operator` is 'In' or 'NotIn'"
+            )
+        elif op in ("Exists", "DoesNotExist") and values:
+            problems.append(
+                f"{at}.values: Forbidden: may not be specified when `operator` is 'Exists' or "
+                "'DoesNotExist'"
+            )
+    return problems
 
 
 # -- merging --------------------------------------------------------------------------------
@@ -1432,6 +1597,25 @@ def status_crash_loop(
 
 def status_oom_killed(restarts: int = 1) -> Obj:
     return status_crash_loop(exit_code=137, reason="OOMKilled", message="", restarts=restarts)
+
+
+def _rollout_bounds(spec: Obj, replicas: int) -> tuple[int, int]:
+    """(maxSurge, maxUnavailable) of a Deployment spec as pod counts, as the real
+    controller resolves them (surge rounds up, unavailable down; never both zero)."""
+    strategy = spec.get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        return 0, replicas
+    rolling = strategy.get("rollingUpdate") or {}
+
+    def resolve(value: int | str, round_up: bool) -> int:
+        if isinstance(value, int):
+            return value
+        share = int(value.rstrip("%")) * replicas
+        return -(-share // 100) if round_up else share // 100
+
+    surge = resolve(rolling.get("maxSurge", "25%"), True)
+    unavailable = resolve(rolling.get("maxUnavailable", "25%"), False)
+    return (surge, 1) if surge == unavailable == 0 else (surge, unavailable)
 
 
 def _short_hash(template: Obj) -> str:

@@ -18,19 +18,26 @@ OSS where a client could get it wrong:
   NoSuchBucket, NoSuchKey, PreconditionFailed, InvalidArgument, InvalidDigest.
 * PutObject (Content-Length or chunked body; Content-MD5 checked), GetObject (single
   ``Range``, 206 + ``Content-Range``; an unsatisfiable range returns the whole object unless
-  ``x-oss-range-behavior: standard`` asks for 416; ``If-Match``/``If-None-Match``), HeadObject,
+  ``x-oss-range-behavior: standard`` asks for 416; ``If-Match``/``If-None-Match`` with ETag
+  lists and ``*``), HeadObject,
   DeleteObject, ListObjects (V1 marker paging) and ListObjectsV2 (prefix, delimiter, max-keys,
   start-after, continuation-token, fetch-owner, ``encoding-type=url``); ``ETag``,
   ``Last-Modified``, ``Content-Length`` and ``x-oss-hash-crc64ecma`` (whole-object CRC64, also
   on ranged GETs). Buckets are made with :meth:`OssServer.create_bucket`, not over HTTP.
-* Knobs for tests: :meth:`OssServer.fail_next` (5xx), :meth:`OssServer.drop_next` (close the
+* Objects as a multipart upload leaves them (:meth:`OssServer.put` with ``parts``): ETag
+  ``<MD5 of the parts' MD5s>-<N>``, type ``Multipart`` in headers and listings; and
+  :meth:`OssServer.put` stores many objects fast (listings longer than one 1000-key page).
+* Knobs for tests: :meth:`OssServer.before_next` (run another writer's change, e.g. replace
+  the object, just before a request is served), :meth:`OssServer.fail_next` (5xx),
+  :meth:`OssServer.drop_next` (close the
   connection mid-body), :meth:`OssServer.corrupt_next` (flip a body byte),
   :attr:`OssServer.crc_headers` (omit CRC64 headers), and counters per key
   (:meth:`OssServer.requests_for`, :meth:`OssServer.bytes_served`, :attr:`OssServer.calls`).
 
 Not covered (refused with a 400, or simply not checked): V2 (``OSS2``) signatures, presigned
 URLs and POST-policy uploads; virtual-hosted-style addressing, CNAMEs, HTTPS; bucket creation
-and deletion over HTTP, multipart upload, append, copy, symlinks, versioning, tagging,
+and deletion over HTTP, the multipart upload API itself (InitiateMultipartUpload, UploadPart,
+Complete...: only its result is modeled), append, copy, symlinks, versioning, tagging,
 lifecycle, bucket ACL/policy APIs, RAM policies, ListBuckets; storage classes and restore;
 server-side encryption; ``response-*`` header overrides; multi-range GETs; request-payer,
 traffic limits, QoS; OSS's ``EC`` error sub-codes; non-ASCII header values; Expect/100-continue.
@@ -125,12 +132,13 @@ class Call:
 
 @dataclass
 class _Fault:
-    kind: str  # "fail" | "drop" | "corrupt" | "slow"
+    kind: str  # "fail" | "drop" | "corrupt" | "slow" | "before"
     remaining: int
     status: int = 503
     after: int = 0
     rate: float = 0.0  # bytes/s, for "slow"
     match: Callable[[Call], bool] | None = None
+    action: Callable[[], None] | None = None  # "before": run ahead of the request
 
 
 @dataclass
@@ -141,6 +149,7 @@ class _Object:
     crc: int
     mtime: float
     content_type: str
+    type: str = "Normal"  # "Multipart" when uploaded in parts (its ETag is not an MD5)
 
 
 @dataclass
@@ -205,6 +214,23 @@ class OssServer:
     def set_grants(self, bucket: str, grants: Mapping[str, str] | None) -> None:
         with self._lock:
             self._buckets[bucket].grants = None if grants is None else dict(grants)
+
+    def put(self, bucket: str, key: str, data: bytes, *, parts: int = 0) -> str:
+        """Store an object directly, not over HTTP (fast, for many keys); returns its
+        ETag. With ``parts`` it is stored as a multipart upload of that many equal parts
+        would leave it: ETag ``<MD5 of the parts' MD5s>-<parts>`` (upper-case hex, not the
+        content's MD5) and object type ``Multipart``."""
+        path = self._new_path()
+        path.write_bytes(data)
+        bucket_ = self._bucket(bucket)
+        return self._store(bucket_, key, path, "application/octet-stream", None, parts).etag
+
+    def before_next(
+        self, action: Callable[[], None], n: int = 1, match: Callable[[Call], bool] | None = None
+    ) -> None:
+        """Run ``action`` (another writer, e.g. :meth:`put` replacing the object) just
+        before the next ``n`` (matching) requests are served."""
+        self._add_fault(_Fault("before", n, match=match, action=action))
 
     # -- faults ---------------------------------------------------------------------------------
     def fail_next(
@@ -274,7 +300,13 @@ class OssServer:
         return bucket
 
     def _store(
-        self, bucket: _Bucket, key: str, body: Path, content_type: str, content_md5: str | None
+        self,
+        bucket: _Bucket,
+        key: str,
+        body: Path,
+        content_type: str,
+        content_md5: str | None,
+        parts: int = 0,
     ) -> _Object:
         md5, crc = hashlib.md5(), oss2.utils.Crc64()
         size = 0
@@ -285,9 +317,12 @@ class OssServer:
                 size += len(chunk)
         if content_md5 is not None and content_md5 != base64.b64encode(md5.digest()).decode():
             raise OssError(400, "InvalidDigest", "The Content-MD5 you specified is not valid.")
+        etag, kind = md5.hexdigest().upper(), "Normal"
+        if parts:
+            etag, kind = f"{_multipart_md5(body, size, parts)}-{parts}", "Multipart"
         path = self._new_path()
         body.rename(path)  # out of the handler's way: it deletes its upload file when done
-        obj = _Object(path, size, md5.hexdigest().upper(), crc.crc, time.time(), content_type)
+        obj = _Object(path, size, etag, crc.crc, time.time(), content_type, kind)
         with self._lock:
             old = bucket.objects.get(key)
             bucket.objects[key] = obj
@@ -338,6 +373,9 @@ class _Handler(BaseHTTPRequestHandler):
         body: Path | None = None
         try:
             body = self._receive_body() if self.command in ("PUT", "POST") else None
+            before = self.oss._take_fault(["before"], call)
+            if before is not None and before.action is not None:
+                before.action()
             fault = self.oss._take_fault(["fail"], call)
             if fault:
                 code = "InternalError" if fault.status == 500 else "ServiceUnavailable"
@@ -401,19 +439,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _get(self, obj: _Object, headers: dict[str, str]) -> None:
         etag = f'"{obj.etag}"'
-        if "if-match" in headers and headers["if-match"].strip('"') != obj.etag:
+        if headers.get("if-match", "*").strip() != "*" and not _etag_in(headers["if-match"], obj):
             raise OssError(412, "PreconditionFailed", Condition="If-Match")
         meta = {
             "ETag": etag,
             "Last-Modified": email.utils.formatdate(obj.mtime, usegmt=True),
             "Content-Type": obj.content_type,
             "Accept-Ranges": "bytes",
-            "x-oss-object-type": "Normal",
+            "x-oss-object-type": obj.type,
             "x-oss-storage-class": "Standard",
         }
         if self.oss.crc_headers:
             meta["x-oss-hash-crc64ecma"] = str(obj.crc)
-        if headers.get("if-none-match", "").strip('"') == obj.etag:
+        none_match = headers.get("if-none-match", "")
+        if none_match.strip() == "*" or _etag_in(none_match, obj):
             return self._reply(304, b"", headers=meta, length=False)
         start, end = 0, obj.size - 1
         status = 200
@@ -715,7 +754,7 @@ def _list_objects(name: str, objects: Mapping[str, _Object], query: Mapping[str,
         modified = datetime.fromtimestamp(obj.mtime, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
         out.append(
             f"<Contents><Key>{text(item)}</Key><LastModified>{modified}</LastModified>"
-            f'<ETag>"{obj.etag}"</ETag><Type>Normal</Type><Size>{obj.size}</Size>'
+            f'<ETag>"{obj.etag}"</ETag><Type>{obj.type}</Type><Size>{obj.size}</Size>'
             f"<StorageClass>Standard</StorageClass>{owner if with_owner else ''}</Contents>"
         )
     out.extend(
@@ -723,6 +762,22 @@ def _list_objects(name: str, objects: Mapping[str, _Object], query: Mapping[str,
     )
     body = "".join(out)
     return f'<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult>{body}</ListBucketResult>'
+
+
+def _etag_in(header: str, obj: _Object) -> bool:
+    """Whether an If-Match/If-None-Match list (``"a", W/"b"``) names the object's ETag."""
+    tags = (t.strip().removeprefix("W/").strip('"') for t in header.split(","))
+    return obj.etag in tags
+
+
+def _multipart_md5(path: Path, size: int, parts: int) -> str:
+    """The hex MD5 of the concatenated binary MD5s of ``parts`` equal parts of a file."""
+    step = max(1, -(-size // parts))
+    digests = b""
+    with path.open("rb") as f:
+        for _ in range(parts):
+            digests += hashlib.md5(f.read(step)).digest()
+    return hashlib.md5(digests).hexdigest().upper()
 
 
 def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:

@@ -1,7 +1,31 @@
-"""Shared pytest set-up: each area keeps its fixtures in its own plugin module."""
+"""Shared pytest set-up: each area keeps its fixtures in its own plugin module; this file
+holds the suite-wide rules (timeouts, what ``slow`` means)."""
+
+from __future__ import annotations
+
+import pytest
 
 pytest_plugins = [
     "tests.fixtures_db",
     "tests.fixtures_oss",
     "tests.fixtures_triton",
 ]
+
+# Per-test bound for tests marked slow (the fast ones get pyproject's `timeout`): the
+# end-to-end journey takes about a minute and a half on a loaded 2-core machine.
+SLOW_TEST_TIMEOUT = 420
+# Fixtures that start real Triton: a test using one must be marked slow, so that
+# `-m "not slow"` never starts tritonserver.
+TRITON_FIXTURES = {"triton_server"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmarked = []
+    for item in items:
+        if item.get_closest_marker("slow") is None:
+            if TRITON_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+                unmarked.append(item.nodeid)
+        elif item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TEST_TIMEOUT))
+    if unmarked:
+        raise pytest.UsageError(f"these start real Triton but are not marked slow: {unmarked}")

@@ -21,6 +21,23 @@ from controlplane import migrate
 POSTGRES_URL = os.environ.get(
     "OPENEAS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+_UNREACHABLE = "PostgreSQL unreachable"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say loudly, at the end of the run, that the PostgreSQL cases did not run."""
+    skipped = [
+        r for r in terminalreporter.stats.get("skipped", []) if _UNREACHABLE in str(r.longrepr)
+    ]
+    if skipped:
+        terminalreporter.write_sep(
+            "!",
+            f"{len(skipped)} PostgreSQL cases SKIPPED ({POSTGRES_URL.split('@')[-1]} "
+            "unreachable); CI runs them (OPENEAS_REQUIRE_POSTGRES=1)",
+            red=True,
+            bold=True,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +50,7 @@ def postgres_server_url() -> Iterator[str]:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as e:
         admin.dispose()
-        reason = f"PostgreSQL unreachable at {make_url(POSTGRES_URL).render_as_string()}: {e}"
+        reason = f"{_UNREACHABLE} at {make_url(POSTGRES_URL).render_as_string()}: {e}"
         if os.environ.get("OPENEAS_REQUIRE_POSTGRES") == "1":
             pytest.fail(reason)
         pytest.skip(reason)

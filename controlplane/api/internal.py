@@ -31,9 +31,7 @@ def router(
 ) -> APIRouter:
     api = APIRouter(dependencies=[Depends(AdminAuth(settings.admin_token))])
 
-    def current_version() -> int:
-        with sessions() as s:
-            return route_feed.version(s)
+    watch = route_feed.VersionWatch(sessions, POLL_SECONDS)
 
     @api.get(ROUTES_PATH, tags=["internal"], response_model=None)
     async def route_table(
@@ -45,10 +43,10 @@ def router(
         without one). With ``wait`` it is a long-poll: answered at once when the version
         differs from ``after``, else 204 after ``wait`` seconds."""
         deadline = time.monotonic() + wait
-        while await run_in_threadpool(current_version) == after:
+        # In steps, to notice a gateway that went away (its long-poll ends with it).
+        while not await watch.wait_past(after, min(1.0, max(0.0, deadline - time.monotonic()))):
             if time.monotonic() >= deadline or await request.is_disconnected():
                 return Response(status_code=204)
-            await route_feed.CHANGED.wait(POLL_SECONDS)
         return await run_in_threadpool(
             route_feed.table, sessions, settings.cluster_id, settings.default_timeout_ms, after
         )

@@ -203,7 +203,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
 
 
 def _version(if_match: str | None) -> int | None:
-    if if_match is None:
+    if if_match is None or if_match.strip() == "*":  # "*": any current version (RFC 9110)
         return None
     raw = if_match.strip().removeprefix("W/").strip('"')
     if not raw.isdigit():

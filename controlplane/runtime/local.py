@@ -233,11 +233,15 @@ class LocalRuntime:
 
     @staticmethod
     def _terminate(replica: Replica) -> None:
-        if replica.process is not None and replica.process.returncode is None:
+        process = replica.process
+        if process is not None and process.returncode is None:
             # The processor alone: it forwards to tritonserver, which stops its own
             # backend stubs; signalling the whole group makes Triton wait for dead stubs.
             with contextlib.suppress(ProcessLookupError):
-                replica.process.send_signal(signal.SIGTERM)
+                process.send_signal(signal.SIGTERM)
+            # Whatever of the group still runs after the grace period goes at once (a
+            # replica ignoring SIGTERM, or a stub holding GPU memory).
+            asyncio.get_running_loop().call_later(STOP_GRACE, _kill_group, process)
 
     async def _supervise(self, replica: Replica) -> None:
         try:
@@ -338,6 +342,12 @@ class LocalRuntime:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
+
+
+def _kill_group(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 class _ProgressWatch:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
 
 from contract.wire import token_digest
-from tests.controlplane.conftest import seed_spec
+from tests.controlplane.conftest import ADMIN, seed_spec
 
 SVC = "/api/v2/services/local/triton_test"
 
@@ -225,6 +229,95 @@ def test_concurrent_updates_lose_no_write(client: TestClient) -> None:
     assert desc["ServiceConfig"]["metadata"]["cpu"] == 8
     assert desc["ServiceConfig"]["metadata"]["memory"] == 1007
     assert desc["Generation"] == 17
+
+
+def test_racing_conditional_updates_one_wins(client: TestClient) -> None:
+    """Writers that read the same ResourceVersion race: exactly one write lands (200), the
+    others are told the service changed (412); the spec moved exactly one generation."""
+    create(client)
+    version = client.get(SVC).json()["ResourceVersion"]
+    writers = 4
+    start = threading.Barrier(writers)
+    codes: list[int] = []
+
+    def write(cpu: int) -> None:  # cpu differs from the seed's: no write is a no-op
+        start.wait()
+        r = client.put(SVC, json={"metadata": {"cpu": cpu}}, headers={"If-Match": f'"{version}"'})
+        codes.append(r.status_code)
+
+    threads = [threading.Thread(target=write, args=(cpu,)) for cpu in range(10, 10 + writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(codes) == [200] + [412] * (writers - 1)
+    desc = client.get(SVC).json()
+    assert desc["Generation"] == 2 and desc["ResourceVersion"] == version + 1
+
+
+def test_if_match_star_means_any_version(client: TestClient) -> None:
+    """``If-Match: *`` (RFC 9110: any current representation) makes the write unconditional
+    on the version; the service must still exist."""
+    create(client)
+    r = client.put(SVC, json={"metadata": {"cpu": 2}}, headers={"If-Match": "*"})
+    assert r.status_code == 200, r.text
+    assert r.json()["ServiceConfig"]["metadata"]["cpu"] == 2
+    missing = client.put(
+        "/api/v2/services/local/nothing_here",
+        json={"metadata": {"cpu": 2}},
+        headers={"If-Match": "*"},
+    )
+    assert missing.status_code == 404
+    bad = client.put(SVC, json={"metadata": {"cpu": 3}}, headers={"If-Match": "version-7"})
+    assert bad.status_code == 422 and "If-Match" in errors_of(bad)
+
+
+def test_a_write_that_keeps_meeting_newer_versions_gives_up_with_409(
+    client: TestClient,
+) -> None:
+    """Every attempt to store finds that another writer got there first (StaleDataError,
+    raised here at each flush of a service): after its bounded retries the API answers 409
+    and the stored spec is unchanged."""
+    attempts: list[int] = []
+
+    def stale(session: Session, *_: Any) -> None:
+        if any(getattr(o, "__tablename__", "") == "services" for o in session.dirty):
+            attempts.append(1)
+            raise StaleDataError("another writer changed the service")
+
+    create(client)
+    before = client.get(SVC).json()
+    event.listen(Session, "before_flush", stale)
+    try:
+        r = client.put(SVC, json={"metadata": {"cpu": 2}})
+    finally:
+        event.remove(Session, "before_flush", stale)
+    assert r.status_code == 409, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert "concurrently" in r.json()["detail"]
+    assert len(attempts) > 1  # retried, and bounded (the request returned)
+    after = client.get(SVC).json()
+    assert (after["Generation"], after["ResourceVersion"]) == (
+        before["Generation"],
+        before["ResourceVersion"],
+    )
+
+
+def test_tokens_never_reach_a_log(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    """Every log record of a service's life, at DEBUG, names neither its tokens nor the
+    admin credential (nor a wrong token a caller sent)."""
+    caplog.set_level(logging.DEBUG)
+    first = create(client, token="my-own-token-0123456789")["Token"]
+    client.get(SVC)
+    client.put(SVC, json={"metadata": {"cpu": 2}})
+    rotated = client.post(SVC + "/token").json()["Token"]
+    assert rotated != first and client.get(SVC + "/token").json()["Token"] == rotated
+    client.get(SVC, headers={"Authorization": "Bearer wrong-admin-token-0123456789"})
+    client.delete(SVC)
+    assert caplog.records, "nothing was logged: the check would prove nothing"
+    text = caplog.text + "".join(str(r.args) for r in caplog.records)
+    for secret in (first, rotated, ADMIN, "wrong-admin-token-0123456789"):
+        assert secret not in text
 
 
 def test_stop_start_scale_rotate_delete(client: TestClient) -> None:

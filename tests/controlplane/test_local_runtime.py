@@ -5,9 +5,11 @@ rolling updates that never drop to zero ready replicas, logs, and no orphans."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -15,10 +17,13 @@ from pathlib import Path
 import pytest
 
 from contract.progress import Progress
+from controlplane.runtime import local as local_module
 from controlplane.runtime.base import DesiredReplicaSet, Resources
 from controlplane.runtime.local import LocalRuntime
 from processors import progress, registry
 from processors.base import Ports, Processor, ReplicaPlan
+from testing.waiting import wait_until_async
+from tests.fixtures_triton import is_alive
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "fake_replica.py"
 
@@ -60,12 +65,8 @@ async def runtime(tmp_path: Path) -> AsyncIterator[LocalRuntime]:
     await rt.close()
 
 
-async def until(check: Callable[[], Awaitable[object]], timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not reached")
+async def until(check: Callable[[], Awaitable[object]], timeout: float = 20.0) -> None:
+    await wait_until_async(check, timeout, interval=0.05)
 
 
 async def states(rt: LocalRuntime) -> list[str]:
@@ -97,21 +98,24 @@ async def test_replica_becomes_ready_with_an_endpoint(runtime: LocalRuntime) -> 
 
 
 async def test_a_killed_replica_restarts_with_backoff(runtime: LocalRuntime) -> None:
-    await runtime.apply(want())
+    await runtime.apply(want())  # base_backoff=0.2: restarts wait 0.2 s, then 0.4 s
     ready = states_are(runtime, ["Running"])
     await until(ready)
-    (first,) = pids(runtime)
-    os.kill(first, signal.SIGKILL)
+    gaps = []
+    for restarts in (1, 2):
+        (old,) = pids(runtime)
+        os.kill(old, signal.SIGKILL)
+        killed = time.monotonic()
 
-    async def crashed() -> bool:
-        return (await runtime.observe("svc")).replicas[0].restarts == 1
+        async def restarted(old: int = old) -> bool:
+            return pids(runtime) not in ([], [old])
 
-    await until(crashed)
-    await until(ready)
-    (second,) = pids(runtime)
-    assert second != first
-    (replica,) = (await runtime.observe("svc")).replicas
-    assert replica.restarts == 1 and replica.state == "Running"
+        await until(restarted)
+        gaps.append(time.monotonic() - killed)
+        await until(ready)
+        (replica,) = (await runtime.observe("svc")).replicas
+        assert replica.restarts == restarts and replica.state == "Running"
+    assert gaps[0] >= 0.2 and gaps[1] >= 0.4, gaps
 
 
 async def test_permanent_exit_is_failed_and_not_restarted(runtime: LocalRuntime) -> None:
@@ -155,17 +159,51 @@ async def test_rolling_update_keeps_a_ready_replica(
 
     monkeypatch.setenv("FAKE_READY_AFTER", "1.0")  # the new replica takes a while
     new = want(template="t2")
-    lowest = 1
-    for _ in range(300):
+    ready: list[int] = []  # ready replicas, sampled through the rollout
+    sizes: list[int] = []  # replicas (old and new) at the same instants
+
+    async def rolled_out() -> bool:
         await runtime.apply(new)
-        lowest = min(lowest, await ready_count())
+        ready.append(await ready_count())
         replicas = (await runtime.observe("svc")).replicas
-        if [(r.template_hash, r.state) for r in replicas] == [("t2", "Running")]:
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("rollout did not finish")
-    assert lowest == 1
+        sizes.append(len(replicas))
+        return [(r.template_hash, r.state) for r in replicas] == [("t2", "Running")]
+
+    await until(rolled_out, timeout=30)
+    # The new replica took ~1 s to become ready, sampled every 0.05 s: many samples, and the
+    # old one served meanwhile (surge of one), never zero ready.
+    assert len(ready) >= 5 and max(sizes) == 2, (ready, sizes)
+    assert min(ready) == 1, ready
+
+
+async def test_a_replica_ignoring_sigterm_is_killed_with_its_group_after_the_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM goes to the processor alone; whatever still runs after the grace period is
+    SIGKILLed as a whole process group (here a replica and its child both ignore SIGTERM)."""
+    grace = 0.5
+    monkeypatch.setattr(local_module, "STOP_GRACE", grace)
+    rt = LocalRuntime(tmp_path, lambda _: None, probe_interval=0.05, drain_seconds=0.0)
+    await rt.apply(want(behaviour="stubborn"))
+    (replica,) = await wait_until_async(lambda: pids(rt))
+    try:
+        await until(states_are(rt, ["Running"]))
+        log = await wait_until_async(lambda: "stub pid" in (text := replica_log(tmp_path)) and text)
+        stub = int(log.split("stub pid ")[1].split()[0])
+        stopping = time.monotonic()
+        assert not await rt.delete("svc")
+        await until(lambda: rt.delete("svc"), timeout=grace + 3)
+        took = time.monotonic() - stopping
+        assert not is_alive(replica) and not is_alive(stub)
+        assert took >= grace, took  # not before the grace period
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(replica, signal.SIGKILL)  # so that close() returns whatever happened
+        await rt.close()
+
+
+def replica_log(data_dir: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in data_dir.rglob("*.log"))
 
 
 async def test_delete_and_close_leave_no_process(runtime: LocalRuntime) -> None:

@@ -4,6 +4,8 @@ and PostgreSQL, plus leader election between two reconcilers on one database."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -24,6 +26,7 @@ from controlplane.runtime.base import (
     TemporaryRuntimeError,
 )
 from controlplane.services import Services
+from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec
 
 
@@ -34,6 +37,7 @@ class FakeRuntime:
         self.notify = notify
         self.replicas: dict[str, list[ReplicaStatus]] = {}
         self.applied: list[DesiredReplicaSet] = []
+        self.applied_at: list[float] = []  # time.monotonic() of each apply call
         self.fail_apply: list[Exception] = []
         self.deletes_pending = 0
         self.closed = False
@@ -42,6 +46,7 @@ class FakeRuntime:
 
     async def apply(self, desired: DesiredReplicaSet) -> None:
         self.applied.append(desired)
+        self.applied_at.append(time.monotonic())
         if self.fail_apply:
             raise self.fail_apply.pop(0)
         have = [
@@ -111,12 +116,8 @@ class Harness:
     def row(self, name: str = "triton_test") -> Any:
         return self.services.get("local", name)
 
-    async def until(self, check: Callable[[], bool], timeout: float = 5.0) -> None:
-        for _ in range(int(timeout / 0.02)):
-            if check():
-                return
-            await asyncio.sleep(0.02)
-        raise AssertionError("condition not reached")
+    async def until(self, check: Callable[[], bool], timeout: float = 15.0) -> None:
+        await wait_until_async(check, timeout)
 
     def reasons(self, name: str = "triton_test") -> list[str]:
         return [e.reason for e in self.services.events("local", name)]
@@ -203,6 +204,10 @@ async def test_temporary_errors_are_retried_with_backoff(
     h.services.create(seed_spec())
     await h.until(lambda: h.row().status == "Waiting")
     assert len(h.runtime.applied) == 3
+    # Requeued 0.5 s after the first failure, then 1 s after the second (doubling).
+    first, second = (b - a for a, b in itertools.pairwise(h.runtime.applied_at))
+    assert first >= 0.45 and second >= 0.95, (first, second)
+    assert second > first * 1.5, (first, second)
 
 
 async def test_crashloop_then_recovery(running: tuple[Harness, Reconciler]) -> None:
@@ -297,7 +302,10 @@ async def test_only_one_of_two_reconcilers_leads(harness: Harness) -> None:
     second = harness.make_reconciler(lease_ttl=0.6)
     tasks = [asyncio.create_task(first.run()), asyncio.create_task(second.run())]
     await harness.until(lambda: first.is_leader or second.is_leader)
-    await asyncio.sleep(0.8)
+    # Through more than a lease's life, never both at once.
+    for _ in range(40):
+        assert not (first.is_leader and second.is_leader)
+        await asyncio.sleep(0.02)
     assert first.is_leader != second.is_leader
     leader, follower = (first, second) if first.is_leader else (second, first)
     harness.services.create(seed_spec())

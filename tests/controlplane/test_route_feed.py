@@ -4,6 +4,7 @@ the whole table, whatever it missed; removals, rotations and restarts of either 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -149,4 +150,49 @@ def test_another_control_plane_on_the_same_database_continues_the_deltas(
         delta = gateway.poll(second)
         assert not delta.full and [r.service for r in delta.routes] == ["b"]
         assert gateway.routes == whole(second)
+    engine.dispose()
+
+
+async def test_one_reader_serves_every_waiting_long_poll(settings: Settings) -> None:
+    """However many gateways long-poll one control plane, the counter is read once per
+    interval (plus once as each poll arrives), and not at all once none waits."""
+    from sqlalchemy import update
+
+    from controlplane.models import CounterRow
+
+    engine = make_engine(settings.sqlalchemy_url)
+    sessions = make_sessions(engine)
+    watch = route_feed.VersionWatch(sessions, interval=0.1)
+    reads = 0
+    read = watch._read
+
+    def counting() -> int:
+        nonlocal reads
+        reads += 1
+        return read()
+
+    watch._read = counting  # type: ignore[method-assign]
+    with sessions() as s:
+        start = route_feed.version(s)
+
+    def bump_elsewhere() -> None:  # a commit by another process: no in-process signal
+        with engine.begin() as conn:
+            conn.execute(
+                update(CounterRow)
+                .where(CounterRow.name == route_feed.COUNTER)
+                .values(value=CounterRow.value + 1)
+            )
+
+    waiters = [asyncio.create_task(watch.wait_past(start, 5.0)) for _ in range(20)]
+    await asyncio.sleep(0.35)
+    assert not any(w.done() for w in waiters)
+    before = reads
+    await asyncio.to_thread(bump_elsewhere)
+    assert all(await asyncio.gather(*waiters))  # each saw the change
+    assert reads - before <= 3  # one reader for all twenty, at its interval
+    assert reads <= 20 + 8  # a fresh read per arriving poll, plus the reader's ticks
+    await asyncio.sleep(0.3)
+    idle = reads
+    await asyncio.sleep(0.3)
+    assert reads == idle  # nobody waiting: nothing read
     engine.dispose()

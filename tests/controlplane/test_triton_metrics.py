@@ -50,6 +50,7 @@ async def test_queue_time_is_the_delta_ratio_across_replicas() -> None:
     assert await q.sample("svc", ["http://a", "http://b"]) == 0.0
 
 
+@pytest.mark.slow
 def test_real_triton_exposes_the_counters(triton_server: TritonServer) -> None:
     def scrape() -> tuple[float, float]:
         url = f"http://127.0.0.1:{triton_server.metrics_port}/metrics"

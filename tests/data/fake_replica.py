@@ -3,11 +3,17 @@ given port (after an optional delay) or exits with a given code, like a processo
 
 import http.server
 import os
+import signal
+import subprocess
 import sys
 import time
 
 port, behaviour = int(sys.argv[1]), sys.argv[2]
 print(f"fake replica on {port}: {behaviour}", flush=True)
+if behaviour == "stubborn":  # ignores SIGTERM, and so does its child (like a hung stub)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    stub = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print(f"stub pid {stub.pid}", flush=True)
 if behaviour.startswith("exit:"):
     time.sleep(0.2)
     print("openeas: model pull failed: oss://b/models is empty", file=sys.stderr, flush=True)

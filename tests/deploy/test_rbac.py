@@ -12,10 +12,8 @@ that talks to the API: a new call in the client fails this test until the scenar
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.spec import StoredSpec
 from testing import k8s_server as ks
+from testing.waiting import wait_until_async
 from tests.deploy.chart import ROOT, VALUE_SETS, Obj, find, render
 from tests.kubernetes.conftest import RESOURCE_GROUPS
 
@@ -117,11 +116,8 @@ def want(generation: int = 1, instance: int = 1) -> DesiredReplicaSet:
     )
 
 
-async def _until(check: Callable[[], object], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
+async def _until(check: Callable[[], object], timeout: float = 15.0) -> None:
+    await wait_until_async(check, timeout)
 
 
 @pytest.fixture

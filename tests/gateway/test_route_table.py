@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
+import logging
 
 import pytest
 
 from contract.wire import RouteTable
 from gateway.balancer import EndpointPool
 from gateway.route_table import ControlPlaneRouteSource, RouteChange, RouteState
+from testing.waiting import seconds_until
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import (
     SERVICE,
@@ -47,15 +48,6 @@ def health(gw: Gateway) -> dict[str, object]:
         return doc
     finally:
         conn.close()
-
-
-def wait_for(predicate: object, timeout: float = 5.0) -> float:
-    """Seconds until ``predicate()`` held; fails after ``timeout``."""
-    started = time.monotonic()
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() - started < timeout, "condition not reached in time"
-        time.sleep(0.02)
-    return time.monotonic() - started
 
 
 def test_swap_keeps_live_state() -> None:
@@ -148,25 +140,30 @@ def test_control_plane_changes_arrive_within_a_second(
 
     cp = control_plane
     lt.call(lambda: cp.publish(table(route([echo.url], token="new-token"), version=2)))
-    assert wait_for(lambda: status_of(gw, "new-token") == 200) < 1.0
+    assert seconds_until(lambda: status_of(gw, "new-token") == 200) < 1.0
     assert status_of(gw) == 401
     lt.call(lambda: cp.publish(table(route([], token="new-token"), version=3)))
-    assert wait_for(lambda: status_of(gw, "new-token") == 503) < 1.0
+    assert seconds_until(lambda: status_of(gw, "new-token") == 503) < 1.0
     lt.call(lambda: cp.publish(table(version=4)))
-    assert wait_for(lambda: status_of(gw, "new-token") == 404) < 1.0
+    assert seconds_until(lambda: status_of(gw, "new-token") == 404) < 1.0
     assert health(gw)["route_table_version"] == 4
     # Long-polls carry the version the gateway has.
     assert (3, 2.0) in cp.polls
 
 
 def test_control_plane_down_keeps_serving(
-    make_gateway: GatewayFactory, control_plane: FakeControlPlane, lt: LoopThread, echo: Echo
+    make_gateway: GatewayFactory,
+    control_plane: FakeControlPlane,
+    lt: LoopThread,
+    echo: Echo,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     gw = make_gateway(source=cp_source(control_plane))
     assert status_of(gw) == 200
     port = control_plane.port
     lt.run(control_plane.stop())
-    wait_for(lambda: str(health(gw)["control_plane"]).startswith("unreachable since "))
+    seconds_until(lambda: str(health(gw)["control_plane"]).startswith("unreachable since "))
     doc = health(gw)
     assert doc["status"] == "ok" and doc["route_table_version"] == 1
     assert all(status_of(gw) == 200 for _ in range(20))  # predictions continue
@@ -178,16 +175,21 @@ def test_control_plane_down_keeps_serving(
     restarted = FakeControlPlane(ADMIN, table(route([echo.url], token="after-restart")), port)
     lt.run(restarted.start())
     try:
-        assert wait_for(lambda: status_of(gw, "after-restart") == 200, 5.0) < 3.0
+        assert seconds_until(lambda: status_of(gw, "after-restart") == 200, 5.0) < 3.0
         assert health(gw)["control_plane"] == "ok"
     finally:
         lt.run(restarted.stop())
+    # The outage and the recovery were logged, and no token with them.
+    assert "control plane unreachable" in caplog.text
+    assert "control plane reachable again" in caplog.text
+    text = caplog.text + "".join(str(r.args) for r in caplog.records)
+    assert not [t for t in (ADMIN, TOKEN, "after-restart") if t in text]
 
 
 def test_control_plane_refusing_the_admin_token(
     make_gateway: GatewayFactory, control_plane: FakeControlPlane
 ) -> None:
     gw = make_gateway(source=cp_source(control_plane, "wrong"), wait_routes=False)
-    wait_for(lambda: "HTTP 401" in str(health(gw)["control_plane"]))
+    seconds_until(lambda: "HTTP 401" in str(health(gw)["control_plane"]))
     assert health(gw)["status"] == "starting"
     assert "wrong" not in json.dumps(health(gw))

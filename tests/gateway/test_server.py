@@ -10,6 +10,7 @@ from gateway.app import Gateway
 from gateway.route_table import StaticRouteSource
 from gateway.server import HttpServer
 from gateway.settings import GatewaySettings
+from testing.waiting import wait_until_async
 from tests.gateway.harness import SERVICE, TOKEN, route, table
 
 
@@ -57,9 +58,9 @@ def test_client_gone_before_its_handler_ran_returns_its_queue_place() -> None:
                 f"GET /api/predict/{SERVICE}/v2 HTTP/1.1\r\nAuthorization: {TOKEN}\r\n\r\n".encode()
             )
             conn.connection_lost(None)
-        await asyncio.sleep(0.3)
         entry = gw.routes.get(SERVICE)
         assert entry is not None
+        await wait_until_async(lambda: entry.in_flight.count == 0, 10)
         await gw.close()
         return entry.in_flight.count
 

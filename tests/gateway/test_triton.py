@@ -20,6 +20,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from testing.waiting import wait_until
 from tests.fixtures_triton import (
     TritonServer,
     check_example_models,
@@ -199,11 +200,16 @@ def test_replica_killed_under_load(
     pool = [threading.Thread(target=worker) for _ in range(threads)]
     for t in pool:
         t.start()
-    time.sleep(1.0)
+
+    def count(since: float, least: int) -> bool:
+        with lock:
+            return sum(1 for t, _ in results if t > since) >= least
+
+    wait_until(lambda: count(0.0, 50), 60, what="50 predictions before the kill")
     killed_at = time.monotonic()
     os.killpg(second.pid, signal.SIGKILL)
     second.wait()
-    time.sleep(1.5)
+    wait_until(lambda: count(killed_at + 0.3, 60), 60, what="60 predictions after the kill")
     stop.set()
     for t in pool:
         t.join(10)

@@ -15,7 +15,7 @@ from kubernetes import client as kube
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from testing.k8s_server import ApiStandIn, parse_selector
+from testing.k8s_server import ApiStandIn, parse_selector, status_ready
 
 NS = "openeas-serving"
 
@@ -163,3 +163,147 @@ def test_watch_replays_and_expires(k8s: ApiStandIn, core: kube.CoreV1Api) -> Non
     [error] = [json.loads(line) for line in response if line.strip()]
     assert error["type"] == "ERROR"
     assert (error["object"]["code"], error["object"]["reason"]) == (410, "Expired")
+
+
+def test_empty_value_sets_are_refused(core: kube.CoreV1Api) -> None:
+    for selector in ("app in ()", "app notin ( )"):
+        with pytest.raises(ApiException) as caught:
+            core.list_namespaced_service(NS, label_selector=selector)
+        assert caught.value.status == 400 and "can't be empty" in status_of(caught)["message"]
+
+
+def test_watch_sends_deleted_and_added_when_a_selector_stops_and_starts_matching(
+    core: kube.CoreV1Api,
+) -> None:
+    start = raw(core.list_namespaced_service, NS)["metadata"]["resourceVersion"]
+    core.create_namespaced_service(NS, service("one"))
+    relabel = {"metadata": {"labels": {"app": "other"}}}
+    core.patch_namespaced_service("one", NS, relabel)  # leaves the selection
+    core.patch_namespaced_service("one", NS, {"metadata": {"labels": {"x": "1"}}})  # unseen
+    core.patch_namespaced_service("one", NS, {"metadata": {"labels": {"app": "one"}}})  # back
+    response = core.list_namespaced_service(
+        NS,
+        watch=True,
+        resource_version=start,
+        timeout_seconds=1,
+        label_selector="app=one",
+        _preload_content=False,
+    )
+    events = [json.loads(line) for line in response if line.strip()]
+    assert [(e["type"], e["object"]["metadata"]["labels"]["app"]) for e in events] == [
+        ("ADDED", "one"),
+        ("DELETED", "other"),  # the object as it is now, no longer matching
+        ("ADDED", "one"),
+    ]
+
+
+def deployment(name: str = "web", replicas: int = 2, **spec: Any) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": [name]}]},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+            **spec,
+        },
+    }
+
+
+@pytest.fixture
+def apps(k8s: ApiStandIn, tmp_path: Path) -> Iterator[kube.AppsV1Api]:
+    api = k8s_config.new_client_from_config(config_file=str(k8s.write_kubeconfig(tmp_path / "ka")))
+    yield kube.AppsV1Api(api)
+    api.close()
+
+
+def test_selectors_by_expression_and_their_validation(apps: kube.AppsV1Api) -> None:
+    created = raw(apps.create_namespaced_deployment, NS, deployment())  # expressions only
+    assert created["spec"]["selector"]["matchExpressions"][0]["operator"] == "In"
+    for selector, says in [
+        ({}, "empty selector is invalid"),
+        ({"matchExpressions": [{"key": "app", "operator": "In", "values": []}]}, "Required"),
+        ({"matchExpressions": [{"key": "app", "operator": "Exists", "values": ["x"]}]}, "Forb"),
+        ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["c"]}]}, None),
+        ({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}, "does not match"),
+    ]:
+        body = deployment("b")
+        body["spec"]["selector"] = selector
+        if says is None:
+            apps.create_namespaced_deployment(NS, body)
+            apps.delete_namespaced_deployment("b", NS)
+            continue
+        with pytest.raises(ApiException) as caught:
+            apps.create_namespaced_deployment(NS, body)
+        assert caught.value.status == 422 and says in status_of(caught)["message"], selector
+
+
+def test_delete_preconditions(apps: kube.AppsV1Api) -> None:
+    created = raw(apps.create_namespaced_deployment, NS, deployment())
+    meta = created["metadata"]
+    for preconditions in (
+        kube.V1Preconditions(uid="00000000-0000-0000-0000-000000000000"),
+        kube.V1Preconditions(resource_version="1"),
+    ):
+        with pytest.raises(ApiException) as caught:
+            apps.delete_namespaced_deployment(
+                "web", NS, body=kube.V1DeleteOptions(preconditions=preconditions)
+            )
+        assert caught.value.status == 409
+        assert "Precondition failed" in status_of(caught)["message"]
+    current = kube.V1Preconditions(uid=meta["uid"], resource_version=meta["resourceVersion"])
+    apps.delete_namespaced_deployment("web", NS, body=kube.V1DeleteOptions(preconditions=current))
+    with pytest.raises(ApiException) as caught:
+        apps.read_namespaced_deployment("web", NS)
+    assert caught.value.status == 404
+
+
+@pytest.mark.parametrize("policy", ["Background", "Foreground", "Orphan"])
+def test_garbage_collection_follows_owner_references(
+    k8s: ApiStandIn, apps: kube.AppsV1Api, policy: str
+) -> None:
+    apps.create_namespaced_deployment(NS, deployment())
+    pods = k8s.sync_pods("web")
+    assert len(pods) == 2
+    owner = k8s.get("pods", pods[0])["metadata"]["ownerReferences"]  # type: ignore[index]
+    assert [(o["kind"], o["name"], o["controller"]) for o in owner] == [("Deployment", "web", True)]
+    apps.delete_namespaced_deployment("web", NS, propagation_policy=policy)
+    left = {p["metadata"]["name"]: p["metadata"] for p in k8s.list("pods")}
+    assert sorted(left) == pods  # pods end when their containers do (the kubelet: a test)
+    if policy == "Orphan":
+        assert not any("deletionTimestamp" in m or "ownerReferences" in m for m in left.values())
+    else:  # deleted by the collector: terminating
+        assert all(m["deletionTimestamp"] for m in left.values())
+
+
+def test_rollouts_surge_and_wait_for_readiness(k8s: ApiStandIn, apps: kube.AppsV1Api) -> None:
+    strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    apps.create_namespaced_deployment(NS, deployment(replicas=2, strategy=strategy))
+    first = k8s.sync_pods("web")
+    for pod in first:
+        k8s.set_pod_status(pod, {**status_ready()})
+    patch = {"spec": {"template": {"metadata": {"annotations": {"rev": "2"}}}}}
+    apps.patch_namespaced_deployment("web", NS, patch)
+
+    def counts() -> list[int]:
+        status = k8s.get("deployments", "web")["status"]  # type: ignore[index]
+        return [status.get(k, 0) for k in ("replicas", "updatedReplicas", "readyReplicas")]
+
+    seen = []
+    for _ in range(10):  # controller steps, each new pod becoming ready in between
+        new = k8s.sync_pods("web")
+        seen.append(counts())
+        pending = [p for p in new if not k8s.get("pods", p)["status"].get("conditions")]  # type: ignore[index]
+        if not pending and counts() == [2, 2, 2]:
+            break
+        for pod in pending:
+            k8s.set_pod_status(pod, status_ready())
+    # One pod over (surge 1), never fewer than 2 ready (unavailable 0), until all updated.
+    assert seen[0] == [3, 1, 2]
+    assert all(ready >= 2 and total <= 3 for total, _, ready in seen), seen
+    assert seen[-1] == [2, 2, 2] and sorted(set(new) & set(first)) == []

@@ -27,6 +27,7 @@ from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.spec import StoredSpec
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
+from testing.waiting import wait_until_async
 
 NAME, OBJECT, UID = "triton_test", "triton-test", "0b6f2a0e-5d7c-4a59-9d0e-7d7f3f8c1a11"
 
@@ -72,15 +73,8 @@ async def runtime(
     await rt.close()
 
 
-async def until(check: Callable[[], Awaitable[object] | object], timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
+async def until(check: Callable[[], Awaitable[object] | object], timeout: float = 15.0) -> None:
+    await wait_until_async(check, timeout)
 
 
 async def service_status(rt: KubernetesRuntime, d: DesiredReplicaSet, previous: str = "") -> Any:
@@ -200,9 +194,23 @@ async def test_a_params_change_rolls_out_and_old_replicas_count_until_gone(
     k8s.set_pod_status(old, ks.status_ready())
     d2 = want(generation=2, cpu=8)
     await runtime.apply(d2)
-    [new] = k8s.sync_pods(OBJECT)  # (the stand-in replaces at once; real rollouts surge)
+    [new] = k8s.sync_pods(OBJECT)  # maxSurge 1, maxUnavailable 0: the old pod stays
     assert new != old
+    during = {r.name: (r.template_hash, r.state) for r in (await runtime.observe(NAME)).replicas}
+    assert during == {old: (d1.template_hash, "Running"), new: (d2.template_hash, "Pending")}
+    deployment = k8s.get("deployments", OBJECT)
+    assert deployment is not None
+    assert {
+        k: deployment["status"][k] for k in ("replicas", "updatedReplicas", "readyReplicas")
+    } == {
+        "replicas": 2,
+        "updatedReplicas": 1,
+        "readyReplicas": 1,
+    }
+    assert k8s.sync_pods(OBJECT) == [new]  # not ready yet: nothing changes
+    assert k8s.get("pods", old) is not None
     k8s.set_pod_status(new, ks.status_ready())
+    assert k8s.sync_pods(OBJECT) == [new] and k8s.get("pods", old) is None
     [replica] = (await runtime.observe(NAME)).replicas
     assert replica.template_hash == d2.template_hash
     assert (await service_status(runtime, d2, previous="Running")).status == "Running"
@@ -220,7 +228,10 @@ async def test_delete_is_done_only_when_every_object_is_gone(
     writes = k8s.write_count()
     assert await runtime.delete(NAME) is False
     assert k8s.write_count() == writes  # nothing left to ask for
-    k8s.remove_pods(f"{SERVICE_LABEL}={NAME}")  # the kubelet and the garbage collector
+    # The garbage collector deleted the Deployment's pod (Background): it is terminating.
+    [pod_left] = k8s.list("pods")
+    assert pod_left["metadata"]["name"] == pod and pod_left["metadata"]["deletionTimestamp"]
+    k8s.remove_pods(f"{SERVICE_LABEL}={NAME}")  # the kubelet finishes it
     assert await runtime.delete(NAME) is True
     assert await runtime.services() == set()
     assert await runtime.delete(NAME) is True  # idempotent

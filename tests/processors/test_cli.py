@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,9 +72,14 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_commands_are_lazy_module_function_strings() -> None:
-    for target in openeas_cli.COMMANDS.values():
+    for name, target in openeas_cli.COMMANDS.items():
         module, _, function = target.partition(":")
-        assert module and function
+        assert callable(getattr(importlib.import_module(module), function)), (name, target)
+    # Lazy: importing the entry point imports none of the command modules.
+    modules = sorted({t.partition(":")[0] for t in openeas_cli.COMMANDS.values()})
+    check = f"import sys, openeas.cli; print([m for m in {modules!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_pull_copies_a_local_repository(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ ranges, listing pages. If it accepted what OSS rejects, the pull tests would pro
 from __future__ import annotations
 
 import base64
+import hashlib
 import uuid
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
@@ -241,3 +242,23 @@ def test_fault_knobs_and_counters(oss_server: OssServer, key: str) -> None:
     assert client.get_object(key).read() == b"0123456789"
     assert oss_server.requests_for(key) == 4
     assert oss_server.bytes_served(key) == 3 + 10 + 10
+
+
+def test_multipart_etags_and_a_replacement_between_reads(oss_server: OssServer) -> None:
+    client = oss_bucket(oss_server)
+    name = f"mp/{uuid.uuid4().hex[:6]}"
+    data = bytes(range(256)) * 40
+    etag = oss_server.put(BUCKET, name, data, parts=2)
+    md5 = [hashlib.md5(data[:5120]).digest(), hashlib.md5(data[5120:]).digest()]
+    assert etag == hashlib.md5(b"".join(md5)).hexdigest().upper() + "-2"
+    got = client.get_object(name)
+    assert got.read() == data and got.headers["ETag"] == f'"{etag}"'
+    assert got.headers["x-oss-object-type"] == "Multipart"
+    [listed] = client.list_objects_v2(prefix=name).object_list
+    assert (listed.etag, listed.type) == (etag, "Multipart")
+
+    # Another writer replaces it just before the next read: the read's If-Match fails.
+    oss_server.before_next(lambda: oss_server.put(BUCKET, name, b"new"))
+    with pytest.raises(Errors.PreconditionFailed):
+        client.get_object(name, byte_range=(0, 9), headers={"If-Match": f'"{etag}"'})
+    assert client.get_object(name, headers={"If-Match": "*"}).read() == b"new"

@@ -22,12 +22,14 @@ from processors.storage import (
     TemporaryStorageError,
     pull,
 )
+from processors.storage import oss as oss_module
 from processors.storage.manifest import NAME as MANIFEST
 from processors.storage.oss import RemoteObject
 from processors.storage.plan import LocalStat, RemoteFile, part_ranges, plan, remote_files
 from processors.storage.retry import Backoff
 from processors.storage.uri import OssLocation
 from testing.oss_server import Call, OssServer
+from testing.waiting import wait_until
 from tests.fixtures_oss import (
     ACCESS_KEY_SECRET,
     BUCKET,
@@ -104,7 +106,8 @@ def test_pulls_the_example_models_byte_exact(
         for p in EXAMPLE_MODELS.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     )
-    assert [p.name for p in tmp_path.iterdir()] != []
+    # Beside the repository only the pull's state folder, and no staging tree left in it.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".repo.openeas", "repo"]
     assert not list((tmp_path / ".repo.openeas").glob("tree-*"))
 
 
@@ -178,6 +181,76 @@ def test_big_files_come_in_ranged_parts(
     assert ranges == sorted(expected) and len(ranges) == 6
     assert all(c.status == 206 for c in gets(oss_server))
     assert report.bytes_downloaded == len(data) == oss_server.bytes_served(key)
+
+
+def test_a_listing_longer_than_one_page_is_pulled_whole(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pull follows ListObjectsV2 continuation tokens (pages of 10 here, to stay fast;
+    OSS's real limit of 1000 is what LIST_PAGE_SIZE asks for)."""
+    assert oss_module.LIST_PAGE_SIZE == 1000
+    monkeypatch.setattr(oss_module, "LIST_PAGE_SIZE", 10)
+    base = f"many-{uuid.uuid4().hex[:6]}"
+    count = 25  # three pages
+    for i in range(count):
+        oss_server.put(BUCKET, f"{base}/m/1/f{i:04d}", b"%d" % i)
+    oss_server.reset()
+
+    report = pull(f"oss://{BUCKET}/{base}", tmp_path / "r")
+
+    assert report.files == count
+    listings = [c for c in oss_server.calls if c.method == "GET" and not c.key]
+    assert len(listings) == 3
+    assert sorted(p.name for p in (tmp_path / "r/m/1").iterdir()) == [
+        f"f{i:04d}" for i in range(count)
+    ]
+    assert (tmp_path / f"r/m/1/f{count - 1:04d}").read_bytes() == b"%d" % (count - 1)
+
+
+def test_multipart_objects_are_verified_by_crc64(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A multipart upload's ETag is not the content's MD5: the pull checks CRC64 instead,
+    and still catches a corrupted part."""
+    key = f"mp-{uuid.uuid4().hex[:6]}/m/1/model.bin"
+    data = os.urandom(3 * MiB + 7)
+    etag = oss_server.put(BUCKET, key, data, parts=3)
+    assert etag.endswith("-3")
+    uri = f"oss://{BUCKET}/{key.rsplit('/', 3)[0]}"
+    oss_server.reset()
+    oss_server.corrupt_next(1, match=range_from(MiB))
+    with pytest.raises(TemporaryStorageError, match=r"CRC64 .* differs from OSS's"):
+        pull(uri, tmp_path / "r", part_size=MiB)
+
+    report = pull(uri, tmp_path / "r", part_size=MiB)
+    assert (tmp_path / "r/m/1/model.bin").read_bytes() == data
+    assert report.files == 1
+    manifest = (tmp_path / "r" / MANIFEST).read_text()
+    assert etag in manifest  # the multipart ETag is what a later pull compares
+
+
+def test_an_object_replaced_mid_pull_fails_the_pull_then_comes_whole(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Parts are read with If-Match on the listed ETag: when another writer replaces the
+    object between two parts, OSS answers 412, the pull fails as temporary (never mixing
+    two versions), and the next pull gets the new object whole."""
+    key = f"rep-{uuid.uuid4().hex[:6]}/m/1/model.bin"
+    old, new = os.urandom(3 * MiB), os.urandom(3 * MiB)
+    oss_server.put(BUCKET, key, old)
+    uri = f"oss://{BUCKET}/{key.rsplit('/', 3)[0]}"
+    oss_server.reset()
+    oss_server.before_next(lambda: oss_server.put(BUCKET, key, new), match=range_from(MiB))
+
+    with pytest.raises(
+        TemporaryStorageError, match=r"changed during the pull \(PreconditionFailed"
+    ):
+        pull(uri, tmp_path / "r", part_size=MiB, workers=1)
+    assert 412 in [c.status for c in gets(oss_server)]
+    assert not (tmp_path / "r").exists()
+
+    pull(uri, tmp_path / "r", part_size=MiB)
+    assert (tmp_path / "r/m/1/model.bin").read_bytes() == new
 
 
 def test_zero_byte_files_and_directory_markers(
@@ -563,10 +636,12 @@ def test_readers_always_see_a_whole_repository(
         for version in range(1, 11):
             client.put_object(f"{base}/m/version", str(version).encode())
             pull(f"oss://{BUCKET}/{base}", dest)
+            wait_until(lambda v=str(version): seen[-1] == v, 10, what=f"a reader sees {version}")
     finally:
         done.set()
         thread.join()
-    assert "missing" not in seen and "" not in seen
+    # Every version was read (so reads spanned every swap), and never a partial one.
+    assert set(seen) == {str(v) for v in range(11)}, sorted(set(seen))
     assert (dest / "m/version").read_text() == "10"
 
 

@@ -5,13 +5,13 @@ their distinct codes. Also the shared ``triton_server`` fixture, and the command
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
 import subprocess
-import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from processors.base import Ports, ReplicaPlan
 from processors.storage.retry import Backoff
 from processors.triton import binary, flags, plan, run
 from testing.oss_server import OssServer
+from testing.waiting import wait_until
 from tests.fixtures_triton import (
     EXAMPLE_MODELS,
     TritonServer,
@@ -53,6 +54,7 @@ def test_tritonserver_argv_puts_the_platforms_flags_after_the_users() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_shared_triton_server_serves_the_example_models(triton_server: TritonServer) -> None:
     assert triton_server.base_url == f"http://{triton_server.http_url}"
     check_example_models(triton_server.http_url)
@@ -63,10 +65,12 @@ def _replica(model_repository: str) -> ReplicaPlan:
     return plan.plan([f"--model-repository={model_repository}"], ports, None, None)
 
 
-def serve_check_and_stop(
+@contextlib.contextmanager
+def running_replica(
     replica: ReplicaPlan, tmp_path: Path, env: Mapping[str, str] | None = None
-) -> str:
-    """Run the replica as a runtime would, check inference, SIGTERM it; its log."""
+) -> Iterator[tuple[subprocess.Popen[bytes], list[int], Path]]:
+    """The replica started as a runtime would and ready: (its process, the processes
+    below it once ready — tritonserver and its python backend stubs —, its log)."""
     log = tmp_path / "replica.log"
     environ = {**os.environ, **(env or {}), **replica.env}
     environ.setdefault("OPENEAS_MODEL_CACHE", str(tmp_path / "model-cache"))
@@ -75,23 +79,57 @@ def serve_check_and_stop(
     try:
         base_url = f"http://127.0.0.1:{replica.http_port}"
         wait_ready(base_url, process, log, path=replica.readiness_path)
-        with urllib.request.urlopen(base_url + replica.liveness_path, timeout=5) as live:
-            assert live.status == 200
-        family = descendants(process.pid)  # tritonserver and its python backend stubs
+        family = descendants(process.pid)
         assert family, "tritonserver should run as the processor's child"
-        check_example_models(f"127.0.0.1:{replica.http_port}")
-
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0, log.read_text(errors="replace")[-3000:]
-        deadline = time.monotonic() + 10
-        while any(map(is_alive, family)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not [pid for pid in family if is_alive(pid)], "orphans left behind"
+        yield process, family, log
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def survivors(family: list[int]) -> list[str]:
+    """Processes of ``family`` still alive, by command line (a check that they all end)."""
+    alive = []
+    for pid in family:
+        if is_alive(pid):
+            with contextlib.suppress(OSError):
+                alive.append(
+                    Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                )
+    return alive
+
+
+def serve_check_and_stop(
+    replica: ReplicaPlan, tmp_path: Path, env: Mapping[str, str] | None = None
+) -> str:
+    """Run the replica as a runtime would, check inference, SIGTERM it; its log."""
+    with running_replica(replica, tmp_path, env) as (process, family, log):
+        base_url = f"http://127.0.0.1:{replica.http_port}"
+        with urllib.request.urlopen(base_url + replica.liveness_path, timeout=5) as live:
+            assert live.status == 200
+        check_example_models(f"127.0.0.1:{replica.http_port}")
+
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, log.read_text(errors="replace")[-3000:]
+        wait_until(lambda: not survivors(family), 30, what="no orphans left behind")
     return log.read_text(errors="replace")
+
+
+@pytest.mark.slow
+def test_a_sigkilled_replica_leaves_no_process_behind(tmp_path: Path) -> None:
+    """SIGKILL reaches the processor alone (no chance to forward anything): the kernel sends
+    tritonserver SIGTERM (PR_SET_PDEATHSIG), which stops its python backend stubs."""
+    with running_replica(_replica(str(EXAMPLE_MODELS)), tmp_path) as (process, family, _):
+        assert len(family) >= 2, survivors(family)  # tritonserver and at least one stub
+        process.kill()
+        process.wait()
+        try:
+            wait_until(lambda: not survivors(family), 60, what="tritonserver and stubs end")
+        finally:
+            for pid in family:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
