@@ -34,6 +34,11 @@ class ServiceNotFound(ControlPlaneError):
     title = "Service not found"
 
 
+class GroupNotFound(ControlPlaneError):
+    status = 404
+    title = "Group not found"
+
+
 class ServiceExists(ControlPlaneError):
     status = 409
     title = "Service already exists"

@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from contract.wire import token_digest
-from controlplane.errors import ServiceNotFound
+from controlplane.errors import GroupNotFound
 from controlplane.models import GroupRow, ServiceRow
 
 TrafficMode = Literal["auto", "customized"]
@@ -48,6 +48,20 @@ def follow(s: Session, row: ServiceRow, before: str | None) -> None:
         group = find(s, row.cluster, before)
         if group is not None and not s.scalar(others):
             s.delete(group)
+
+
+def shares(mode: str, members: Sequence[ServiceRow]) -> dict[str, float]:
+    """Each member's expected share of group traffic (what the gateway's round-robin
+    converges to): members taking group traffic with a ready replica, by weight
+    ("customized") or by ready replicas ("auto"); 0 for the others."""
+    weights = {
+        m.name: (m.running_instances if mode == "auto" else m.spec.metadata.group_weight)
+        if m.spec.metadata.grouping and m.running_instances > 0
+        else 0
+        for m in members
+    }
+    total = sum(weights.values())
+    return {name: (w / total if total else 0.0) for name, w in weights.items()}
 
 
 @dataclass(frozen=True)
@@ -101,7 +115,7 @@ class Groups:
     def _group(self, s: Session, cluster: str, name: str) -> Group:
         row = find(s, cluster, name) if cluster == self.cluster else None
         if row is None:
-            raise ServiceNotFound(f"no group named {name!r}: see 'eascmd group list'")
+            raise GroupNotFound(f"no group named {name!r}: see 'eascmd group list'")
         members = s.scalars(
             select(ServiceRow)
             .where(

@@ -319,7 +319,8 @@ class Services:
                 if row.deleting:
                     raise Conflict(f"service {name!r} is being deleted")
                 try:
-                    change(s, row)
+                    with s.no_autoflush:  # so the check below sees what the change did
+                        change(s, row)
                     if not s.dirty and not s.new:
                         return row
                     row.updated_at = utcnow()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from contract.configfile import ConfigFileError, ConfigSyntaxError, parse, repaired
 from contract.configfile import read_config as _read
 from contract.merge import merge_patch
-from eascmd import completion, render
+from eascmd import completion, groups, render
 from eascmd.live import LiveLine
 from eascmd.profile import NoProfile, Profile, load, save
 
@@ -383,6 +383,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--page", type=int, default=1, help="page number (default 1)")
     c.add_argument("--page-size", type=int, default=50, help="services per page (default 50)")
     c.set_defaults(run=_cmd_list)
+
+    groups.add_parsers(sub)
 
     c = sub.add_parser(
         "lint",

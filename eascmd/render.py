@@ -141,3 +141,42 @@ def service_list(body: dict[str, Any]) -> str:
 def events(body: dict[str, Any]) -> str:
     rows = [(e["Time"], e["Type"], e["Reason"], e["Message"]) for e in body["Events"]]
     return table(rows, ("Time", "Type", "Reason", "Message")) if rows else "No events."
+
+
+def group_list(body: dict[str, Any]) -> str:
+    rows = [
+        (
+            g["GroupName"],
+            g["TrafficMode"],
+            ", ".join(m["ServiceName"] for m in g["Members"]),
+            g["InternetEndpoint"],
+        )
+        for g in body["Groups"]
+    ]
+    header = ("GroupName", "TrafficMode", "Members", "Endpoint")
+    return table(rows, header) if rows else "No groups."
+
+
+def group_describe(group: dict[str, Any]) -> str:
+    head = table(
+        [
+            ("GroupName", group["GroupName"]),
+            ("TrafficMode", group["TrafficMode"]),
+            ("Internet Endpoint", group["InternetEndpoint"]),
+            ("Intranet Endpoint", group["IntranetEndpoint"]),
+            ("Authentication", group["Authentication"]),
+        ]
+    )
+    members = [
+        (
+            m["ServiceName"],
+            m["TrafficState"],
+            str(m["Weight"]),
+            f"{m['RunningInstance']}/{m['TotalInstance']}",
+            m["Status"],
+            f"{m['Share'] * 100:.1f}%",
+        )
+        for m in group["Members"]
+    ]
+    header = ("Member", "TrafficState", "Weight", "Running", "Status", "Share")
+    return head + "\n" + table(members, header)

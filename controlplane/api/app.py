@@ -11,11 +11,13 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse
 from sqlalchemy import Engine, text
 
+from controlplane.api import groups as groups_api
 from controlplane.api import internal, problems
 from controlplane.api import services as services_api
 from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
+from controlplane.groups import Groups
 from controlplane.runtime import make_log_source
 from controlplane.runtime.base import LogSource
 from controlplane.services import Services
@@ -57,6 +59,7 @@ def create_app(
     # Without a reconciler in this process nothing leads: load reports are answered 421.
     scaling = autoscaling or Autoscaling(sessions, settings.cluster_id)
     app.include_router(services_api.router(services, settings, scaling))
+    app.include_router(groups_api.router(Groups(sessions, settings.cluster_id), services, settings))
     logs = log_source or make_log_source(settings)
     app.include_router(internal.router(sessions, services, settings, logs, scaling.signals))
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from controlplane.groups import Group, shares
 from controlplane.models import EventRow, ServiceRow
 
 
@@ -75,6 +76,65 @@ class EventList(BaseModel):
     RequestId: str
     ServiceName: str
     Events: list[EventPublic]
+
+
+class GroupMember(BaseModel):
+    ServiceName: str
+    Weight: int
+    TrafficState: str  # grouping | standalone
+    Status: str
+    RunningInstance: int
+    TotalInstance: int
+    Share: float  # expected share of group traffic now, 0..1
+
+
+class GroupPublic(Endpoints):
+    GroupName: str
+    Region: str
+    TrafficMode: str  # auto | customized
+    Authentication: str
+    Members: list[GroupMember]
+
+
+class GroupList(BaseModel):
+    RequestId: str
+    TotalCount: int
+    Groups: list[GroupPublic]
+
+
+class GroupToken(BaseModel):
+    RequestId: str
+    GroupName: str
+    Token: str
+
+
+GROUP_AUTH = (
+    "Authorization: <group token> (GET .../token; stable while members are released and "
+    "retired) or any member's service token (stops working when that member leaves)"
+)
+
+
+def group_public(group: Group, ends: Endpoints) -> GroupPublic:
+    share = shares(group.row.traffic_mode, group.members)
+    return GroupPublic(
+        **ends.model_dump(),
+        GroupName=group.row.name,
+        Region=group.row.cluster,
+        TrafficMode=group.row.traffic_mode,
+        Authentication=GROUP_AUTH,
+        Members=[
+            GroupMember(
+                ServiceName=m.name,
+                Weight=m.spec.metadata.group_weight,
+                TrafficState=m.spec.metadata.traffic_state or "standalone",
+                Status=m.status,
+                RunningInstance=m.running_instances,
+                TotalInstance=m.total_instances,
+                Share=round(share[m.name], 4),
+            )
+            for m in group.members
+        ],
+    )
 
 
 def endpoints(name: str, public_base: str, intranet_base: str) -> Endpoints:

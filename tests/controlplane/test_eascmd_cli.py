@@ -138,6 +138,27 @@ def test_lint_fix_turns_the_pasted_seed_into_a_config_create_accepts(
     assert "/api/predict/triton_test" in out
 
 
+def test_groups_and_release(eascmd: Any, tmp_path: Path) -> None:
+    for name, extra in (("blue", {"traffic_state": "grouping"}), ("green", {})):
+        spec = seed_spec(name=name, metadata={"instance": 1, "group": "g", **extra})
+        assert eascmd("create", write(tmp_path, spec, f"{name}.config"), "--no-wait")[0] == 0
+    code, out, _ = eascmd("release", "green", "--state", "grouping", "--weight", "300")
+    assert (code, out.strip()) == (0, "[OK] Service green: grouping, weight 300")
+    code, out, _ = eascmd("group", "list")
+    assert code == 0 and "| g " in out and "blue, green" in out
+    code, out, _ = eascmd("group", "desc", "g")
+    assert code == 0 and "/api/predict/g" in out
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if "| " in line}
+    assert "| grouping " in rows["green"] and "| 300 " in rows["green"]
+    code, out, _ = eascmd("group", "mode", "g", "auto")
+    assert out.strip() == "[OK] Group g splits traffic by members' running instances"
+    token = eascmd("group", "token", "g")[1].strip()
+    assert len(token) >= 32 and token not in eascmd("group", "desc", "g")[1]
+    assert eascmd("group", "token", "g", "--rotate")[1].strip() != token
+    code, _, err = eascmd("group", "desc", "nope")
+    assert code == 1 and "no group named 'nope'" in err
+
+
 def test_autoscale_sets_shows_refuses_and_removes(eascmd: Any, tmp_path: Path) -> None:
     assert eascmd("create", "--no-wait", write(tmp_path, seed_spec()))[0] == 0
     code, out, _ = eascmd(

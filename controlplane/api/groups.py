@@ -1,0 +1,92 @@
+"""REST handlers for service groups (``/api/v2/groups``) and a member's release
+(``PUT /api/v2/services/{cluster}/{name}/release``), in EAS's shapes; admin-authenticated."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from controlplane.api import schemas
+from controlplane.api.auth import AdminAuth
+from controlplane.groups import Group, Groups, TrafficMode
+from controlplane.services import Services
+from controlplane.settings import Settings
+
+
+class TrafficModeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    TrafficMode: TrafficMode
+
+
+class ReleaseRequest(BaseModel):
+    """EAS's ReleaseService: each field optional, the other kept."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    Weight: int | None = Field(default=None, ge=0, le=1000)
+    TrafficState: Literal["grouping", "standalone"] | None = None
+
+
+def _request_id() -> str:
+    return str(uuid.uuid4()).upper()
+
+
+def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
+    api = APIRouter(tags=["groups"], dependencies=[Depends(AdminAuth(settings.admin_token))])
+
+    def public(request: Request, group: Group) -> schemas.GroupPublic:
+        own = str(request.base_url).rstrip("/")
+        ends = schemas.endpoints(
+            group.row.name, settings.public_base(own), settings.intranet_base(own)
+        )
+        return schemas.group_public(group, ends)
+
+    @api.get("/api/v2/groups")
+    def list_groups(request: Request) -> schemas.GroupList:
+        """Every group of this cluster with its members (tokens are never shown here)."""
+        found = groups.list()
+        return schemas.GroupList(
+            RequestId=_request_id(),
+            TotalCount=len(found),
+            Groups=[public(request, g) for g in found],
+        )
+
+    @api.get("/api/v2/groups/{cluster}/{group}")
+    def describe(request: Request, cluster: str, group: str) -> schemas.GroupPublic:
+        """Members, weights, traffic states, expected shares, the endpoint and how to
+        authenticate against it."""
+        return public(request, groups.get(cluster, group))
+
+    @api.put("/api/v2/groups/{cluster}/{group}")
+    def set_mode(
+        request: Request, cluster: str, group: str, body: TrafficModeRequest
+    ) -> schemas.GroupPublic:
+        """``auto`` splits by members' running instances, ``customized`` by weights."""
+        return public(request, groups.set_mode(cluster, group, body.TrafficMode))
+
+    @api.get("/api/v2/groups/{cluster}/{group}/token")
+    def show_token(cluster: str, group: str) -> schemas.GroupToken:
+        """The group token (opens /api/predict/<group>); never in describe or list."""
+        row = groups.get(cluster, group).row
+        return schemas.GroupToken(RequestId=_request_id(), GroupName=row.name, Token=row.token)
+
+    @api.post("/api/v2/groups/{cluster}/{group}/token")
+    def rotate_token(cluster: str, group: str) -> schemas.GroupToken:
+        found, token = groups.rotate_token(cluster, group)
+        return schemas.GroupToken(RequestId=_request_id(), GroupName=found.row.name, Token=token)
+
+    @api.put("/api/v2/services/{cluster}/{name}/release", tags=["services"])
+    def release(
+        request: Request, response: Response, cluster: str, name: str, body: ReleaseRequest
+    ) -> schemas.ServicePublic:
+        """Set a group member's ``Weight`` (0..1000) and ``TrafficState`` (``grouping`` takes
+        group traffic, ``standalone`` only its own endpoint). Rolls no replica."""
+        row = services.release(cluster, name, body.Weight, body.TrafficState)
+        response.headers["ETag"] = f'"{row.version}"'
+        own = str(request.base_url).rstrip("/")
+        ends = schemas.endpoints(row.name, settings.public_base(own), settings.intranet_base(own))
+        return schemas.service_public(row, ends)
+
+    return api
