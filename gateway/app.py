@@ -60,7 +60,7 @@ class Gateway:
         self._fallback: FallbackProxy | None = None
         self._source_task: asyncio.Task[None] | None = None
         self.activity = Activity()
-        token = settings.admin_token.get_secret_value()
+        token = settings.control_plane_credential()  # the one the route table is read with
         self.reporter = (
             LoadReporter(
                 settings.controlplane_url,

@@ -1,11 +1,11 @@
 """The gateway's load report: every ``report_interval_s`` each gateway process pushes its
 per-service request counts and mean in-flight requests to the control plane's
-``SIGNALS_PATH`` (admin token), where the leading autoscaler sums the reports of every
-process and expires a silent one.
+``SIGNALS_PATH`` (with the credential it reads routes with), where the leading autoscaler
+sums the reports of every process and expires a silent one.
 
-Started by :class:`gateway.app.Gateway` when it holds an admin token. A report carries only
-the services the proxy saw traffic for (:class:`gateway.limits.Activity`), plus once, with
-zeros, those that just went quiet; with no traffic nothing is sent.
+Started by :class:`gateway.app.Gateway` when it holds a control-plane credential. A report
+carries only the services the proxy saw traffic for (:class:`gateway.limits.Activity`), plus
+once, with zeros, those that just went quiet; with no traffic nothing is sent.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ class LoadReporter:
     def __init__(
         self,
         url: str,
-        admin_token: str,
+        token: str,
         activity: Activity,
         *,
         interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = url.rstrip("/") + SIGNALS_PATH
-        self._auth = f"Bearer {admin_token}"
+        self._auth = f"Bearer {token}"
         self.activity = activity
         self.interval_s = interval_s
         self.reporter = uuid.uuid4().hex[:16]  # one per process: workers report apart

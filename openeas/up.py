@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import secrets
 
 from pydantic import SecretStr
 
@@ -45,6 +46,8 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     settings, created = ensure_admin_token(Settings())
+    if not settings.routes_token:  # the gateway gets a credential that reads routes only
+        settings = settings.model_copy(update={"routes_token": secrets.token_urlsafe(32)})
     public = f"http://{args.host}:{args.port}"
     settings = settings.model_copy(update={"public_url": settings.public_url or public})
     migrate.upgrade(settings.sqlalchemy_url)
@@ -57,10 +60,10 @@ def main(argv: list[str]) -> int:
     async def serve() -> None:
         gateway_settings = GatewaySettings(
             controlplane_url=internal,
-            admin_token=SecretStr(settings.admin_token),
+            routes_token=SecretStr(settings.routes_token),
             default_timeout_ms=settings.default_timeout_ms,
         )
-        source = ControlPlaneRouteSource(internal, settings.admin_token)
+        source = ControlPlaneRouteSource(internal, settings.routes_token)
         serving = asyncio.create_task(plane.serve(internal_sock))
         gateway = await start_gateway(
             gateway_settings, source, sock=public_sock, fallback_upstream=internal

@@ -29,11 +29,13 @@ def router(
     log_source: LogSource,
     signals: Signals,
 ) -> APIRouter:
-    api = APIRouter(dependencies=[Depends(AdminAuth(settings.admin_token))])
+    api = APIRouter()
+    admin = [Depends(AdminAuth(settings.admin_token))]
+    route_reader = [Depends(AdminAuth(settings.admin_token, also=settings.routes_token))]
 
     watch = route_feed.VersionWatch(sessions, POLL_SECONDS)
 
-    @api.get(ROUTES_PATH, tags=["internal"], response_model=None)
+    @api.get(ROUTES_PATH, tags=["internal"], response_model=None, dependencies=route_reader)
     async def route_table(
         request: Request,
         after: Annotated[int, Query(ge=-1)] = -1,
@@ -51,9 +53,10 @@ def router(
             route_feed.table, sessions, settings.cluster_id, settings.default_timeout_ms, after
         )
 
-    @api.post(SIGNALS_PATH, tags=["internal"], status_code=204)
+    @api.post(SIGNALS_PATH, tags=["internal"], status_code=204, dependencies=route_reader)
     def load_report(report: LoadReport) -> Response:
-        """A gateway process's per-service load for the autoscaler. 421 from a control
+        """A gateway process's per-service load for the autoscaler, sent with the gateway's
+        own credential (the route-reader token, or the admin token). 421 from a control
         plane that does not lead: the gateway reconnects and reaches another."""
         if not signals.leading:
             raise HTTPException(
@@ -64,7 +67,7 @@ def router(
         signals.receive(report)
         return Response(status_code=204)
 
-    @api.get("/api/v2/services/{cluster}/{name}/logs", tags=["services"])
+    @api.get("/api/v2/services/{cluster}/{name}/logs", tags=["services"], dependencies=admin)
     async def logs(
         cluster: str,
         name: str,

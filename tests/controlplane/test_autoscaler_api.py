@@ -8,6 +8,10 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from contract.wire import SIGNALS_PATH
+from controlplane.api.app import create_app
+from controlplane.autoscaling import Autoscaling
+from controlplane.db import make_engine, make_sessions
+from controlplane.settings import Settings
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_api import errors_of
 
@@ -96,7 +100,7 @@ def test_bad_autoscaler_is_named_and_nothing_is_stored(client: TestClient) -> No
     assert client.get(SVC + "/autoscaler").status_code == 404
 
 
-def test_load_reports_need_the_admin_token_and_a_leader(client: TestClient) -> None:
+def test_load_reports_need_a_gateway_credential_and_a_leader(client: TestClient) -> None:
     report = {"reporter": "r1", "interval_s": 1.0, "services": []}
     assert client.post(SIGNALS_PATH, json=report, headers={"Authorization": ""}).status_code == 401
     r = client.post(SIGNALS_PATH, json=report)
@@ -113,3 +117,18 @@ def test_queue_time_needs_tritons_metrics(client: TestClient) -> None:
     r = client.put(SVC + "/autoscaler", json=body)
     assert r.status_code == 422
     assert "--allow-metrics=false" in errors_of(r)["autoscaler.scaleStrategies[0].metricName"]
+
+
+def test_the_routes_token_may_report_load(settings: Settings) -> None:
+    scoped = settings.model_copy(update={"routes_token": "routes-reader-token-0123456789"})
+    engine = make_engine(scoped.sqlalchemy_url)
+    scaling = Autoscaling(make_sessions(engine), scoped.cluster_id)
+    scaling.signals.leading = True  # as while its reconciler leads
+    report = {"reporter": "r1", "interval_s": 1.0, "services": [
+        {"service": "svc", "requests": 30, "concurrency": 1.5}]}  # fmt: skip
+    with TestClient(create_app(scoped, engine, autoscaling=scaling)) as c:
+        reader = {"Authorization": "Bearer routes-reader-token-0123456789"}
+        assert c.post(SIGNALS_PATH, json=report, headers=reader).status_code == 204
+        assert c.get(SVC + "/autoscaler", headers=reader).status_code == 401
+    assert scaling.signals.load("svc").qps == 30.0
+    engine.dispose()

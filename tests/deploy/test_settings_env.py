@@ -28,10 +28,14 @@ NOT_SETTINGS = {"PGPASSWORD"}  # read by libpq, not by us (the bundled database'
 CHART_OWNED: dict[str, tuple[type[BaseSettings], set[str]]] = {
     "controlplane": (
         Settings,
-        {"data_dir", "database_url", "admin_token", "cluster_id", "public_url", "intranet_url",
-         "runtime", "k8s"},
+        {"data_dir", "database_url", "admin_token", "routes_token", "cluster_id", "public_url",
+         "intranet_url", "runtime", "k8s"},
     ),
-    "gateway": (GatewaySettings, {"controlplane_url", "admin_token", "host", "port", "workers"}),
+    # admin_token: the chart gives the gateway none (it reads routes with routes_token).
+    "gateway": (
+        GatewaySettings,
+        {"controlplane_url", "routes_token", "admin_token", "host", "port", "workers"},
+    ),
     "serving": (
         KubernetesSettings,
         {
@@ -132,7 +136,9 @@ def test_the_rendered_environment_parses_into_the_settings(
     gateway = GatewaySettings()
     assert gateway.controlplane_url == "http://openeas-controlplane:80"
     assert (gateway.host, gateway.port) == ("0.0.0.0", 8080)
-    assert gateway.admin_token.get_secret_value() == settings.admin_token
+    assert gateway.routes_token.get_secret_value() == settings.routes_token
+    assert settings.routes_token  # from the chart's Secret, or the key of yours
+    assert gateway.admin_token.get_secret_value() == ""  # least privilege
 
 
 def test_the_bundled_database_url_leaves_the_password_to_libpq() -> None:
@@ -225,3 +231,13 @@ def use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
             monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+
+
+def test_the_gateway_holds_a_route_reader_token_and_no_admin_token() -> None:
+    objects = render({})
+    gateway = resolved_env(objects, container(objects, "Deployment", GW, "gateway"))
+    controlplane = resolved_env(objects, container(objects, "Deployment", CP, "controlplane"))
+    assert "OPENEAS_ADMIN_TOKEN" not in gateway
+    assert gateway["OPENEAS_ROUTES_TOKEN"] == controlplane["OPENEAS_ROUTES_TOKEN"]
+    assert len(gateway["OPENEAS_ROUTES_TOKEN"]) == 43  # generated, kept like the admin token
+    assert gateway["OPENEAS_ROUTES_TOKEN"] != controlplane["OPENEAS_ADMIN_TOKEN"]

@@ -1,5 +1,5 @@
 """The gateway's load report: what one process counts (fake clock) and what it pushes to
-the control plane with the admin token — only services with traffic, once more when they
+the control plane with its route-reader token — only services with traffic, once more when they
 go quiet, nothing when idle."""
 
 from __future__ import annotations
@@ -97,12 +97,12 @@ def until(check: object, timeout: float = 5.0) -> None:
         time.sleep(0.02)
 
 
-def test_gateway_pushes_its_load_with_the_admin_token(
+def test_gateway_pushes_its_load_with_its_routes_token(
     make_gateway: GatewayFactory, echo: Echo, receiver: Receiver
 ) -> None:
     gw = make_gateway(
         table(route([echo.url])),
-        admin_token="admin-secret",
+        routes_token="routes-secret",
         controlplane_url=receiver.url,
         report_interval_s=0.1,
     )
@@ -119,7 +119,7 @@ def test_gateway_pushes_its_load_with_the_admin_token(
     until(lambda: counted() == 5)
     until(lambda: receiver.reports[-1][1].services[0].requests == 0)  # went quiet
     auth, last = receiver.reports[-1]
-    assert auth == "Bearer admin-secret" and last.services[0].service == SERVICE
+    assert auth == "Bearer routes-secret" and last.services[0].service == SERVICE
     quiet = len(receiver.reports)
     time.sleep(0.4)  # four intervals with no traffic: nothing is sent
     assert len(receiver.reports) == quiet

@@ -203,3 +203,12 @@ OPENEAS_K8S_RESOURCE_GROUPS (the settings' spelling: node_selector).
 {{- end }}
 {{- $groups | toJson }}
 {{- end }}
+
+{{/* The gateway's route-reader token (OPENEAS_ROUTES_TOKEN), set on both sides. */}}
+{{- define "openeas.routesTokenEnv" -}}
+- name: OPENEAS_ROUTES_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "openeas.adminTokenSecret" . }}
+      key: {{ ternary .Values.auth.existingSecretRoutesKey "routes-token" (ne .Values.auth.existingSecret "") }}
+{{- end }}
