@@ -54,14 +54,14 @@ class Autoscaling:
     def __init__(
         self,
         sessions: sessionmaker[Session],
-        cluster: str,
+        services: Services,
         *,
         tick_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sessions = sessions
-        self.cluster = cluster
-        self.services = Services(sessions, cluster)
+        self.services = services  # whose scale-write the decisions go through
+        self.cluster = services.cluster
         self.signals = Signals(clock=clock)
         self.signals.listeners.append(self._on_report)
         self.tick_s = tick_s

@@ -11,12 +11,13 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from controlplane import migrate
+from controlplane import migrate, sealing
 from controlplane.api.app import create_app
 from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine, make_sessions
 from controlplane.reconciler import Reconciler
 from controlplane.runtime import make_runtime
+from controlplane.services import Services
 from controlplane.settings import Settings
 
 
@@ -39,7 +40,8 @@ class ControlPlane:
         if migrate.pending(self.engine):
             raise SchemaOutOfDate("the database schema is not up to date: run 'openeas migrate'")
         sessions = make_sessions(self.engine)
-        self.autoscaling = Autoscaling(sessions, settings.cluster_id)
+        sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
+        self.autoscaling = Autoscaling(sessions, Services(sessions, settings.cluster_id, sealer))
         self.reconciler = (
             Reconciler(
                 sessions,

@@ -46,6 +46,12 @@ class GatewaySettings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=256)
 
+    head_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A request head not complete within this many seconds is cut off "
+        "(nginx's client_header_timeout).",
+    )
     max_body_bytes: int = Field(
         default=64 * MIB, ge=1, description="413 above this request body size."
     )

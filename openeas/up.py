@@ -15,7 +15,7 @@ import secrets
 
 from pydantic import SecretStr
 
-from controlplane import migrate
+from controlplane import cli as controlplane_cli
 from controlplane.cli import announce_admin_token, run_until_signal
 from controlplane.server import ControlPlane, bind
 from controlplane.settings import Settings, ensure_admin_token
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
         settings = settings.model_copy(update={"routes_token": secrets.token_urlsafe(32)})
     public = f"http://{args.host}:{args.port}"
     settings = settings.model_copy(update={"public_url": settings.public_url or public})
-    migrate.upgrade(settings.sqlalchemy_url)
+    controlplane_cli.upgrade(settings)
     plane = ControlPlane(settings)
     public_sock = bind(args.host, args.port)  # fail early, before anything starts
     internal_sock = bind("127.0.0.1", 0)

@@ -11,6 +11,8 @@ from contract.wire import SIGNALS_PATH
 from controlplane.api.app import create_app
 from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine, make_sessions
+from controlplane.sealing import TokenSealer
+from controlplane.services import Services
 from controlplane.settings import Settings
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_api import errors_of
@@ -122,7 +124,9 @@ def test_queue_time_needs_tritons_metrics(client: TestClient) -> None:
 def test_the_routes_token_may_report_load(settings: Settings) -> None:
     scoped = settings.model_copy(update={"routes_token": "routes-reader-token-0123456789"})
     engine = make_engine(scoped.sqlalchemy_url)
-    scaling = Autoscaling(make_sessions(engine), scoped.cluster_id)
+    sessions = make_sessions(engine)
+    sealer = TokenSealer(["sealing-key-for-tests-0123"])
+    scaling = Autoscaling(sessions, Services(sessions, scoped.cluster_id, sealer))
     scaling.signals.leading = True  # as while its reconciler leads
     report = {"reporter": "r1", "interval_s": 1.0, "services": [
         {"service": "svc", "requests": 30, "concurrency": 1.5}]}  # fmt: skip

@@ -60,7 +60,7 @@ AUTO = {
 
 @pytest.fixture
 async def leader(harness: Harness) -> AsyncIterator[tuple[Harness, Autoscaling]]:  # noqa: F811
-    scaling = Autoscaling(harness.sessions, "local", tick_s=0.1)
+    scaling = Autoscaling(harness.sessions, harness.services, tick_s=0.1)
     reconciler: Reconciler = harness.make_reconciler(lease_ttl=1.0, autoscaling=scaling)
     task = asyncio.create_task(reconciler.run())
     await harness.until(lambda: scaling.signals.leading)

@@ -28,8 +28,8 @@ NOT_SETTINGS = {"PGPASSWORD"}  # read by libpq, not by us (the bundled database'
 CHART_OWNED: dict[str, tuple[type[BaseSettings], set[str]]] = {
     "controlplane": (
         Settings,
-        {"data_dir", "database_url", "admin_token", "routes_token", "cluster_id", "public_url",
-         "intranet_url", "runtime", "k8s"},
+        {"data_dir", "database_url", "admin_token", "routes_token", "secret_key", "cluster_id",
+         "public_url", "intranet_url", "runtime", "k8s"},
     ),
     # admin_token: the chart gives the gateway none (it reads routes with routes_token).
     "gateway": (
@@ -138,6 +138,7 @@ def test_the_rendered_environment_parses_into_the_settings(
     assert (gateway.host, gateway.port) == ("0.0.0.0", 8080)
     assert gateway.routes_token.get_secret_value() == settings.routes_token
     assert settings.routes_token  # from the chart's Secret, or the key of yours
+    assert settings.secret_key  # every control-plane replica seals with the same key
     assert gateway.admin_token.get_secret_value() == ""  # least privilege
 
 
@@ -183,6 +184,7 @@ SAMPLE: dict[str, Any] = {
         "pollWaitS": 10,
         "pollBackoffMaxS": 2,
         "reportIntervalS": 0.25,
+        "headTimeoutS": 30,
         "healthPath": "/healthz",
         "metricsPath": "/gateway/metrics",
     },

@@ -42,7 +42,7 @@ async def test_deployment_replicas_follow_the_autoscaler(
     k8s_settings: KubernetesSettings,
 ) -> None:
     h = harness
-    scaling = Autoscaling(h.sessions, "local", tick_s=0.1)
+    scaling = Autoscaling(h.sessions, h.services, tick_s=0.1)
 
     def factory(notify: Notify) -> KubernetesRuntime:
         return KubernetesRuntime(k8s_settings, notify)
@@ -82,7 +82,7 @@ async def test_cpu_comes_from_the_metrics_api(
     k8s_settings: KubernetesSettings,
 ) -> None:
     h = harness
-    scaling = Autoscaling(h.sessions, "local", tick_s=0.1)
+    scaling = Autoscaling(h.sessions, h.services, tick_s=0.1)
     runtime = KubernetesRuntime(k8s_settings, lambda _: None)
     auto = {**AUTO, "scaleStrategies": [{"metricName": "cpu", "threshold": 50}]}
     h.services.create(seed_spec(autoscaler=auto, metadata={"instance": 1, "cpu": 2}))
