@@ -46,6 +46,12 @@ class GatewaySettings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=256)
 
+    shutdown_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="On SIGTERM, requests in progress get this long to finish (keep the pod's "
+        "terminationGracePeriodSeconds above it; the chart does).",
+    )
     head_timeout_s: float = Field(
         default=60.0,
         gt=0,
