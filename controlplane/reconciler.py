@@ -21,6 +21,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from controlplane import resync, route_feed
 from controlplane import status as status_mod
+from controlplane.autoscaling import Autoscaling
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
 from controlplane.runtime.base import (
@@ -53,6 +54,7 @@ class Reconciler:
         poll_seconds: float = 2.0,
         lease_ttl: float = 15.0,
         holder: str | None = None,
+        autoscaling: Autoscaling | None = None,
     ) -> None:
         self.store = ReconcileStore(sessions, cluster)
         self._runtime_factory = runtime_factory
@@ -66,6 +68,7 @@ class Reconciler:
         self._queued: set[str] = set()
         self._failures: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.autoscaling = autoscaling  # runs while this reconciler leads
 
     # -- wake-ups ------------------------------------------------------------------------
     def notify(self, service: str) -> None:
@@ -107,6 +110,8 @@ class Reconciler:
             asyncio.create_task(self._poll_changes()),
             asyncio.create_task(self._resync()),
         ]
+        if self.autoscaling is not None:
+            tasks.append(asyncio.create_task(self.autoscaling.run(self.runtime)))
         try:
             while await asyncio.to_thread(self.lease.acquire):
                 await asyncio.sleep(self.lease.ttl / 3)
@@ -167,7 +172,11 @@ class Reconciler:
         state, previous = await asyncio.to_thread(self.store.state, name)
         if state is None:
             await runtime.delete(name)  # an orphan: nothing stored wants it
+            if self.autoscaling is not None:
+                self.autoscaling.forget(name)
             return
+        if self.autoscaling is not None:
+            self.autoscaling.observe(state)
         if state.deleting:
             if await runtime.delete(name):
                 await asyncio.to_thread(self.store.forget, name)
@@ -182,6 +191,8 @@ class Reconciler:
             await self._write(state, failed, Observation())
             return
         seen = await runtime.observe(name)
+        if self.autoscaling is not None:
+            self.autoscaling.replicas(name, seen)
         computed = status_mod.compute(want, seen, deleting=False, previous=previous)
         await self._write(state, computed, seen, want.template_hash)
 

@@ -26,6 +26,7 @@ from typing import Any
 from gateway.auth import presented_token, token_matches
 from gateway.balancer import Endpoint, EndpointPool, split_base_url
 from gateway.headers import PREDICT_DROPPED, REQUEST_REPLACED, forward_request_headers
+from gateway.limits import Activity
 from gateway.metrics import GatewayMetrics
 from gateway.paths import Target, is_admin_path
 from gateway.problems import Problem, unauthorized, write_problem
@@ -90,12 +91,14 @@ class PredictProxy:
         balancer: EndpointPool,
         metrics: GatewayMetrics,
         upstreams: UpstreamPool,
+        activity: Activity | None = None,
     ) -> None:
         self.settings = settings
         self.routes = routes
         self.balancer = balancer
         self.metrics = metrics
         self.upstreams = upstreams
+        self.activity = activity if activity is not None else Activity()
         self._connect_s = settings.connect_timeout_s
 
     # -- admission (shared) ---------------------------------------------------------------
@@ -194,6 +197,8 @@ class PredictProxy:
                 service=name,
                 headers={"Retry-After": "1"},
             )
+        if not entry.in_flight.active:
+            self.activity.touch(name, entry.in_flight)
 
     def _unavailable(self, name: str, detail: str) -> Problem:
         """A 503 the caller may retry after a moment (replicas come and go)."""
@@ -258,7 +263,7 @@ class PredictProxy:
         context: tuple[ServiceRoute, Endpoint, float, float] = ex.context  # type: ignore[assignment]
         entry, endpoint, started, sent_at = context
         endpoint.outstanding -= 1
-        entry.in_flight.count -= 1
+        entry.in_flight.leave()
         name = entry.route.service
         request = ex.request
         if ex.aborted:

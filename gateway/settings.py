@@ -94,5 +94,12 @@ class GatewaySettings(BaseSettings):
     poll_backoff_max_s: float = Field(
         default=1.0, gt=0, description="Cap of the retry back-off while it is unreachable."
     )
+    report_interval_s: float = Field(
+        default=0.5,
+        ge=0,
+        le=60,
+        description="How often each gateway process reports per-service load to the control "
+        "plane's autoscaler, with the route-reader token (0: never).",
+    )
     health_path: str = "/gateway/healthz"
     metrics_path: str = "/metrics"

@@ -189,6 +189,7 @@ SAMPLE: dict[str, Any] = {
         "replicaDownS": 0.5,
         "pollWaitS": 10,
         "pollBackoffMaxS": 2,
+        "reportIntervalS": 0.25,
         "headTimeoutS": 30,
         "shutdownGraceS": 120,
         "healthPath": "/healthz",
