@@ -135,8 +135,11 @@ class ChangeSignal:
     async def wait(self, timeout: float) -> None:
         """Return on the next change, or after ``timeout`` seconds."""
         changed = self._events.setdefault(asyncio.get_running_loop(), asyncio.Event())
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancellation that
+        # arrives as the event is set, and a loop waiting here would then never stop.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await changed.wait()
         changed.clear()
 
 
@@ -172,9 +175,8 @@ class VersionWatch:
                 self._task = asyncio.create_task(self._poll())
             async with self._moved:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self._moved.wait_for(lambda: self._current != after), timeout
-                    )
+                    async with asyncio.timeout(timeout):  # see ChangeSignal.wait
+                        await self._moved.wait_for(lambda: self._current != after)
             return self._current != after
         finally:
             self._waiters -= 1
