@@ -109,6 +109,8 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._source_task
             self._source_task = None
+        if self._predict is not None:
+            await self._predict.mirrors.close()  # shadows in flight are dropped, not awaited
         if self._upstreams is not None:
             await self._upstreams.close()
             self._upstreams = None
