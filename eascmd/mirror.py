@@ -41,17 +41,22 @@ def add_parsers(sub: Any) -> None:
         "mismatch|error|skipped} and the shadows' latency per target. Rolls no replica.",
     )
     c.add_argument("name", help="service name (the primary)")
-    c.add_argument("--ratio", type=int, help="percent of its requests to copy, 1..100")
+    c.add_argument(
+        "--ratio",
+        type=int,
+        help="percent of its requests to copy, 1..100 (no default: required unless --off)",
+    )
     c.add_argument(
         "--target",
         action="append",
         metavar="SERVICE",
-        help="a service to copy them to (repeat for several, up to 8)",
+        help="a service to copy them to, repeat for several, up to 8 (no default: required "
+        "unless --off)",
     )
     c.add_argument(
         "--tolerance",
         type=float,
         help="compare output tensors within this absolute difference (default: byte-equal)",
     )
-    c.add_argument("--off", action="store_true", help="stop mirroring")
+    c.add_argument("--off", action="store_true", help="stop mirroring (default: off)")
     c.set_defaults(run=_mirror)
