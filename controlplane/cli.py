@@ -37,12 +37,20 @@ def migrate_main(argv: list[str]) -> int:
         default="head",
         help="revision to reach: head, base or a revision id (default head)",
     )
+    parser.add_argument(
+        "--reseal",
+        action="store_true",
+        help="re-seal every stored token under the first OPENEAS_SECRET_KEY (after putting a "
+        "new key first; default: only seal tokens still stored in clear)",
+    )
     args = parser.parse_args(argv)
     settings = Settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.sqlalchemy_url
     if args.to == "head":
-        migrate.upgrade(url)
+        sealed = upgrade(settings, reseal=args.reseal)
+        if sealed:
+            print(f"openeas: sealed {sealed} stored token(s)")
     else:
         engine = make_engine(url)
         at_head = not migrate.pending(engine)
@@ -51,6 +59,21 @@ def migrate_main(argv: list[str]) -> int:
         (migrate.downgrade if at_head or args.to == "base" else migrate.upgrade)(url, args.to)
     print(f"openeas: database at revision {args.to}")
     return 0
+
+
+def upgrade(settings: Settings, *, reseal: bool = False) -> int:
+    """Bring the schema to head, then seal any token still stored in clear (all of them
+    under the first key with ``reseal``); how many tokens were (re)sealed."""
+    from controlplane import sealing, store
+    from controlplane.db import make_sessions
+
+    migrate.upgrade(settings.sqlalchemy_url)
+    engine = make_engine(settings.sqlalchemy_url)
+    try:
+        sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
+        return store.seal_tokens(make_sessions(engine), sealer, reseal=reseal)
+    finally:
+        engine.dispose()
 
 
 def announce_admin_token(settings: Settings, created: bool) -> None:
@@ -88,7 +111,7 @@ def controlplane_main(argv: list[str]) -> int:
     settings, created = ensure_admin_token(Settings())
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if args.migrate:
-        migrate.upgrade(settings.sqlalchemy_url)
+        upgrade(settings)
     try:
         plane = ControlPlane(settings, reconcile=not args.no_reconcile)
     except SchemaOutOfDate as e:

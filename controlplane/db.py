@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 
 def make_engine(url: str) -> Engine:
     kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    database = make_url(url).database
+    if url.startswith("sqlite") and database and database != ":memory:":
+        # A data dir named in OPENEAS_DATA_DIR that does not exist yet is made, not a
+        # traceback ("unable to open database file").
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
     if url.startswith("sqlite"):
         # FastAPI runs sync handlers in a thread pool; the reconciler has its own thread.
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}

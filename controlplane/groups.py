@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from contract.wire import token_digest
 from controlplane.errors import GroupNotFound
 from controlplane.models import GroupRow, ServiceRow
+from controlplane.sealing import TokenSealer
 
 TrafficMode = Literal["auto", "customized"]
 
@@ -30,14 +31,13 @@ def find(s: Session, cluster: str, name: str) -> GroupRow | None:
     return s.scalar(query)
 
 
-def follow(s: Session, row: ServiceRow, before: str | None) -> None:
+def follow(s: Session, row: ServiceRow, before: str | None, sealer: TokenSealer) -> None:
     """Group rows after ``row``'s group changed from ``before`` (or ``row`` is going)."""
     after = None if row.deleting else row.group_name
     if after is not None and after != before and find(s, row.cluster, after) is None:
         token = secrets.token_urlsafe(32)
-        s.add(
-            GroupRow(cluster=row.cluster, name=after, token=token, token_sha256=token_digest(token))
-        )
+        sealed, digest = sealer.seal(token), token_digest(token)
+        s.add(GroupRow(cluster=row.cluster, name=after, token=sealed, token_sha256=digest))
     if before is not None and before != after:
         others = select(func.count(ServiceRow.id)).where(
             ServiceRow.cluster == row.cluster,
@@ -73,9 +73,10 @@ class Group:
 class Groups:
     """Reads and the group's own settings, for the REST API."""
 
-    def __init__(self, sessions: sessionmaker[Session], cluster: str) -> None:
+    def __init__(self, sessions: sessionmaker[Session], cluster: str, sealer: TokenSealer) -> None:
         self._sessions = sessions
         self.cluster = cluster
+        self.sealer = sealer
 
     def list(self) -> list[Group]:
         with self._sessions() as s:
@@ -108,9 +109,15 @@ class Groups:
         token = secrets.token_urlsafe(32)
         with self._sessions() as s:
             group = self._group(s, cluster, name)
-            group.row.token, group.row.token_sha256 = token, token_digest(token)
+            group.row.token = self.sealer.seal(token)
+            group.row.token_sha256 = token_digest(token)
             s.commit()
             return group, token
+
+    def token(self, cluster: str, name: str) -> tuple[Group, str]:
+        """The explicit admin call that opens the group's sealed token."""
+        group = self.get(cluster, name)
+        return group, self.sealer.open(group.row.token)
 
     def _group(self, s: Session, cluster: str, name: str) -> Group:
         row = find(s, cluster, name) if cluster == self.cluster else None

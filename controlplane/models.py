@@ -93,9 +93,9 @@ class ServiceRow(Base):
     cluster: Mapped[str] = mapped_column(String(64))
     name: Mapped[str] = mapped_column(String(63))
     spec: Mapped[StoredSpec] = mapped_column(SpecJSON)
-    # The token itself is kept for the explicit admin "show token" call and the console;
-    # everything that only checks tokens (the gateway) gets the digest.
-    token: Mapped[str] = mapped_column(String(128))
+    # The token itself is kept, sealed, for the explicit admin "show token" call and the
+    # console; everything that only checks tokens (the gateway) gets the digest.
+    token: Mapped[str] = mapped_column(String(512))  # sealed (controlplane.sealing)
     token_sha256: Mapped[str] = mapped_column(String(64))
     generation: Mapped[int] = mapped_column(Integer, default=1)
     observed_generation: Mapped[int] = mapped_column(Integer, default=0)
@@ -167,7 +167,7 @@ class GroupRow(Base):
     cluster: Mapped[str] = mapped_column(String(64))
     name: Mapped[str] = mapped_column(String(63))
     traffic_mode: Mapped[str] = mapped_column(String(16), default="customized")
-    token: Mapped[str] = mapped_column(String(128))
+    token: Mapped[str] = mapped_column(String(512))  # sealed (controlplane.sealing)
     token_sha256: Mapped[str] = mapped_column(String(64))
     route_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -29,6 +29,7 @@ from controlplane.errors import (
     ServiceNotFound,
 )
 from controlplane.models import EventRow, ServiceRow, utcnow
+from controlplane.sealing import TokenSealer
 from controlplane.spec import Check, Mirror, StoredSpec, split_token, validate_spec
 
 SortKey = Literal["name", "createTime", "updateTime", "status"]
@@ -49,10 +50,15 @@ class Services:
     """Operations on the services of one cluster."""
 
     def __init__(
-        self, sessions: sessionmaker[Session], cluster: str, checks: Sequence[Check] = ()
+        self,
+        sessions: sessionmaker[Session],
+        cluster: str,
+        sealer: TokenSealer,
+        checks: Sequence[Check] = (),
     ) -> None:
         self._sessions = sessions
         self.cluster = cluster
+        self.sealer = sealer
         self._checks = checks
 
     # -- reads ---------------------------------------------------------------------------
@@ -120,7 +126,7 @@ class Services:
                 cluster=self.cluster,
                 name=spec.name,
                 spec=stored,
-                token=token,
+                token=self.sealer.seal(token),
                 token_sha256=token_digest(token),
                 status="Creating",
                 total_instances=spec.metadata.instance,
@@ -132,7 +138,7 @@ class Services:
                 s.add(row)
                 try:
                     s.flush()
-                    groups.follow(s, row, None)
+                    groups.follow(s, row, None, self.sealer)
                     s.commit()
                     return row, token
                 except IntegrityError as e:
@@ -208,7 +214,8 @@ class Services:
                 row.deleting = True
                 _bump(row, "Deleting", "delete requested")
                 row.status = "Deleting"
-                groups.follow(s, row, row.group_name)  # the last member takes its group along
+                # The last member takes its group along.
+                groups.follow(s, row, row.group_name, self.sealer)
 
         return self._write(cluster, name, change)
 
@@ -216,7 +223,7 @@ class Services:
         token = new_token()
 
         def change(s: Session, row: ServiceRow) -> None:
-            _set_token(row, token)
+            self._set_token(row, token)
             row.add_event("TokenRotated", "service token rotated")
 
         return self._write(cluster, name, change), token
@@ -237,20 +244,29 @@ class Services:
         def change(s: Session, row: ServiceRow) -> None:
             spec = validate_spec(merge_patch(row.spec.public(), patch), self._checks)
             stored, token = split_token(spec)  # a token only when the patch carries one
-            if token and token != row.token:
-                _set_token(row, token)
+            if token and token_digest(token) != row.token_sha256:
+                self._set_token(row, token)
                 row.add_event("TokenChanged", "service token replaced by the spec's token")
             if stored != row.spec:
                 _check_mirror(s, cluster, stored, row.spec.metadata.mirror)
                 before, deployment = row.group_name, row.spec.deployment()
                 row.spec = stored
-                groups.follow(s, row, before)
+                groups.follow(s, row, before, self.sealer)
                 if stored.deployment() == deployment:
                     row.add_event(*event)
                 else:
                     _bump(row, *event)
 
         return self._write(cluster, name, change, if_match)
+
+    def token(self, cluster: str, name: str) -> tuple[ServiceRow, str]:
+        """The explicit admin call that opens a service's sealed token."""
+        row = self.get(cluster, name)
+        return row, self.sealer.open(row.token)
+
+    def _set_token(self, row: ServiceRow, token: str) -> None:
+        row.token = self.sealer.seal(token)
+        row.token_sha256 = token_digest(token)
 
     def _load(self, s: Session, cluster: str, name: str) -> ServiceRow:
         if cluster != self.cluster:
@@ -320,11 +336,6 @@ def _check_mirror(s: Session, cluster: str, spec: StoredSpec, before: Mirror | N
             )
     if problems:
         raise InvalidSpec(problems)
-
-
-def _set_token(row: ServiceRow, token: str) -> None:
-    row.token = token
-    row.token_sha256 = token_digest(token)
 
 
 def _uid() -> str:

@@ -25,6 +25,10 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".openeas")
     database_url: str = ""  # empty: SQLite file in data_dir
     admin_token: str = Field(default="", repr=False)
+    # The gateway's route-reader credential: opens the route table, nothing else.
+    routes_token: str = Field(default="", repr=False)
+    # Seals service and group tokens at rest (controlplane.sealing); empty: a key file.
+    secret_key: str = Field(default="", repr=False)
     cluster_id: str = "local"
     public_url: str = ""  # what endpoints are shown as; empty: the server's own address
     intranet_url: str = ""

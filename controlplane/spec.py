@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from controlplane.errors import FieldProblem, InvalidSpec
 from processors import registry
@@ -70,7 +70,7 @@ class Metadata(_Strict):
     rpc: Rpc = Field(default_factory=Rpc)
     # Service groups (routing only: changing these rolls no replica). A member gets group
     # traffic only when "grouping"; new members start standalone unless the spec says so.
-    group: str | None = None
+    group: str | None = Field(default=None, json_schema_extra={"pattern": NAME_RE.pattern})
     weight: int | None = Field(default=None, ge=0, le=1000)  # None: DEFAULT_WEIGHT
     traffic_state: TrafficState | None = None  # None: "standalone"
     mirror: Mirror | None = None  # shadows of its traffic (routing only, as the above)
@@ -97,8 +97,10 @@ class Metadata(_Strict):
 class StoredSpec(_Strict):
     """The EAS JSON as a service row keeps it: everything but the token (its own column)."""
 
-    name: str
-    processor: str
+    # The patterns and choices checked by the validators below, stated in the OpenAPI
+    # document too, so schema-driven clients and fuzzers make valid requests.
+    name: str = Field(json_schema_extra={"pattern": NAME_RE.pattern})
+    processor: str = Field(json_schema_extra={"enum": list[JsonValue](registry.names())})
     processor_params: list[str] = Field(default_factory=list, max_length=64)
     model_path: str | None = Field(default=None, max_length=2048)
     oss_endpoint: str | None = Field(default=None, max_length=256)
@@ -133,7 +135,7 @@ class StoredSpec(_Strict):
 class ServiceSpec(StoredSpec):
     """The EAS JSON. ``token`` is taken out before storing (see :func:`split_token`)."""
 
-    token: str | None = None
+    token: str | None = Field(default=None, json_schema_extra={"pattern": TOKEN_RE.pattern})
 
     @field_validator("name")
     @classmethod

@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane import sealing
 from controlplane.desired import ServiceState
 from controlplane.models import GroupRow, RouteRemovalRow, ServiceRow, utcnow
 from controlplane.resync import StoredSummary
+from controlplane.sealing import TokenSealer
 from controlplane.status import Status
 
 
@@ -154,3 +156,18 @@ class ReconcileStore:
             if row is not None and row.deleting:
                 s.delete(row)
                 s.commit()
+
+
+def seal_tokens(sessions: sessionmaker[Session], sealer: TokenSealer, *, reseal: bool) -> int:
+    """Seal tokens stored in clear (from before sealing), or with ``reseal`` every token
+    under the first key (a key rotation). One pass at migrate time; returns how many."""
+    done = 0
+    with sessions() as s:
+        rows: list[ServiceRow | GroupRow] = [*s.scalars(select(ServiceRow))]
+        rows += s.scalars(select(GroupRow))
+        for row in rows:
+            if reseal or not row.token.startswith(sealing.PREFIX):
+                row.token = sealer.reseal(row.token)
+                done += 1
+        s.commit()
+    return done

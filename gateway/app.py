@@ -239,7 +239,12 @@ async def start_gateway(
     is not a predict call, metrics or the gateway's health path."""
     gateway = Gateway(settings, route_source, fallback_upstream=fallback_upstream)
     await gateway.start()
-    server = HttpServer(gateway.handle, keepalive_s=75.0, buffer_bytes=settings.buffer_body_bytes)
+    server = HttpServer(
+        gateway.handle,
+        keepalive_s=75.0,
+        buffer_bytes=settings.buffer_body_bytes,
+        head_timeout_s=settings.head_timeout_s,
+    )
     try:
         if sock is not None:
             await server.listen(sock=sock)

@@ -58,7 +58,7 @@ async def serve(settings: GatewaySettings, *, reuse_port: bool = False) -> None:
     """Run one gateway until SIGTERM/SIGINT."""
     source = ControlPlaneRouteSource(
         settings.controlplane_url,
-        settings.admin_token.get_secret_value(),
+        settings.control_plane_credential(),
         wait_s=settings.poll_wait_s,
         connect_timeout_s=settings.connect_timeout_s,
         backoff_max_s=settings.poll_backoff_max_s,
@@ -132,8 +132,14 @@ def main(argv: list[str]) -> int:
         print(f"openeas gateway: invalid settings:\n{e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level.upper(), format=_LOG_FORMAT)
-    if not settings.admin_token.get_secret_value():
-        log.warning("OPENEAS_ADMIN_TOKEN is empty: the control plane will likely refuse routes")
+    if not settings.routes_token.get_secret_value():
+        if settings.admin_token.get_secret_value():
+            log.warning(
+                "the gateway reads routes with the admin token: set OPENEAS_ROUTES_TOKEN (on "
+                "both the control plane and the gateway) so it holds no admin credential"
+            )
+        else:
+            log.warning("OPENEAS_ROUTES_TOKEN is empty: the control plane will refuse routes")
     if settings.workers > 1:
         if settings.port == 0:
             print("openeas gateway: --workers > 1 needs a fixed --port", file=sys.stderr)

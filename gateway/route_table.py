@@ -245,7 +245,7 @@ class StaticRouteSource:
 
 
 class ControlPlaneRouteSource:
-    """Long-polls ``GET <url>/internal/v1/routes?after=<version>&wait=<s>`` with the admin
+    """Long-polls ``GET <url>/internal/v1/routes?after=<version>&wait=<s>`` with the route-reader
     bearer token. A 200 carries a newer table (applied at once), a 204 means nothing
     changed during the hold. On any failure the last table stays in force, the health
     output reports ``unreachable since …`` and the poll is retried with capped back-off;
@@ -255,7 +255,7 @@ class ControlPlaneRouteSource:
     def __init__(
         self,
         url: str,
-        admin_token: str,
+        token: str,
         *,
         wait_s: float = 25.0,
         connect_timeout_s: float = 3.0,
@@ -264,7 +264,7 @@ class ControlPlaneRouteSource:
         min_interval_s: float = 0.05,
     ) -> None:
         self.url = url.rstrip("/") + ROUTES_PATH
-        self._auth = f"Bearer {admin_token}"
+        self._auth = f"Bearer {token}"
         self.wait_s = wait_s
         self.connect_timeout_s = connect_timeout_s
         self.backoff_initial_s = backoff_initial_s

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 BUFFER_HIGH = 256 * 1024  # body bytes held before the client is paused (at least)
 MAX_HEAD_BYTES = 64 * 1024  # request line + header fields (431 past it)
+MAX_HEADER_FIELDS = 100  # Apache's LimitRequestFields: past it 431 (replicas refuse more)
 DISCARD_MAX = 4 * 1024 * 1024  # unread body drained to keep a connection; past it, close
 LINGER_S = 2.0  # how long a refused upload is drained before the connection is closed
 
@@ -253,6 +254,8 @@ def framing_refusal(headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | Non
     any coding but a single ``chunked`` is 501 (RFC 9112 §6.1). More than one Host field is
     400 (RFC 9112 §3.2). Cheap for the common head: no Transfer-Encoding, no repeated name.
     """
+    if len(headers) > MAX_HEADER_FIELDS:
+        return 431, f"more than {MAX_HEADER_FIELDS} header fields"
     names = {name for name, _ in headers}
     if len(names) != len(headers) and sum(name == b"host" for name, _ in headers) > 1:
         return 400, "more than one Host header field"
@@ -275,6 +278,7 @@ class HttpConnection(ReadPausable):
 
     def __init__(self, server: HttpServer) -> None:
         self.server = server
+        self.responding = False  # bytes of the active request's response went out
         self.loop = server.loop
         self.buffer_bytes = server.buffer_bytes
         # Bodies dispatched whole must fit before reading pauses, or they never complete.
@@ -291,6 +295,7 @@ class HttpConnection(ReadPausable):
         self._headers: list[tuple[bytes, bytes]] = []
         self._head_size = 0
         self._in_head = False
+        self.head_started = 0.0  # when the head being read began (slow heads are cut off)
         self._expect_head = True  # next bytes start or continue a request head
         self._parsing: Request | None = None  # request whose message is being parsed
         self._parsing_dispatched = False
@@ -373,6 +378,7 @@ class HttpConnection(ReadPausable):
         self._headers = []
         self._in_head = True
         self._head_size = 0
+        self.head_started = self.loop.time()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -467,6 +473,7 @@ class HttpConnection(ReadPausable):
     def finished(self, req: Request) -> None:
         """The response to ``req`` is fully written."""
         self.producer = None
+        self.responding = False
         self.last_active = self.loop.time()
         if self.closed or self.transport is None or req is not self.active:
             return
@@ -509,7 +516,9 @@ class HttpConnection(ReadPausable):
     def _protocol_error(self, status: int, detail: str) -> None:
         if self.transport is None or self.closed:
             return
-        if self.active is None:
+        # Also for a request being relayed (a broken chunk in a streamed body) as long as
+        # no byte of its response went out: the client learns why, the replica is aborted.
+        if self.active is None or not self.responding:
             body = b'{"type":"about:blank","title":"%b","status":%d,"detail":"%b"}' % (
                 HTTPStatus(status).phrase.encode(),
                 status,
@@ -533,6 +542,7 @@ class HttpConnection(ReadPausable):
 
     def write(self, data: bytes) -> None:
         if not self.closed and self.transport is not None:
+            self.responding = True
             self.transport.write(data)
 
     def write_response(
@@ -563,11 +573,17 @@ class HttpServer:
     """Accepts connections for ``handler`` and closes idle keep-alive ones."""
 
     def __init__(
-        self, handler: Handler, *, keepalive_s: float = 75.0, buffer_bytes: int = BUFFER_HIGH
+        self,
+        handler: Handler,
+        *,
+        keepalive_s: float = 75.0,
+        buffer_bytes: int = BUFFER_HIGH,
+        head_timeout_s: float = 60.0,
     ) -> None:
         self.handler = handler
         self.loop = asyncio.get_running_loop()
         self.keepalive_s = keepalive_s
+        self.head_timeout_s = head_timeout_s
         self.buffer_bytes = buffer_bytes
         self.connections: set[HttpConnection] = set()
         self._servers: list[asyncio.Server] = []
@@ -602,12 +618,16 @@ class HttpServer:
         return [s for srv in self._servers for s in srv.sockets]
 
     async def _sweep(self) -> None:
-        interval = min(5.0, self.keepalive_s / 2)
+        """Close keep-alive connections idle past ``keepalive_s`` and heads still unfinished
+        after ``head_timeout_s`` (nginx's client_header_timeout: a slowloris holds nothing
+        long). O(open connections) per tick."""
+        interval = min(5.0, self.keepalive_s / 2, self.head_timeout_s / 2)
         while True:
             await asyncio.sleep(interval)
-            cutoff = self.loop.time() - self.keepalive_s
+            now = self.loop.time()
             for conn in list(self.connections):
-                if conn.active is None and conn.last_active < cutoff:
+                slow_head = conn._in_head and now - conn.head_started > self.head_timeout_s
+                if slow_head or (conn.active is None and conn.last_active < now - self.keepalive_s):
                     conn.close()
 
     async def close(self, grace_s: float = 10.0) -> None:

@@ -26,16 +26,32 @@ class GatewaySettings(BaseSettings):
         validation_alias=AliasChoices("controlplane_url", "OPENEAS_CONTROLPLANE_URL"),
         description="Base URL of the control plane the route table is long-polled from.",
     )
+    routes_token: SecretStr = Field(
+        default=SecretStr(""),
+        validation_alias=AliasChoices("routes_token", "OPENEAS_ROUTES_TOKEN"),
+        description="The route-reader credential: opens the control plane's route table and "
+        "nothing else (least privilege).",
+    )
     admin_token: SecretStr = Field(
         default=SecretStr(""),
         validation_alias=AliasChoices("admin_token", "OPENEAS_ADMIN_TOKEN"),
-        description="Bearer credential for the control plane's internal routes endpoint.",
+        description="Used for the route table only when OPENEAS_ROUTES_TOKEN is unset "
+        "(deprecated: the gateway then holds a credential that can change every service).",
     )
+
+    def control_plane_credential(self) -> str:
+        return (self.routes_token or self.admin_token).get_secret_value()
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=256)
 
+    head_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A request head not complete within this many seconds is cut off "
+        "(nginx's client_header_timeout).",
+    )
     max_body_bytes: int = Field(
         default=64 * MIB, ge=1, description="413 above this request body size."
     )

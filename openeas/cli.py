@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "migrate": "controlplane.cli:migrate_main",
     "manifests": "controlplane.runtime.kubernetes.manifest_cli:main",
     "processor": "processors.cli:main",
+    "secrets": "controlplane.secrets_cli:main",
 }
 
 SUMMARIES: dict[str, str] = {
@@ -30,6 +31,7 @@ SUMMARIES: dict[str, str] = {
     "migrate": "upgrade (or step back) the control plane's database schema",
     "manifests": "print the Kubernetes objects a service config becomes (a dry run)",
     "processor": "what a replica runs: pull a model repository, run tritonserver",
+    "secrets": "create the platform's generated Secrets once (the chart's install hook)",
 }
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import secrets
 
 from pydantic import SecretStr
 
-from controlplane import migrate
+from controlplane import cli as controlplane_cli
 from controlplane.cli import announce_admin_token, run_until_signal
 from controlplane.server import ControlPlane, bind
 from controlplane.settings import Settings, ensure_admin_token
@@ -45,9 +46,11 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     settings, created = ensure_admin_token(Settings())
+    if not settings.routes_token:  # the gateway gets a credential that reads routes only
+        settings = settings.model_copy(update={"routes_token": secrets.token_urlsafe(32)})
     public = f"http://{args.host}:{args.port}"
     settings = settings.model_copy(update={"public_url": settings.public_url or public})
-    migrate.upgrade(settings.sqlalchemy_url)
+    controlplane_cli.upgrade(settings)
     plane = ControlPlane(settings)
     public_sock = bind(args.host, args.port)  # fail early, before anything starts
     internal_sock = bind("127.0.0.1", 0)
@@ -57,10 +60,10 @@ def main(argv: list[str]) -> int:
     async def serve() -> None:
         gateway_settings = GatewaySettings(
             controlplane_url=internal,
-            admin_token=SecretStr(settings.admin_token),
+            routes_token=SecretStr(settings.routes_token),
             default_timeout_ms=settings.default_timeout_ms,
         )
-        source = ControlPlaneRouteSource(internal, settings.admin_token)
+        source = ControlPlaneRouteSource(internal, settings.routes_token)
         serving = asyncio.create_task(plane.serve(internal_sock))
         gateway = await start_gateway(
             gateway_settings, source, sock=public_sock, fallback_upstream=internal

@@ -11,6 +11,7 @@ line on stderr, ``openeas: <reason>`` (retry warnings may precede a temporary on
 3     permanent model-repository failure: missing bucket or prefix, empty repository,
       access denied, bad signature, local path missing (mark the service Failed)
 75    temporary pull failure after bounded retries: network, 5xx (``EX_TEMPFAIL``: retry)
+4     the server has no backend for a model of the repository (the line names the fix)
 127   the server binary is missing (the line names every way to provide it)
 130   interrupted (Ctrl-C) before the server started
 ====  ===================================================================================
@@ -22,6 +23,7 @@ import sys
 
 BAD_PARAMS = 2
 PULL_PERMANENT = 3
+BACKEND_MISSING = 4
 PULL_TEMPORARY = 75
 NO_SERVER_BINARY = 127
 INTERRUPTED = 130
@@ -31,6 +33,7 @@ INTERRUPTED = 130
 PERMANENT = {
     BAD_PARAMS: "BadProcessorParams",
     PULL_PERMANENT: "ModelPullFailed",
+    BACKEND_MISSING: "BackendMissing",
     NO_SERVER_BINARY: "ServerBinaryMissing",
 }
 

@@ -4,7 +4,8 @@ No API server can be installed here, so the unmodified ``kubernetes`` client tal
 one through a kubeconfig (:meth:`ApiStandIn.write_kubeconfig`) on 127.0.0.1, bearer token
 required. It is strict where the runtime depends on the real server's behaviour:
 
-* Deployments (``apps/v1``), Services and Pods (``v1``), namespaced: get, list, create,
+* Deployments (``apps/v1``), Services, Pods and Secrets (``v1``), PodDisruptionBudgets
+  (``policy/v1``: their validation, not eviction), namespaced: get, list, create,
   replace, patch, delete; ``Status`` error bodies with the real reasons and codes
   (NotFound, AlreadyExists, Conflict, Invalid, BadRequest, Unauthorized, Expired, ...).
 * ``resourceVersion``: one counter for all objects, bumped on every change (never on a
@@ -51,7 +52,7 @@ field selectors, pagination (``limit``/``continue``), JSON patch
 (``application/json-patch+json``), strategic-merge directives (``$patch``,
 ``$setElementOrder``, ...: rejected), managedFields in responses (ownership is tracked per
 leaf field, lists as a whole), admission (quotas, webhooks, defaults beyond a few shown
-below), cluster-scoped resources other than discovery, Secrets, RBAC (one token may do
+below), cluster-scoped resources other than discovery, RBAC (one token may do
 everything), protobuf/CBOR, TLS, ``dryRun``, server-side ``fieldValidation`` modes (always
 strict), events, and the status subresource of a Deployment as a client would write it.
 """
@@ -90,7 +91,7 @@ _MISSING = object()
 class Resource:
     plural: str
     kind: str
-    group_version: str  # "v1" or "apps/v1"
+    group_version: str  # "v1", "apps/v1" or "policy/v1"
     name_rule: str  # "subdomain" (DNS-1123) or "label" (DNS-1035)
 
 
@@ -98,6 +99,10 @@ RESOURCES = {
     ("apps/v1", "deployments"): Resource("deployments", "Deployment", "apps/v1", "subdomain"),
     ("v1", "services"): Resource("services", "Service", "v1", "label"),
     ("v1", "pods"): Resource("pods", "Pod", "v1", "subdomain"),
+    ("v1", "secrets"): Resource("secrets", "Secret", "v1", "subdomain"),
+    ("policy/v1", "poddisruptionbudgets"): Resource(
+        "poddisruptionbudgets", "PodDisruptionBudget", "policy/v1", "subdomain"
+    ),
 }
 # Strategic merge keys of the lists the runtime's objects hold (k8s.io/api patchMergeKey).
 MERGE_KEYS = {
@@ -871,7 +876,9 @@ class ApiStandIn:
                 )
             if live is not None and selector != live["spec"].get("selector"):
                 problems.append("spec.selector: Invalid value: field is immutable")
-        ip = obj["spec"].get("clusterIP")
+        if resource.kind == "PodDisruptionBudget":
+            problems += _disruption_budget_problems(obj["spec"])
+        ip = (obj.get("spec") or {}).get("clusterIP")
         if resource.kind == "Service" and live is not None and ip != live["spec"].get("clusterIP"):
             problems.append("spec.clusterIP: Invalid value: field is immutable")
         schema_problem = _schema_problem(obj)
@@ -1069,17 +1076,25 @@ DISCOVERY: dict[str, Obj] = {
                 "name": "apps",
                 "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
                 "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"},
-            }
+            },
+            {
+                "name": "policy",
+                "versions": [{"groupVersion": "policy/v1", "version": "v1"}],
+                "preferredVersion": {"groupVersion": "policy/v1", "version": "v1"},
+            },
         ],
     },
     "/api/v1": _resource_list("v1"),
     "/apis/apps/v1": _resource_list("apps/v1"),
+    "/apis/policy/v1": _resource_list("policy/v1"),
 }
 
 
 def _route(path: str) -> tuple[Resource, str, str | None, str | None]:
     m = re.fullmatch(
-        r"/(?:api/(v1)|apis/(apps/v1))/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?(?:/([^/]+))?/?", path
+        r"/(?:api/(v1)|apis/(apps/v1|policy/v1))/namespaces/([^/]+)/([^/]+)"
+        r"(?:/([^/]+))?(?:/([^/]+))?/?",
+        path,
     )
     if not m:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -1130,6 +1145,9 @@ def _group(resource: Resource) -> str:
 def _default(resource: Resource, obj: Obj, live: Obj | None) -> None:
     """A few server-side defaults, so live objects differ from what was applied as real ones
     do (the runtime must compare hashes, not objects)."""
+    if resource.kind == "Secret":  # no spec; type defaults to Opaque
+        obj.setdefault("type", "Opaque")
+        return
     spec = obj.setdefault("spec", {})
     if resource.kind == "Deployment":
         spec.setdefault("progressDeadlineSeconds", 600)
@@ -1152,6 +1170,22 @@ def _default(resource: Resource, obj: Obj, live: Obj | None) -> None:
         spec.setdefault("ipFamilies", ["IPv4"])
         spec.setdefault("ipFamilyPolicy", "SingleStack")
         spec.setdefault("internalTrafficPolicy", "Cluster")
+
+
+def _disruption_budget_problems(spec: Obj) -> list[str]:
+    """policy/v1 validation of a budget: at most one of minAvailable / maxUnavailable, a
+    known unhealthyPodEvictionPolicy, a valid selector (an empty one selects every pod of
+    the namespace, as the real one)."""
+    problems = _selector_problems(spec.get("selector") or {}, "spec.selector")
+    if "minAvailable" in spec and "maxUnavailable" in spec:
+        problems.append("spec: Invalid value: minAvailable and maxUnavailable cannot be both set")
+    policy = spec.get("unhealthyPodEvictionPolicy")
+    if policy not in (None, "IfHealthyBudget", "AlwaysAllow"):
+        problems.append(
+            f"spec.unhealthyPodEvictionPolicy: Unsupported value: {policy!r}: supported "
+            'values: "IfHealthyBudget", "AlwaysAllow"'
+        )
+    return problems
 
 
 def _schema_problem(obj: Obj) -> str:

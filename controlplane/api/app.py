@@ -11,6 +11,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse
 from sqlalchemy import Engine, text
 
+from controlplane import sealing
 from controlplane.api import groups as groups_api
 from controlplane.api import internal, problems
 from controlplane.api import services as services_api
@@ -49,9 +50,11 @@ def create_app(settings: Settings, engine: Engine, log_source: LogSource | None 
     )
     problems.install(app)
     sessions = make_sessions(engine)
-    services = Services(sessions, settings.cluster_id, deployment_checks(settings))
+    sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
+    services = Services(sessions, settings.cluster_id, sealer, deployment_checks(settings))
     app.include_router(services_api.router(services, settings))
-    app.include_router(groups_api.router(Groups(sessions, settings.cluster_id), services, settings))
+    groups = Groups(sessions, settings.cluster_id, sealer)
+    app.include_router(groups_api.router(groups, services, settings))
     logs = log_source or make_log_source(settings)
     app.include_router(internal.router(sessions, services, settings, logs))
 

@@ -99,8 +99,8 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
     @api.get("/api/v2/groups/{cluster}/{group}/token")
     def show_token(cluster: str, group: str) -> schemas.GroupToken:
         """The group token (opens /api/predict/<group>); never in describe or list."""
-        row = groups.get(cluster, group).row
-        return schemas.GroupToken(RequestId=_request_id(), GroupName=row.name, Token=row.token)
+        found, token = groups.token(cluster, group)
+        return schemas.GroupToken(RequestId=_request_id(), GroupName=found.row.name, Token=token)
 
     @api.post("/api/v2/groups/{cluster}/{group}/token")
     def rotate_token(cluster: str, group: str) -> schemas.GroupToken:

@@ -27,11 +27,13 @@ def router(
     settings: Settings,
     log_source: LogSource,
 ) -> APIRouter:
-    api = APIRouter(dependencies=[Depends(AdminAuth(settings.admin_token))])
+    api = APIRouter()
+    admin = [Depends(AdminAuth(settings.admin_token))]
+    route_reader = [Depends(AdminAuth(settings.admin_token, also=settings.routes_token))]
 
     watch = route_feed.VersionWatch(sessions, POLL_SECONDS)
 
-    @api.get(ROUTES_PATH, tags=["internal"], response_model=None)
+    @api.get(ROUTES_PATH, tags=["internal"], response_model=None, dependencies=route_reader)
     async def route_table(
         request: Request,
         after: Annotated[int, Query(ge=-1)] = -1,
@@ -49,7 +51,7 @@ def router(
             route_feed.table, sessions, settings.cluster_id, settings.default_timeout_ms, after
         )
 
-    @api.get("/api/v2/services/{cluster}/{name}/logs", tags=["services"])
+    @api.get("/api/v2/services/{cluster}/{name}/logs", tags=["services"], dependencies=admin)
     async def logs(
         cluster: str,
         name: str,

@@ -156,8 +156,8 @@ def router(services: Services, settings: Settings) -> APIRouter:
     @api.get("/{cluster}/{name}/token")
     def show_token(cluster: str, name: str) -> schemas.TokenPublic:
         """The explicit admin call that reveals a service's token (never in describe/list)."""
-        row = services.get(cluster, name)
-        return schemas.TokenPublic(RequestId=_request_id(), ServiceName=row.name, Token=row.token)
+        row, token = services.token(cluster, name)
+        return schemas.TokenPublic(RequestId=_request_id(), ServiceName=row.name, Token=token)
 
     @api.get("/{cluster}/{name}/events")
     def events(cluster: str, name: str) -> schemas.EventList:

@@ -293,6 +293,9 @@ class LocalRuntime:
             return await replica.process.wait()
         finally:
             probe.cancel()
+            # What it leaves in its group goes with it (a backend stub holds GPU memory).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(replica.process.pid, signal.SIGKILL)
 
     async def _probe(self, replica: Replica, url: str) -> None:
         """Follow readiness: Pending ↔ Running, notifying on every flip."""

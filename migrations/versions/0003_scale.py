@@ -39,6 +39,9 @@ def upgrade() -> None:
             sa.Column("template_hash", sa.String(16), nullable=False, server_default="")
         )
         batch.add_column(sa.Column("group_name", sa.String(63), nullable=True))
+        # Room for a sealed token (controlplane.sealing); existing ones are sealed by
+        # 'openeas migrate'.
+        batch.alter_column("token", type_=sa.String(512), existing_type=sa.String(128))
     # Existing services count as changed at the current version (a delta after an older
     # version includes them).
     op.execute(
@@ -71,7 +74,7 @@ def upgrade() -> None:
         sa.Column("cluster", sa.String(64), nullable=False),
         sa.Column("name", sa.String(63), nullable=False),
         sa.Column("traffic_mode", sa.String(16), nullable=False),
-        sa.Column("token", sa.String(128), nullable=False),
+        sa.Column("token", sa.String(512), nullable=False),
         sa.Column("token_sha256", sa.String(64), nullable=False),
         sa.Column("route_version", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
@@ -93,6 +96,6 @@ def downgrade() -> None:
     for name in ("group", "pending", "status", "updated", "created", "route_version"):
         op.drop_index(f"ix_services_{name}", table_name="services")
     with op.batch_alter_table("services") as batch:
-        batch.drop_column("group_name")
+        batch.drop_column("group_name")  # tokens keep their room: sealed ones need it
         batch.drop_column("template_hash")
         batch.drop_column("route_version")

@@ -5,7 +5,8 @@ The local runtime starts it as a process and the kubernetes runtime as a contain
 replica may run a newer version than the one that accepted the spec), makes the model
 repository local (pulling ``oss://`` into the shared model cache), rewrites
 ``--model-repository`` to that copy, adds the platform's ports, addresses and plugin
-directories, and supervises tritonserver until it exits.
+directories and the admin-API fences (:mod:`.fences`), and supervises tritonserver until
+it exits.
 
 Exit codes: :mod:`processors.exits` (tritonserver's own code passes through).
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 from processors import exits, repository
 from processors.base import Ports, ProcessorError
 from processors.exits import fail, say
-from processors.triton import binary, flags, supervisor
+from processors.triton import backends, binary, fences, flags, supervisor
 
 
 def run(params: Sequence[str], ports: Ports, model_cache: Path | None) -> int:
@@ -41,8 +42,11 @@ def run(params: Sequence[str], ports: Ports, model_cache: Path | None) -> int:
         )
     except repository.PullFailed as e:
         return fail(e.exit_code, f"model pull failed: {e}")
+    problem = backends.missing(local, backends.directory(server.args))
+    if problem is not None:
+        return fail(exits.BACKEND_MISSING, problem)
     say(f"serving {checked.model_repository} from {local} with {server.binary}")
-    argv = tritonserver_argv(server, checked, local, ports)
+    argv = tritonserver_argv(server, checked, local, ports, fences.new_key())
     try:
         return supervisor.supervise(argv, server.environ(os.environ))
     except OSError as e:  # exec failed: not a binary for this machine, no permission
@@ -50,10 +54,15 @@ def run(params: Sequence[str], ports: Ports, model_cache: Path | None) -> int:
 
 
 def tritonserver_argv(
-    server: binary.Tritonserver, checked: flags.TritonFlags, local: Path, ports: Ports
+    server: binary.Tritonserver,
+    checked: flags.TritonFlags,
+    local: Path,
+    ports: Ports,
+    admin_key: str,
 ) -> list[str]:
     """The tritonserver command line: the user's flags on the local copy, then the
-    platform's (tenants cannot pass these, so order carries no override)."""
+    platform's (tenants cannot pass these, so order carries no override), the admin APIs
+    fenced by ``admin_key`` (:mod:`.fences`)."""
     return [
         str(server.binary),
         *checked.normalised(model_repository=str(local)),
@@ -63,5 +72,6 @@ def tritonserver_argv(
         f"--http-address={ports.host}",
         f"--grpc-address={ports.host}",
         f"--metrics-address={ports.host}",
+        *fences.restricted_api_args(admin_key),
         *server.args,
     ]

@@ -108,3 +108,27 @@ def test_a_commit_in_this_process_wakes_the_long_poll(
     client.post("/api/v2/services", json=seed_spec())
     poll.join(5)
     assert answers == [200]
+
+
+def test_the_routes_token_opens_the_route_table_and_nothing_else(settings: Settings) -> None:
+    from controlplane.api.app import create_app
+    from controlplane.db import make_engine
+
+    routes_token = "routes-reader-token-0123456789"
+    scoped = settings.model_copy(update={"routes_token": routes_token})
+    engine = make_engine(scoped.sqlalchemy_url)
+    with TestClient(create_app(scoped, engine)) as c:
+        admin = {"Authorization": f"Bearer {scoped.admin_token}"}
+        reader = {"Authorization": f"Bearer {routes_token}"}
+        assert c.post("/api/v2/services", json=seed_spec(), headers=admin).status_code == 200
+        assert c.get(ROUTES_PATH, headers=reader).status_code == 200
+        assert c.get(ROUTES_PATH, headers=admin).status_code == 200  # the admin still may
+        for method, path in (
+            ("GET", "/api/v2/services"),
+            ("GET", "/api/v2/services/local/triton_test/token"),
+            ("GET", "/api/v2/services/local/triton_test/logs"),
+            ("DELETE", "/api/v2/services/local/triton_test"),
+            ("GET", "/api/v2/groups"),
+        ):
+            assert c.request(method, path, headers=reader).status_code == 401, path
+    engine.dispose()

@@ -265,3 +265,14 @@ async def test_pull_progress_is_published_until_the_replica_is_ready(
     ready.touch()
     await until(states_are(runtime, ["Running"]))
     assert (await runtime.observe("svc")).replicas[0].progress is None
+
+
+async def test_what_a_crashed_replica_leaves_in_its_group_goes_with_it(tmp_path: Path) -> None:
+    rt = LocalRuntime(tmp_path, lambda _: None, probe_interval=0.05, drain_seconds=0.0)
+    await rt.apply(want(behaviour="crash-leaving-stub"))
+    try:
+        log = await wait_until_async(lambda: "stub pid" in (text := replica_log(tmp_path)) and text)
+        stub = int(log.split("stub pid ")[1].split()[0])
+        await wait_until_async(lambda: not is_alive(stub), timeout=10)
+    finally:
+        await rt.close()

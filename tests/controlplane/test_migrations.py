@@ -3,6 +3,8 @@ describe the same schema."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
@@ -31,3 +33,11 @@ def test_models_and_migrations_do_not_drift(database_url: str) -> None:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     engine.dispose()
     assert diff == []
+
+
+def test_a_data_dir_that_does_not_exist_yet_is_made(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'not' / 'yet' / 'openeas.db'}"
+    migrate.upgrade(url)  # no "unable to open database file"
+    engine = make_engine(url)
+    assert not migrate.pending(engine)
+    engine.dispose()

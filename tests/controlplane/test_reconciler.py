@@ -25,6 +25,7 @@ from controlplane.runtime.base import (
     ReplicaSummary,
     TemporaryRuntimeError,
 )
+from controlplane.sealing import TokenSealer
 from controlplane.services import Services
 from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec
@@ -103,7 +104,7 @@ class FakeRuntime:
 class Harness:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = sessions
-        self.services = Services(sessions, "local")
+        self.services = Services(sessions, "local", TokenSealer(["sealing-key-for-tests-0123"]))
         self.runtime: FakeRuntime | None = None
 
     def make_reconciler(self, **kw: Any) -> Reconciler:

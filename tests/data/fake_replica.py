@@ -14,6 +14,11 @@ if behaviour == "stubborn":  # ignores SIGTERM, and so does its child (like a hu
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stub = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print(f"stub pid {stub.pid}", flush=True)
+if behaviour == "crash-leaving-stub":  # dies, its child lives on (a Triton stub's way)
+    stub = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print(f"stub pid {stub.pid}", flush=True)
+    time.sleep(0.3)
+    sys.exit(1)
 if behaviour.startswith("exit:"):
     time.sleep(0.2)
     print("openeas: model pull failed: oss://b/models is empty", file=sys.stderr, flush=True)

@@ -118,7 +118,8 @@ def test_the_control_plane_runs_the_kubernetes_runtime_with_one_replica(
     assert deployment["spec"]["replicas"] == 1
     env = _env(container(rendered["defaults"], "Deployment", CP, "controlplane"))
     assert env["OPENEAS_RUNTIME"]["value"] == "kubernetes"
-    assert env["OPENEAS_K8S_NAMESPACE"]["value"] == NAMESPACE  # default: the release's
+    # default: a namespace of their own, apart from the database and the admin token
+    assert env["OPENEAS_K8S_NAMESPACE"]["value"] == "openeas-serving"
 
 
 def test_the_gateway_has_no_kubernetes_api_token(rendered: dict[str, list[Obj]]) -> None:
@@ -151,7 +152,6 @@ def test_secrets_reach_pods_only_by_reference(case: str, rendered: dict[str, lis
         if o["kind"] == "Secret"
         for v in (o.get("data") or {}).values()
     }
-    assert secret_values or case == "existing secrets"
     for obj in objects:
         if obj["kind"] == "Secret":
             continue
@@ -163,6 +163,54 @@ def test_secrets_reach_pods_only_by_reference(case: str, rendered: dict[str, lis
                 if env["name"] == name and "value" in env:
                     assert name == "OPENEAS_DATABASE_URL" and "@" in env["value"]
                     assert ":" not in env["value"].split("@")[0].split("//")[1]  # no password
+
+
+ADMIN = "admin-token=openeas/admin-token"
+PLATFORM = ["routes-token=openeas/routes-token", "secret-key=openeas/secret-key"]
+PASSWORD = "postgresql-password=openeas-postgresql/password"
+
+
+def test_helm_template_draws_no_random_value() -> None:
+    """What GitOps tools apply is what was rendered: two renders are the same, so a sync
+    never replaces the admin token or the database password (the hook Job draws them once
+    in the cluster: tests/kubernetes/test_secrets_cli.py)."""
+    assert render({}) == render({})
+    assert not [o for o in render({}) if o["kind"] == "Secret"]
+
+
+@pytest.mark.parametrize(
+    ("values", "keys"),
+    [
+        ({}, [ADMIN, *PLATFORM, PASSWORD]),
+        ({"auth": {"adminToken": "x" * 20}}, [*PLATFORM, PASSWORD]),
+        (VALUE_SETS["external database"], PLATFORM),
+        (VALUE_SETS["existing secrets"], None),
+    ],
+)
+def test_a_hook_job_generates_only_what_nobody_gave(values: Obj, keys: list[str] | None) -> None:
+    objects = render(values)
+    jobs = [o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == "openeas-secrets"]
+    if keys is None:
+        assert jobs == [] and not [o for o in objects if o["metadata"]["name"] == "openeas-secrets"]
+        return
+    [job] = jobs
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["secrets", "--namespace", NAMESPACE, "--name", "openeas-generated", *keys]
+    rules = find(objects, "Role", "openeas-secrets")["rules"]
+    named: dict[str, set[str]] = {}
+    for rule in rules:
+        for verb in rule["verbs"]:
+            named.setdefault(verb, set()).update(rule.get("resourceNames", ["*"]))
+    seeds = {k.split("=")[1].split("/")[0] for k in keys}
+    assert named == {"create": {"*"}, "patch": {"openeas-generated"}} | {
+        "get": {"openeas-generated", "openeas", "openeas-postgresql"}
+    }
+    assert seeds <= named["get"]
+    # every reader of a generated value reads it from that Secret
+    env = _env(container(objects, "Deployment", CP, "controlplane"))
+    token_ref = env["OPENEAS_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert (token_ref["name"] == "openeas-generated") == any("admin-token" in k for k in keys)
 
 
 def test_existing_secrets_are_referenced_and_none_is_made(rendered: dict[str, list[Obj]]) -> None:
@@ -224,7 +272,7 @@ def test_hpa_scales_the_gateway_and_owns_its_replica_count(
 
 def test_optional_objects_are_off_by_default(rendered: dict[str, list[Obj]]) -> None:
     kinds = {o["kind"] for o in rendered["defaults"]}
-    assert kinds.isdisjoint({"Ingress", "HorizontalPodAutoscaler", "Namespace"})
+    assert kinds.isdisjoint({"Ingress", "HorizontalPodAutoscaler", "ServiceMonitor"})
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
 
 
@@ -319,3 +367,35 @@ def _all_env(obj: Obj) -> list[Obj]:
         return []
     pod = template["spec"]
     return [e for c in pod.get("initContainers", []) + pod["containers"] for e in c.get("env", [])]
+
+
+def test_image_digests_pin_what_runs() -> None:
+    digest = "sha256:" + "ab" * 32
+    objects = render(
+        {
+            "image": {"repository": "r.example/openeas", "digest": digest, "pullPolicy": "Always"},
+            "serving": {
+                "processorImage": {
+                    "repository": "r.example/processor-triton",
+                    "digest": digest,
+                    "pullPolicy": "IfNotPresent",
+                },
+                "resourceGroups": {},
+                "gpuTolerations": [],
+            },
+        }
+    )
+    assert container(objects, "Deployment", GW, "gateway")["image"] == f"r.example/openeas@{digest}"
+    env = _env(container(objects, "Deployment", CP, "controlplane"))
+    assert env["OPENEAS_K8S_PROCESSOR_IMAGE"]["value"] == f"r.example/processor-triton@{digest}"
+
+
+def test_a_service_monitor_scrapes_the_replicas_metrics_port() -> None:
+    objects = render({"serving": {"serviceMonitor": {"enabled": True, "labels": {"p": "main"}}}})
+    monitor = find(objects, "ServiceMonitor", "openeas-replicas")
+    assert monitor["metadata"]["namespace"] == "openeas-serving"
+    assert monitor["metadata"]["labels"]["p"] == "main"
+    assert monitor["spec"]["selector"] == {
+        "matchLabels": {"app.kubernetes.io/managed-by": "openeas"}
+    }
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "30s"}]

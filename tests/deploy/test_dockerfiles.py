@@ -74,8 +74,12 @@ def test_structure(name: str) -> None:
     steps = instructions(name)
     bases = [s for s in steps if s.keyword == "FROM"]
     assert len(bases) >= 2, "multi-stage: build tools stay out of the final image"
+    # ARGs before the first FROM parameterize the bases: their defaults must be pinned.
+    defaults = dict(
+        s.args.split("=", 1) for s in steps[: steps.index(bases[0])] if s.keyword == "ARG"
+    )
     for base in bases:
-        image = base.args.split()[0]
+        image = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m[1]], base.args.split()[0])
         tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
         assert re.search(r"\d", tag) and tag != "latest", f"line {base.line}: pin {image}"
     final = steps[steps.index(bases[-1]) :]

@@ -130,11 +130,12 @@ def test_configuration_names_every_variable_and_no_other() -> None:
 # Quoted CamelCase words in the modules that set replica and service reasons which are not
 # reasons: Kubernetes kinds and fields, states, condition types, watch event types.
 NOT_REASONS = {
-    "ALL", "BOOKMARK", "Background", "ClusterIP", "DELETED", "Deleting", "Deployment",
-    "ERROR", "Failed", "FallbackToLogsOnError", "False", "KUBECONFIG", "Memory", "PYTHONUNBUFFERED",
-    "Pending", "Pod", "PodScheduled", "Ready", "ReplicaFailure", "RollingUpdate", "Running",
-    "RuntimeDefault", "Service", "Stopped", "Stopping", "Succeeded", "TCP", "Terminating",
-    "True", "Updating", "Waiting",
+    "ALL", "AlwaysAllow", "BOOKMARK", "Background", "ClusterIP", "DELETED", "Deleting",
+    "Deployment", "ERROR", "Failed", "FallbackToLogsOnError", "False", "KUBECONFIG", "Memory",
+    "Opaque", "PYTHONUNBUFFERED", "Pending", "Pod", "PodDisruptionBudget", "PodScheduled", "Ready",
+    "ReplicaFailure", "RollingUpdate", "Running", "RuntimeDefault", "ScheduleAnyway", "Secret",
+    "Service", "Stopped", "Stopping", "Succeeded", "TCP", "Terminating", "True",
+    "Updating", "Waiting",
 }  # fmt: skip
 KUBERNETES = ROOT / "controlplane" / "runtime" / "kubernetes"
 REASON_MODULES = [
@@ -156,7 +157,7 @@ def test_troubleshooting_explains_every_reason() -> None:
         reasons |= set(re.findall(r'"([A-Z][A-Za-z]+)"', module.read_text())) - NOT_REASONS
     text = (DOCS / "troubleshooting.md").read_text()
     assert sorted(r for r in reasons if f"`{r}`" not in text) == []
-    for code in ("2", "3", "75", "127", "130"):
+    for code in ("2", "3", "4", "75", "127", "130"):
         assert f"| {code} |" in text
 
 

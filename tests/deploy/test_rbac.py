@@ -141,7 +141,7 @@ async def run_a_service_through_its_life(
     client = SpyClient(settings)
     runtime = KubernetesRuntime(settings, lambda _service: None, client=client)
     try:
-        await runtime.apply(want())  # creates the Deployment and the Service
+        await runtime.apply(want())  # creates the Deployment, Service and budget
         [pod] = api.sync_pods(OBJECT)
         api.set_pod_status(pod, ks.status_ready())
         assert (await runtime.observe(NAME)).replicas[0].state == "Running"
@@ -164,8 +164,12 @@ async def test_the_role_grants_exactly_what_the_runtime_calls(
     client = await run_a_service_through_its_life(api, tmp_path, monkeypatch)
     assert client.called == API_METHODS, "extend the scenario to the client's new calls"
 
-    # The first applies created both objects: authorized as create as well as patch.
-    assert sorted(api.created) == [("", "services", OBJECT), ("apps", "deployments", OBJECT)]
+    # The first applies created the objects: authorized as create as well as patch.
+    assert sorted(api.created) == [
+        ("", "services", OBJECT),
+        ("apps", "deployments", OBJECT),
+        ("policy", "poddisruptionbudgets", OBJECT),
+    ]
     used = {authorization(method, target) for method, target in list(api.requests)}
     used |= {(group, resource, "create") for group, resource, _ in api.created}
 

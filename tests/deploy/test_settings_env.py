@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.settings import Settings
 from gateway.settings import GatewaySettings
-from tests.deploy.chart import CHART, VALUE_SETS, Obj, container, render
+from tests.deploy.chart import CHART, VALUE_SETS, Obj, container, find, render
 
 CP, GW = "openeas-controlplane", "openeas-gateway"
 NOT_SETTINGS = {"PGPASSWORD"}  # read by libpq, not by us (the bundled database's password)
@@ -28,10 +28,14 @@ NOT_SETTINGS = {"PGPASSWORD"}  # read by libpq, not by us (the bundled database'
 CHART_OWNED: dict[str, tuple[type[BaseSettings], set[str]]] = {
     "controlplane": (
         Settings,
-        {"data_dir", "database_url", "admin_token", "cluster_id", "public_url", "intranet_url",
-         "runtime", "k8s"},
+        {"data_dir", "database_url", "admin_token", "routes_token", "secret_key", "cluster_id",
+         "public_url", "intranet_url", "runtime", "k8s"},
     ),
-    "gateway": (GatewaySettings, {"controlplane_url", "admin_token", "host", "port", "workers"}),
+    # admin_token: the chart gives the gateway none (it reads routes with routes_token).
+    "gateway": (
+        GatewaySettings,
+        {"controlplane_url", "routes_token", "admin_token", "host", "port", "workers"},
+    ),
     "serving": (
         KubernetesSettings,
         {
@@ -111,7 +115,7 @@ def test_the_rendered_environment_parses_into_the_settings(
     k8s = settings.k8s
     assert k8s.in_cluster is True
     serving = values.get("serving", {})
-    assert k8s.namespace == serving.get("namespace", "openeas")
+    assert k8s.namespace == serving.get("namespace", "openeas-serving")
     assert k8s.processor_image == (
         "registry.example.com/openeas/processor-triton:0.1.0-cuda12"
         if case == "gpu resource groups"
@@ -132,7 +136,10 @@ def test_the_rendered_environment_parses_into_the_settings(
     gateway = GatewaySettings()
     assert gateway.controlplane_url == "http://openeas-controlplane:80"
     assert (gateway.host, gateway.port) == ("0.0.0.0", 8080)
-    assert gateway.admin_token.get_secret_value() == settings.admin_token
+    assert gateway.routes_token.get_secret_value() == settings.routes_token
+    assert settings.routes_token  # from the chart's Secret, or the key of yours
+    assert settings.secret_key  # every control-plane replica seals with the same key
+    assert gateway.admin_token.get_secret_value() == ""  # least privilege
 
 
 def test_the_bundled_database_url_leaves_the_password_to_libpq() -> None:
@@ -141,7 +148,13 @@ def test_the_bundled_database_url_leaves_the_password_to_libpq() -> None:
     assert env["OPENEAS_DATABASE_URL"] == (
         "postgresql+psycopg://openeas@openeas-postgresql:5432/openeas"
     )
-    assert len(env["PGPASSWORD"]) == 43  # generated: the chart's Secret, not the URL
+    pod = find(objects, "Deployment", CP)["spec"]["template"]["spec"]
+    [password] = [e for e in pod["containers"][0]["env"] if e["name"] == "PGPASSWORD"]
+    # generated once by the install hook, not rendered
+    assert password["valueFrom"]["secretKeyRef"] == {
+        "name": "openeas-generated",
+        "key": "postgresql-password",
+    }
 
 
 # -- config maps -------------------------------------------------------------------------------
@@ -176,17 +189,24 @@ SAMPLE: dict[str, Any] = {
         "replicaDownS": 0.5,
         "pollWaitS": 10,
         "pollBackoffMaxS": 2,
+        "headTimeoutS": 30,
         "healthPath": "/healthz",
         "metricsPath": "/gateway/metrics",
     },
     "serving": {
         "requestTimeoutSeconds": 10,
         "startupTimeoutSeconds": 600,
-        "terminationGraceSeconds": 30,
+        "terminationGraceSeconds": 40,
         "runAsUser": None,
         "serviceAccount": "replicas",
-        "modelVolumeSize": "20Gi",
+        "modelVolumeSize": "50Gi",
         "shmSize": "",
+        "prestopSeconds": 5,
+        "gpuResource": "nvidia.com/mig-1g.10gb",
+        "runtimeClassName": "nvidia",
+        "spreadTopologyKey": "topology.kubernetes.io/zone",
+        "disruptionBudget": False,
+        "gpuRollout": {"maxSurge": "25%", "maxUnavailable": 0},
         "fieldManager": "openeas-test",
         "resyncSeconds": 60,
         "watchTimeoutSeconds": 120,
@@ -212,7 +232,9 @@ def test_every_config_key_reaches_its_setting(monkeypatch: pytest.MonkeyPatch) -
         if name == "controlplane":
             assert isinstance(settings, Settings)
             for key, value in SAMPLE["serving"].items():
-                assert getattr(settings.k8s, _snake(key)) == value, key
+                got = getattr(settings.k8s, _snake(key))
+                assert (got.model_dump(by_alias=True) if key == "gpuRollout" else got) == value
+
     gw = container(objects, "Deployment", GW, "gateway")
     assert gw["readinessProbe"]["httpGet"]["path"] == "/healthz"  # probes follow healthPath
 
@@ -224,3 +246,21 @@ def use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
             monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+
+
+def test_the_gateway_holds_a_route_reader_token_and_no_admin_token() -> None:
+    objects = render({})
+    gateway = resolved_env(objects, container(objects, "Deployment", GW, "gateway"))
+    controlplane = resolved_env(objects, container(objects, "Deployment", CP, "controlplane"))
+    assert "OPENEAS_ADMIN_TOKEN" not in gateway
+    assert gateway["OPENEAS_ROUTES_TOKEN"] == controlplane["OPENEAS_ROUTES_TOKEN"]
+    refs = {
+        (c, e["name"]): e["valueFrom"]["secretKeyRef"]
+        for c, name in ((GW, "gateway"), (CP, "controlplane"))
+        for e in container(objects, "Deployment", c, name)["env"]
+        if e["name"] in ("OPENEAS_ROUTES_TOKEN", "OPENEAS_ADMIN_TOKEN")
+    }
+    # generated once by the install hook (not rendered), a key of its own
+    generated = {"name": "openeas-generated", "key": "routes-token"}
+    assert refs[(GW, "OPENEAS_ROUTES_TOKEN")] == refs[(CP, "OPENEAS_ROUTES_TOKEN")] == generated
+    assert refs[(CP, "OPENEAS_ADMIN_TOKEN")] == {"name": "openeas-generated", "key": "admin-token"}

@@ -59,7 +59,7 @@ def test_a_clean_seed_prints_valid_objects(
     assert main([write(tmp_path, CLEAN), "--namespace", "serving"]) == 0
     out, _ = capsys.readouterr()
     docs = list(yaml.safe_load_all(out))
-    assert [d["kind"] for d in docs] == ["Deployment", "Service"]
+    assert [d["kind"] for d in docs] == ["Deployment", "Service", "PodDisruptionBudget"]
     for doc in docs:
         assert doc["metadata"]["namespace"] == "serving"
         assert kubernetes_validate.validate(doc, "1.33", strict=True)
@@ -108,4 +108,4 @@ def test_openeas_manifests_output_passes_the_kubernetes_validate_command(tmp_pat
         check=False,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert checked.stdout.count("passed") == 4  # two objects, two versions
+    assert checked.stdout.count("passed") == 6  # three objects, two versions

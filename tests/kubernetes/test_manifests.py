@@ -1,5 +1,7 @@
 """The pure desired-objects function, table-style: GPU and CPU-only services, resource
-groups, instance 0, what changes the hash and what does not, secrets by reference only; and
+groups (MIG resources, runtime class, image, rollout), instance 0, what changes the hash and
+what does not, secrets by reference only, rollouts that fit a full GPU pool, disruption
+budgets and spread that select the service's own pods, the bounded model volume; and
 every manifest checked with kubernetes-validate (strict: unknown fields are errors) against
 each Kubernetes version it ships from 1.29 on."""
 
@@ -32,8 +34,8 @@ MODELS = "oss://triton-model-repo/models"
 
 
 def settings(**overrides: Any) -> KubernetesSettings:
+    overrides.setdefault("resource_groups", RESOURCE_GROUPS)
     return KubernetesSettings(
-        resource_groups=RESOURCE_GROUPS,  # type: ignore[arg-type]
         kubeconfig="/nonexistent",  # never read here: this module does no I/O
         **overrides,
     )
@@ -66,7 +68,7 @@ def want(
 def objects(
     body: dict[str, Any] | None = None, s: KubernetesSettings | None = None, **kw: Any
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    deployment, service = desired_objects(want(body, **kw), s or settings())
+    deployment, service, *_ = desired_objects(want(body, **kw), s or settings())
     return deployment, service
 
 
@@ -77,6 +79,15 @@ def pod(deployment: dict[str, Any]) -> dict[str, Any]:
 def container(deployment: dict[str, Any], name: str = "processor") -> dict[str, Any]:
     spec = pod(deployment)
     return next(c for c in spec["containers"] + spec.get("initContainers", []) if c["name"] == name)
+
+
+MIG_GROUP = {
+    "node_selector": {"nvidia.com/mig.config": "all-1g.10gb"},
+    "gpu_resource": "nvidia.com/mig-1g.10gb",
+    "runtime_class_name": "nvidia",
+    "processor_image": "registry.example/processor-triton:0.1.0-tf",
+    "rollout": {"max_surge": "25%", "max_unavailable": 0},
+}
 
 
 # -- the table of cases every manifest is also schema-checked for ------------------------------
@@ -94,6 +105,20 @@ CASES: dict[str, tuple[dict[str, Any], KubernetesSettings]] = {
     "pull secrets, account": (
         spec(),
         settings(image_pull_secrets=["regcred"], service_account="replicas"),
+    ),
+    "mig pool, runtime class, replace": (
+        spec(resource="eas-r-mig", instance=3),
+        settings(resource_groups={**RESOURCE_GROUPS, "eas-r-mig": MIG_GROUP}),
+    ),
+    "gpu, 2 instances": (spec(instance=2), settings(runtime_class_name="nvidia")),
+    "no budget, spread, prestop or bound": (
+        spec(),
+        settings(
+            disruption_budget=False,
+            spread_topology_key="",
+            prestop_seconds=0,
+            model_volume_size="",
+        ),
     ),
 }
 
@@ -118,7 +143,12 @@ def test_a_gpu_service() -> None:
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     processor = container(deployment)
     assert processor["resources"] == {
-        "requests": {"cpu": "4", "memory": "10000Mi", "nvidia.com/gpu": "1"},
+        "requests": {
+            "cpu": "4",
+            "memory": "10000Mi",
+            "nvidia.com/gpu": "1",
+            "ephemeral-storage": "20Gi",  # what the model volume may hold
+        },
         "limits": {"cpu": "4", "memory": "10000Mi", "nvidia.com/gpu": "1"},
     }
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod(
@@ -238,8 +268,9 @@ def test_credentials_only_by_reference_and_no_token_anywhere(
     stored, token = split_token(ServiceSpec.model_validate({**spec(), "token": TOKEN}))
     assert token == TOKEN  # the token leaves the spec before anything is planned from it
     state = ServiceState("triton_test", "uid-1", 1, stored, False, False)
-    deployment, service = desired_objects(desired(state), settings())
-    text = json.dumps([deployment, service])
+    manifests = desired_objects(desired(state), settings())
+    deployment = manifests[0]
+    text = json.dumps(manifests)
     assert TOKEN not in text and "must-not-leak" not in text
     env = {e["name"]: e for e in container(deployment, "model-pull")["env"]}
     for key in ("OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET", "OSS_SESSION_TOKEN"):
@@ -286,6 +317,114 @@ def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.resource_groups["eas-r-a10"].tolerations[0].value == "a10"
     assert s.image_for("triton") == "r.example/t:1"
     assert s.image_for("other") == s.processor_image
-    deployment, service = desired_objects(want(), s)
+    deployment, service, *_ = desired_objects(want(), s)
     assert deployment["metadata"]["namespace"] == service["metadata"]["namespace"] == "serving"
     assert "oss-creds" in json.dumps(deployment)
+
+
+# -- production on a GPU pool ------------------------------------------------------------------
+def kinds(body: dict[str, Any], s: KubernetesSettings) -> dict[str, dict[str, Any]]:
+    return {m["kind"]: m for m in desired_objects(want(body), s)}
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) == {"matchLabels"}  # what these objects use
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+@pytest.mark.parametrize(
+    ("body", "groups", "expected"),
+    [
+        (spec(), {}, {"maxSurge": 1, "maxUnavailable": 0}),  # one GPU instance: surge
+        (spec(instance=2), {}, {"maxSurge": 0, "maxUnavailable": 1}),  # full pool-safe
+        (spec(instance=4, gpu=2), {}, {"maxSurge": 0, "maxUnavailable": 1}),
+        (spec(instance=4, gpu=0), {}, {"maxSurge": 1, "maxUnavailable": 0}),  # CPU: surge
+        (
+            spec(instance=3, resource="eas-r-mig"),
+            {"eas-r-mig": MIG_GROUP},
+            {"maxSurge": "25%", "maxUnavailable": 0},  # the group's own
+        ),
+    ],
+)
+def test_rollouts_fit_a_full_gpu_pool(
+    body: dict[str, Any], groups: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    s = settings(resource_groups={**RESOURCE_GROUPS, **groups})
+    deployment, _ = objects(body, s)
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": expected}
+
+
+def test_a_disruption_budget_guards_the_services_pods_only() -> None:
+    objs = kinds(spec(instance=3), settings())
+    budget, deployment = objs["PodDisruptionBudget"], objs["Deployment"]
+    assert budget["spec"]["maxUnavailable"] == 1 and "minAvailable" not in budget["spec"]
+    assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert budget["metadata"]["name"] == deployment["metadata"]["name"]
+    assert selects(budget["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+    state = ServiceState("other_svc", "uid-2", 1, StoredSpec.model_validate(spec()), False, False)
+    other = desired_objects(desired(state), settings())[0]
+    assert not selects(budget["spec"]["selector"], other["spec"]["template"]["metadata"]["labels"])
+    assert "PodDisruptionBudget" not in kinds(spec(), settings(disruption_budget=False))
+
+
+def test_replicas_spread_over_nodes() -> None:
+    deployment, _ = objects(spec(instance=3))
+    (spread,) = pod(deployment)["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway" and spread["maxSkew"] == 1
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selects(spread["labelSelector"], labels)
+    assert all(key in labels for key in spread["matchLabelKeys"])
+    zoned, _ = objects(s=settings(spread_topology_key="topology.kubernetes.io/zone"))
+    assert pod(zoned)["topologySpreadConstraints"][0]["topologyKey"].endswith("/zone")
+    assert "topologySpreadConstraints" not in pod(objects(s=settings(spread_topology_key=""))[0])
+
+
+def env_of(deployment: dict[str, Any], name: str = "processor") -> dict[str, str | None]:
+    return {e["name"]: e.get("value") for e in container(deployment, name).get("env", [])}
+
+
+def test_cpu_replicas_and_the_pull_see_no_gpu() -> None:
+    cpu, _ = objects(spec(gpu=0, cpu=2, memory=4096))
+    assert env_of(cpu)["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env_of(cpu, "model-pull")["NVIDIA_VISIBLE_DEVICES"] == "void"
+    gpu, _ = objects()
+    assert "NVIDIA_VISIBLE_DEVICES" not in env_of(gpu)  # the device plugin sets it
+    assert env_of(gpu, "model-pull")["NVIDIA_VISIBLE_DEVICES"] == "void"
+
+
+def test_a_mig_pool_asks_for_its_slices_with_its_runtime_and_image() -> None:
+    s = settings(resource_groups={**RESOURCE_GROUPS, "eas-r-mig": MIG_GROUP})
+    deployment, _ = objects(spec(resource="eas-r-mig", gpu=2), s)
+    limits = container(deployment)["resources"]["limits"]
+    assert limits["nvidia.com/mig-1g.10gb"] == "2" and "nvidia.com/gpu" not in limits
+    assert pod(deployment)["runtimeClassName"] == "nvidia"
+    assert container(deployment)["image"] == MIG_GROUP["processor_image"]
+    assert container(deployment, "model-pull")["image"] == MIG_GROUP["processor_image"]
+    plain, _ = objects(s=settings(runtime_class_name="nvidia", gpu_resource="example.com/gpu"))
+    assert pod(plain)["runtimeClassName"] == "nvidia"
+    assert container(plain)["resources"]["requests"]["example.com/gpu"] == "1"
+    cpu, _ = objects(spec(gpu=0), settings(runtime_class_name="nvidia"))
+    assert "runtimeClassName" not in pod(cpu)  # CPU replicas keep the node's default runtime
+
+
+def test_the_model_volume_is_bounded_and_requested() -> None:
+    deployment, _ = objects()
+    (models,) = [v for v in pod(deployment)["volumes"] if v["name"] == "models"]
+    assert models["emptyDir"] == {"sizeLimit": "20Gi"}
+    assert container(deployment)["resources"]["requests"]["ephemeral-storage"] == "20Gi"
+    assert "ephemeral-storage" not in container(deployment)["resources"]["limits"]
+    big, _ = objects(s=settings(model_volume_size="200Gi"))
+    assert container(big)["resources"]["requests"]["ephemeral-storage"] == "200Gi"
+    local, _ = objects(spec(["--model-repository=/opt/models"]))
+    assert "ephemeral-storage" not in container(local)["resources"]["requests"]  # no pull
+
+
+def test_a_terminating_replica_serves_until_gateways_forget_it() -> None:
+    deployment, _ = objects()
+    hook = container(deployment)["lifecycle"]["preStop"]["exec"]["command"]
+    assert hook == ["sleep", "10"]
+    assert pod(deployment)["terminationGracePeriodSeconds"] >= 10 + 30  # + Triton's exit
+    assert "lifecycle" not in container(objects(s=settings(prestop_seconds=0))[0])
+    with pytest.raises(ValueError, match="prestop_seconds"):
+        settings(prestop_seconds=45)  # 45 + 30 > the default 60 s grace

@@ -21,6 +21,7 @@ from controlplane.runtime.base import (
     ReplicaSummary,
     TemporaryRuntimeError,
 )
+from controlplane.runtime.kubernetes.client import DEPLOYMENT, SERVICE, KubeClient
 from controlplane.runtime.kubernetes.manifests import HASH_ANNOTATION, SERVICE_LABEL
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
@@ -94,10 +95,15 @@ async def test_a_service_walks_from_waiting_to_running(
 ) -> None:
     d = want()
     await runtime.apply(d)
-    assert {w[:2] for w in k8s.writes} == {("patch", "deployments"), ("patch", "services")}
+    assert {w[:2] for w in k8s.writes} == {
+        ("patch", "deployments"),
+        ("patch", "services"),
+        ("patch", "poddisruptionbudgets"),
+    }
     deployment = k8s.get("deployments", OBJECT)
     assert deployment is not None and deployment["spec"]["replicas"] == 1
     assert k8s.get("services", OBJECT) is not None
+    assert k8s.get("poddisruptionbudgets", OBJECT) is not None
     await until(lambda: NAME in notified.names)  # the watch saw the new Deployment
 
     assert (await service_status(runtime, d)).status == "Waiting"  # no pod yet
@@ -225,6 +231,7 @@ async def test_delete_is_done_only_when_every_object_is_gone(
 
     assert await runtime.delete(NAME) is False  # the pod is still shutting down
     assert k8s.get("deployments", OBJECT) is None and k8s.get("services", OBJECT) is None
+    assert k8s.get("poddisruptionbudgets", OBJECT) is None
     writes = k8s.write_count()
     assert await runtime.delete(NAME) is False
     assert k8s.write_count() == writes  # nothing left to ask for
@@ -432,7 +439,52 @@ async def test_logs_of_a_replica_or_of_its_model_pull(
         await runtime.logs(NAME, 1, 10)
 
 
-async def test_summary_lists_every_service_in_two_calls(
+async def test_a_gpu_service_rolls_one_replica_at_a_time_without_a_spare_gpu(
+    runtime: KubernetesRuntime, k8s: ApiStandIn
+) -> None:
+    """Two GPU instances on a pool with no free GPU: maxSurge 0, maxUnavailable 1. Each step
+    first takes an old replica away (freeing its GPU), and never runs more pods than
+    instances; the other old replica serves until a new one is ready."""
+    d1 = want(instance=2)
+    old = await started(runtime, k8s, d1)
+    for pod in old:
+        k8s.set_pod_status(pod, ks.status_ready())
+    await runtime.apply(want(generation=2, instance=2, cpu=8))
+    seen: list[tuple[int, int]] = []  # (pods, ready) after each controller step
+    for _ in range(6):
+        current = k8s.sync_pods(OBJECT)
+        pods = k8s.list("pods")
+        seen.append((len(pods), sum(_ready(p) for p in pods)))
+        for pod in current:
+            k8s.set_pod_status(pod, ks.status_ready())
+    assert all(total <= 2 for total, _ in seen), seen  # no surge pod waiting for a GPU
+    assert all(ready >= 1 for _, ready in seen), seen  # never below one serving replica
+    assert seen[0] == (2, 1)  # one old replica out, its successor Pending in its place
+    assert {p["metadata"]["name"] for p in k8s.list("pods")}.isdisjoint(old)
+    assert seen[-1] == (2, 2)
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+async def test_an_orphaned_budget_is_found_and_deleted(
+    runtime: KubernetesRuntime, k8s: ApiStandIn, k8s_settings: KubernetesSettings
+) -> None:
+    """A service deleted halfway (say, the control plane died) may leave only its budget:
+    the bulk listing still reports it, so the reconciler deletes it as an orphan."""
+    await runtime.apply(want())
+    client = KubeClient(k8s_settings)
+    client.delete(DEPLOYMENT, OBJECT)
+    client.delete(SERVICE, OBJECT)
+    client.close()
+    assert await runtime.services() == {NAME}
+    assert await runtime.delete(NAME) is True
+    assert k8s.get("poddisruptionbudgets", OBJECT) is None
+
+
+async def test_summary_lists_every_service_in_one_call_per_kind(
     runtime: KubernetesRuntime, k8s: ApiStandIn
 ) -> None:
     d = want()

@@ -10,17 +10,19 @@ import importlib
 import os
 import signal
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+import tritonclient.http as httpclient
 
 from openeas import cli as openeas_cli
 from processors import exits, repository
 from processors.base import Ports, ReplicaPlan
 from processors.storage.retry import Backoff
-from processors.triton import binary, flags, plan, run
+from processors.triton import binary, fences, flags, plan, run
 from testing.oss_server import OssServer
 from testing.waiting import wait_until
 from tests.fixtures_triton import (
@@ -39,7 +41,9 @@ def test_tritonserver_argv_puts_the_platforms_flags_after_the_users() -> None:
         Path("/opt/tritonserver/bin/tritonserver"), "PATH", args=["--backend-directory=/b"]
     )
     checked = flags.parse(["--model-repository=oss://bucket/m", "--log-verbose=1"])
-    argv = run.tritonserver_argv(server, checked, Path("/cache/m"), Ports(1, 2, 3, "0.0.0.0"))
+    ports = Ports(1, 2, 3, "0.0.0.0")
+    argv = run.tritonserver_argv(server, checked, Path("/cache/m"), ports, "k3y")
+    fence = "model-repository,shared-memory,trace,logging:openeas-admin-key=k3y"
     assert argv == [
         "/opt/tritonserver/bin/tritonserver",
         "--model-repository=/cache/m",
@@ -50,6 +54,8 @@ def test_tritonserver_argv_puts_the_platforms_flags_after_the_users() -> None:
         "--http-address=0.0.0.0",
         "--grpc-address=0.0.0.0",
         "--metrics-address=0.0.0.0",
+        f"--http-restricted-api={fence}",
+        f"--grpc-restricted-protocol={fence}",
         "--backend-directory=/b",
     ]
 
@@ -154,6 +160,54 @@ def test_run_pulls_from_oss_then_serves(
     assert f"openeas: serving {oss_model_repo} from {local}" in output
     assert (local / "add_sub" / "config.pbtxt").is_file()
     assert oss_env["OSS_ACCESS_KEY_SECRET"] not in output
+
+
+def _post(url: str, headers: Mapping[str, str]) -> int:
+    request = urllib.request.Request(url, data=b"{}", headers=dict(headers), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+@pytest.mark.slow
+def test_a_replica_fences_triton_admin_apis_even_in_explicit_mode(tmp_path: Path) -> None:
+    """The flags are in tritonserver's real argv; without the per-start key Triton refuses
+    the repository API a tenant's explicit mode would expose, while readiness, inference,
+    metadata and statistics stay open (the probe and the gateway's tenant paths)."""
+    ports = Ports(http=free_port(), grpc=free_port(), metrics=free_port())
+    params = [f"--model-repository={EXAMPLE_MODELS}", "--model-control-mode=explicit"]
+    replica = plan.plan([*params, "--load-model=*"], ports, None, None)
+    with running_replica(replica, tmp_path) as (_, family, log):
+        argv = next(
+            args
+            for pid in family
+            if (args := Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))[0].endswith(
+                b"tritonserver"
+            )
+        )
+        fenced = [a.decode() for a in argv if a.startswith(b"--http-restricted-api=")]
+        assert len(fenced) == 1, argv
+        apis, _, header = fenced[0].partition("=")[2].partition(":")
+        assert apis == ",".join(fences.RESTRICTED_APIS)
+        name, _, key = header.partition("=")
+        assert name == fences.HEADER and len(key) >= 32
+        assert f"--grpc-restricted-protocol={fenced[0].partition('=')[2]}".encode() in argv
+        assert key not in log.read_text(errors="replace")
+
+        base = f"http://127.0.0.1:{ports.http}/v2"
+        for path in ("/repository/index", "/repository/models/add_sub/unload", "/logging"):
+            assert _post(base + path, {}) == 403, path
+        check_example_models(f"127.0.0.1:{ports.http}")
+        client = httpclient.InferenceServerClient(url=f"127.0.0.1:{ports.http}")
+        try:
+            assert client.is_server_ready() and client.get_server_metadata()
+            assert client.get_model_metadata("add_sub") and client.get_model_config("add_sub")
+            assert client.get_inference_statistics("add_sub")
+        finally:
+            client.close()
+        assert _post(base + "/repository/index", {fences.HEADER: key}) == 200
 
 
 def _run_in_process(model_repository: str, cache: Path) -> int:

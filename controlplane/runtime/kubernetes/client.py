@@ -42,7 +42,8 @@ class Kind:
 DEPLOYMENT = Kind("Deployment", "apps/v1", "deployment")
 SERVICE = Kind("Service", "v1", "service")
 POD = Kind("Pod", "v1", "pod")
-KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD)}
+DISRUPTION_BUDGET = Kind("PodDisruptionBudget", "policy/v1", "pod_disruption_budget")
+KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD, DISRUPTION_BUDGET)}
 
 
 class Conflict(TemporaryRuntimeError):
@@ -66,6 +67,11 @@ class KubeClient:
         self._api = _api_client(settings)
         self._apps = k8s.AppsV1Api(self._api)
         self._core = k8s.CoreV1Api(self._api)
+        self._apis: dict[str, Any] = {
+            "apps/v1": self._apps,
+            "policy/v1": k8s.PolicyV1Api(self._api),
+            "v1": self._core,
+        }
         self._streams: set[urllib3.BaseHTTPResponse] = set()
         self._lock = threading.Lock()
         self._aborted = False
@@ -183,8 +189,7 @@ class KubeClient:
 
     # -- plumbing -------------------------------------------------------------------------
     def _call(self, verb: str, kind: Kind) -> Any:
-        api = self._apps if kind.api_version == "apps/v1" else self._core
-        return getattr(api, f"{verb}_namespaced_{kind.method}")
+        return getattr(self._apis[kind.api_version], f"{verb}_namespaced_{kind.method}")
 
     def _opts(self) -> dict[str, Any]:
         # Raw JSON instead of the client's models: the runtime works on manifest-shaped dicts.
@@ -267,3 +272,63 @@ def _status_error(what: str, status: Object) -> Exception:
 
 def _bounded(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + "…"
+
+
+class SecretStore:
+    """Create-only writes of generated Secrets, for ``openeas secrets`` (the chart's
+    install hook): a value, once stored, is never replaced. Not the runtime's: it runs
+    under its own Role, limited to the Secrets it names."""
+
+    def __init__(self, settings: KubernetesSettings) -> None:
+        self.namespace = settings.namespace
+        self._timeout = settings.request_timeout_seconds
+        self._api = _api_client(settings)
+        self._core = k8s.CoreV1Api(self._api)
+
+    def read(self, name: str) -> tuple[dict[str, str], str] | None:
+        """The Secret's base64 ``data`` (never decoded here) and resourceVersion, or None
+        when it is missing."""
+        try:
+            with _boundary(f"read Secret {name}"):
+                body = _json(
+                    self._core.read_namespaced_secret(name, self.namespace, **self._opts())
+                )
+        except NotFound:
+            return None
+        return dict(body.get("data") or {}), str(body["metadata"]["resourceVersion"])
+
+    def create(self, name: str, data: dict[str, str], labels: dict[str, str]) -> bool:
+        """Create the Secret with ``data`` (base64); False when it already exists."""
+        body: Object = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "labels": labels},
+            "type": "Opaque",
+            "data": data,
+        }
+        try:
+            with _boundary(f"create Secret {name}"):
+                # The client serializes a plain dict as it is, like the runtime's manifests.
+                self._core.create_namespaced_secret(self.namespace, body, **self._opts())  # type: ignore[arg-type]
+        except Conflict:  # 409 AlreadyExists: someone made it first, and it stays theirs
+            return False
+        return True
+
+    def add(self, name: str, data: dict[str, str], resource_version: str) -> None:
+        """Add keys to an existing Secret (a merge patch that names only new keys), if it is
+        still at ``resource_version`` (else :class:`Conflict`)."""
+        patch = {"metadata": {"resourceVersion": resource_version}, "data": data}
+        with _boundary(f"patch Secret {name}"):
+            self._core.patch_namespaced_secret(
+                name,
+                self.namespace,
+                patch,
+                _content_type="application/merge-patch+json",
+                **self._opts(),
+            )
+
+    def close(self) -> None:
+        self._api.close()  # type: ignore[no-untyped-call]
+
+    def _opts(self) -> dict[str, Any]:
+        return {"_preload_content": False, "_request_timeout": self._timeout}

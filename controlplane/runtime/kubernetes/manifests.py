@@ -5,8 +5,9 @@ runtime's settings.
 prints them, so what a user reads, diffs or ``kubectl apply``s is what the platform runs.
 Tested table-style and schema-checked with ``kubernetes-validate``; no I/O here.
 
-Each service gets a Deployment (an init container pulls the model repository into an
-``emptyDir``, the processor container serves it) and a ClusterIP Service. Every object
+Each service gets a Deployment (an init container pulls the model repository into a bounded
+``emptyDir``, the processor container serves it), a ClusterIP Service and, unless turned
+off, a PodDisruptionBudget (drains take one replica at a time). Every object
 carries :data:`HASH_ANNOTATION`, a digest of the object itself, so the runtime skips the
 write when nothing changed.
 """
@@ -19,7 +20,12 @@ import math
 from typing import Any
 
 from controlplane.runtime.base import DesiredReplicaSet, PermanentRuntimeError
-from controlplane.runtime.kubernetes.settings import GPU_RESOURCE, KubernetesSettings
+from controlplane.runtime.kubernetes.settings import (
+    SURGE,
+    KubernetesSettings,
+    ResourceGroup,
+    Rollout,
+)
 from processors import registry
 from processors.base import Ports, ProcessorError, Pull, ReplicaPlan
 
@@ -48,6 +54,9 @@ OSS_SECRET_KEYS = (
     ("OSS_SESSION_TOKEN", True),  # STS credentials only
 )
 STARTUP_PERIOD_SECONDS = 10
+# The NVIDIA container runtime exposes the GPUs this names; the NGC images set "all", so a
+# container that asked for none would see every GPU of its node without this.
+NO_GPUS = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 
 
 def selector(service: str) -> str:
@@ -65,12 +74,29 @@ def check_resource_group(resource: str | None, settings: KubernetesSettings) -> 
 
 
 def desired_objects(desired: DesiredReplicaSet, settings: KubernetesSettings) -> list[Manifest]:
-    """The Deployment and Service for ``desired``. Raises PermanentRuntimeError when the spec
-    cannot be placed (unknown resource group, params the processor rejects)."""
+    """The Deployment, Service and PodDisruptionBudget for ``desired``. Raises
+    PermanentRuntimeError when the spec cannot be placed (unknown resource group, params the
+    processor rejects)."""
     problem = check_resource_group(desired.resources.resource_group, settings)
     if problem is not None:
         raise PermanentRuntimeError("UnknownResourceGroup", problem)
-    return [_stamped(_deployment(desired, settings)), _stamped(_service(desired, settings))]
+    objects = [_deployment(desired, settings), _service(desired, settings)]
+    if settings.disruption_budget:
+        objects.append(_disruption_budget(desired, settings))
+    return [_stamped(o) for o in objects]
+
+
+def rollout(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Rollout:
+    """How the service's Deployment replaces its pods. Surge by default; services holding
+    GPUs with more than one instance replace one pod at a time instead, since a surge pod
+    waits for a free GPU that a full pool never has (a single instance keeps surging: a
+    replace would take the service down). A resource group's own rollout wins."""
+    group = _group(desired, settings)
+    if group is not None and group.rollout is not None:
+        return group.rollout
+    if desired.resources.gpu > 0 and desired.replicas > 1:
+        return settings.gpu_rollout
+    return SURGE
 
 
 def object_hash(manifest: Manifest) -> str:
@@ -116,10 +142,9 @@ def _deployment(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Man
         "spec": {
             "replicas": desired.replicas,
             "selector": {"matchLabels": {SERVICE_LABEL: desired.service}},
-            # Keep serving while replacing: a new replica must be ready before an old goes.
             "strategy": {
                 "type": "RollingUpdate",
-                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+                "rollingUpdate": rollout(desired, settings).manifest(),
             },
             "revisionHistoryLimit": 3,
             # Only a condition for humans; the startup probe is what restarts a stuck replica.
@@ -134,8 +159,8 @@ def _deployment(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Man
 
 def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manifest:
     plan = _plan(desired, settings)
-    image = settings.image_for(desired.processor)
-    group = settings.resource_groups.get(desired.resources.resource_group or "")
+    group = _group(desired, settings)
+    image = settings.image_for(desired.processor, group)
     tolerations = [t.manifest() for t in group.tolerations] if group else []
     if desired.resources.gpu > 0:
         tolerations += [t.manifest() for t in settings.gpu_tolerations]
@@ -167,9 +192,30 @@ def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manif
         spec["nodeSelector"] = dict(group.node_selector)
     if tolerations:
         spec["tolerations"] = tolerations
+    runtime_class = (group and group.runtime_class_name) or settings.runtime_class_name
+    if desired.resources.gpu > 0 and runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    if settings.spread_topology_key:
+        spec["topologySpreadConstraints"] = [_spread(desired, settings.spread_topology_key)]
     if settings.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": n} for n in settings.image_pull_secrets]
     return spec
+
+
+def _group(desired: DesiredReplicaSet, settings: KubernetesSettings) -> ResourceGroup | None:
+    return settings.resource_groups.get(desired.resources.resource_group or "")
+
+
+def _spread(desired: DesiredReplicaSet, topology_key: str) -> Manifest:
+    return {
+        "maxSkew": 1,
+        "topologyKey": topology_key,
+        # A preference: on a pool of one node, or with nodes full, replicas still start.
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {SERVICE_LABEL: desired.service}},
+        # Count only the pods of the same template, so a rollout's new pods spread too.
+        "matchLabelKeys": [TEMPLATE_HASH_LABEL],
+    }
 
 
 def _plan(desired: DesiredReplicaSet, settings: KubernetesSettings) -> ReplicaPlan:
@@ -198,9 +244,17 @@ def _processor_container(
     settings: KubernetesSettings,
 ) -> Manifest:
     resources = _resources(desired)
+    env = [{"name": k, "value": v} for k, v in sorted(plan.env.items())]
     if desired.resources.gpu > 0:
-        resources["requests"][GPU_RESOURCE] = str(desired.resources.gpu)
-        resources["limits"][GPU_RESOURCE] = str(desired.resources.gpu)
+        group = _group(desired, settings)
+        gpu = (group and group.gpu_resource) or settings.gpu_resource
+        resources["requests"][gpu] = str(desired.resources.gpu)
+        resources["limits"][gpu] = str(desired.resources.gpu)
+    else:
+        env.append(NO_GPUS)
+    if plan.pull is not None and settings.model_volume_size:
+        # The emptyDir counts against the pod's ephemeral storage: ask for what it may hold.
+        resources["requests"]["ephemeral-storage"] = settings.model_volume_size
     container: Manifest = {
         "name": PROCESSOR_CONTAINER,
         "image": image,
@@ -227,8 +281,13 @@ def _processor_container(
         # the runtime reports, without reading logs.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if plan.env:
-        container["env"] = [{"name": k, "value": v} for k, v in sorted(plan.env.items())]
+    if settings.prestop_seconds:
+        # Serve on while the gateways learn the pod is going (its readiness drops at once),
+        # then tritonserver gets SIGTERM and finishes what is in flight.
+        sleep = ["sleep", str(settings.prestop_seconds)]
+        container["lifecycle"] = {"preStop": {"exec": {"command": sleep}}}
+    if env:
+        container["env"] = env
     if mounts:
         container["volumeMounts"] = mounts
     return container
@@ -243,6 +302,7 @@ def _pull_container(
 ) -> Manifest:
     # OSS_ENDPOINT comes in plan_env: _plan passes the spec's or the settings' endpoint.
     env: list[Manifest] = [{"name": k, "value": v} for k, v in sorted(plan_env.items())]
+    env.append(NO_GPUS)  # the pull needs none, whatever the replica holds
     if settings.oss_region:
         env.append({"name": "OSS_REGION", "value": settings.oss_region})
     if settings.oss_secret:
@@ -310,6 +370,22 @@ def _pod_security(settings: KubernetesSettings) -> Manifest:
 
 def _container_security() -> Manifest:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _disruption_budget(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manifest:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(desired, settings),
+        "spec": {
+            # Not minAvailable: a single-instance service must not block a node drain forever.
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": {SERVICE_LABEL: desired.service}},
+            # A replica that is not ready (crash-looping, stuck pulling) serves nothing:
+            # evicting it must not wait on the budget.
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
 
 
 def _service(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manifest:

@@ -28,6 +28,7 @@ from controlplane.runtime.base import (
 from controlplane.runtime.kubernetes import replicas
 from controlplane.runtime.kubernetes.client import (
     DEPLOYMENT,
+    DISRUPTION_BUDGET,
     KINDS,
     POD,
     SERVICE,
@@ -50,13 +51,16 @@ from controlplane.runtime.kubernetes.settings import KubernetesSettings
 log = logging.getLogger(__name__)
 
 CONFLICT_RETRIES = 5
+# What a service may leave behind, pods last (they go only when their processes have).
+OWNED = (DEPLOYMENT, SERVICE, DISRUPTION_BUDGET, POD)
 WATCH_BACKOFF_MAX = 30.0
 
 
 class KubernetesRuntime:
-    """Services as Deployments + Services in ``settings.namespace``. Construction connects
-    the client (a bad kubeconfig is a PermanentRuntimeError at once); the watch threads
-    start with the first call and stop in :meth:`close`."""
+    """Services as Deployments, Services and PodDisruptionBudgets in
+    ``settings.namespace``. Construction connects the client (a bad kubeconfig is a
+    PermanentRuntimeError at once); the watch threads start with the first call and stop in
+    :meth:`close`."""
 
     def __init__(
         self, settings: KubernetesSettings, notify: Notify, *, client: KubeClient | None = None
@@ -90,11 +94,14 @@ class KubernetesRuntime:
         return set(await self.summary())
 
     async def summary(self) -> dict[str, ReplicaSummary]:
-        """Two listings whatever the number of services: Deployments and Services."""
+        """Three listings whatever the number of services: Deployments, and the Services and
+        budgets a half-deleted service may leave (orphans to delete)."""
         self._start_watching()
         deployments, _ = await asyncio.to_thread(self._client.list, DEPLOYMENT, MANAGED_SELECTOR)
-        services, _ = await asyncio.to_thread(self._client.list, SERVICE, MANAGED_SELECTOR)
-        out = {_service_of(s): ReplicaSummary(0, 0, frozenset()) for s in services}
+        others: list[Object] = []
+        for kind in (SERVICE, DISRUPTION_BUDGET):
+            others += (await asyncio.to_thread(self._client.list, kind, MANAGED_SELECTOR))[0]
+        out = {_service_of(o): ReplicaSummary(0, 0, frozenset()) for o in others}
         out.update({_service_of(d): replicas.summary(d) for d in deployments})
         return out
 
@@ -129,7 +136,7 @@ class KubernetesRuntime:
     # -- delete ---------------------------------------------------------------------------
     def _delete(self, service: str) -> bool:
         left = 0
-        for kind in (DEPLOYMENT, SERVICE, POD):
+        for kind in OWNED:
             items, _ = self._client.list(kind, selector(service))
             for item in items:
                 left += 1
@@ -138,10 +145,7 @@ class KubernetesRuntime:
         if left == 0:
             return True
         # Deletion is asynchronous (graceful pod shutdown, garbage collection): look again.
-        for kind in (DEPLOYMENT, SERVICE, POD):
-            if self._client.list(kind, selector(service))[0]:
-                return False
-        return True
+        return all(not self._client.list(kind, selector(service))[0] for kind in OWNED)
 
     # -- watch ----------------------------------------------------------------------------
     def _start_watching(self) -> None:

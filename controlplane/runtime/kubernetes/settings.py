@@ -8,13 +8,22 @@ what the runtime would apply.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    StringConstraints,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # What the NVIDIA device plugin advertises, and the taint GPU node pools usually carry.
 GPU_RESOURCE = "nvidia.com/gpu"
+# Triton's default --exit-timeout-secs: how long it waits for in-flight requests on SIGTERM.
+TRITON_EXIT_TIMEOUT_SECONDS = 30
 
 
 class Toleration(BaseModel):
@@ -32,13 +41,44 @@ class Toleration(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
+Percent = Annotated[str, StringConstraints(pattern=r"^[0-9]+%$")]
+
+
+class Rollout(BaseModel):
+    """A Deployment's RollingUpdate: pod counts or percentages, spelled as in Kubernetes
+    (``maxSurge``) or as the other settings (``max_surge``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    max_surge: NonNegativeInt | Percent = Field(alias="maxSurge")
+    max_unavailable: NonNegativeInt | Percent = Field(alias="maxUnavailable")
+
+    def manifest(self) -> dict[str, int | str]:
+        return {"maxSurge": self.max_surge, "maxUnavailable": self.max_unavailable}
+
+
+# A new replica ready before an old one goes: no capacity lost, one spare slot needed.
+SURGE = Rollout(maxSurge=1, maxUnavailable=0)
+# One replica down at a time, no spare slot: what a full GPU pool can do.
+REPLACE = Rollout(maxSurge=0, maxUnavailable=1)
+
+
 class ResourceGroup(BaseModel):
-    """Where the replicas of services naming this EAS ``metadata.resource`` id may run."""
+    """Where the replicas of services naming this EAS ``metadata.resource`` id run, and how.
+    Unset fields fall back to the runtime-wide settings of the same name."""
 
     model_config = ConfigDict(extra="forbid")
 
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
+    # The extended resource a GPU is requested as: a MIG slice such as
+    # "nvidia.com/mig-1g.10gb" on pools partitioned by the device plugin's mixed strategy.
+    gpu_resource: str | None = None
+    runtime_class_name: str | None = None  # of GPU replicas, e.g. "nvidia"
+    # The image of this pool's replicas, e.g. one whose tritonserver has the TensorFlow
+    # backend (docs/operations.md, "Processor images and backends").
+    processor_image: str | None = None
+    rollout: Rollout | None = None  # how its multi-instance GPU services roll
 
 
 def _gpu_tolerations() -> list[Toleration]:
@@ -77,6 +117,18 @@ class KubernetesSettings(BaseSettings):
     resource_groups: dict[str, ResourceGroup] = Field(default_factory=dict)
     # Added when a service asks for GPUs, so GPU nodes' usual taint does not keep it out.
     gpu_tolerations: list[Toleration] = Field(default_factory=_gpu_tolerations)
+    gpu_resource: str = GPU_RESOURCE  # what `metadata.gpu` is requested as
+    runtime_class_name: str = ""  # of replicas with GPUs (e.g. "nvidia"); empty: the node's
+    # Spread each service's replicas over this node label, so one drain or node failure takes
+    # as few as the cluster allows (a preference: replicas still start on one node). Empty:
+    # no spread constraint.
+    spread_topology_key: str = "kubernetes.io/hostname"
+    # A PodDisruptionBudget per service: voluntary evictions (drains) take one replica at a
+    # time, and wait for its successor to be ready.
+    disruption_budget: bool = True
+    # How services with GPUs and more than one instance roll (resource groups may override):
+    # a surge pod needs a free GPU, which a full pool does not have.
+    gpu_rollout: Rollout = REPLACE
 
     # -- model storage --------------------------------------------------------------------
     # Secret holding OSS_ACCESS_KEY_ID, OSS_ACCESS_KEY_SECRET and optionally
@@ -84,14 +136,23 @@ class KubernetesSettings(BaseSettings):
     oss_secret: str = "openeas-oss"
     oss_endpoint: str = ""  # default OSS_ENDPOINT when a spec names none
     oss_region: str = ""  # OSS_REGION, for V4 signatures
-    model_volume_size: str = ""  # emptyDir sizeLimit of the pulled repository, e.g. "50Gi"
+    # Bound of the emptyDir the repository is pulled into (its sizeLimit) and the replica's
+    # ephemeral-storage request, so the scheduler places it on a node with that much disk
+    # and a runaway pull evicts only itself. Empty: unbounded (not recommended).
+    model_volume_size: str = "20Gi"
     # Memory-backed /dev/shm: Triton's python backend exchanges tensors through it and the
     # container runtime's default (64Mi) is too small. Empty: no mount.
     shm_size: str = "1Gi"
 
     # -- replica life cycle ---------------------------------------------------------------
-    # How long a replica may take from start to live (pull + model load) before restarting.
+    # How long the serving container may take from start to live (model load) before it is
+    # restarted; the pull runs before, in the init container (the probe does not cover it).
     startup_timeout_seconds: int = Field(default=1800, ge=30)
+    # A terminating replica keeps serving this long before tritonserver gets SIGTERM: the
+    # time for its endpoint to leave every gateway's route table (the pod's readiness → the
+    # control plane's watch → the gateways' long poll).
+    prestop_seconds: int = Field(default=10, ge=0)
+    # preStop + Triton's exit timeout (in-flight requests finish) + a margin; checked below.
     termination_grace_seconds: int = Field(default=60, ge=1)
     run_as_user: int | None = 1000  # the NGC tritonserver images' triton-server user
     service_account: str = ""  # replicas need no API access: no token is mounted
@@ -103,5 +164,18 @@ class KubernetesSettings(BaseSettings):
     resync_seconds: float = Field(default=300.0, gt=0)
     watch_timeout_seconds: int = Field(default=240, ge=1)  # server-side end of one watch call
 
-    def image_for(self, processor: str) -> str:
+    @model_validator(mode="after")
+    def _grace_covers_prestop_and_exit(self) -> KubernetesSettings:
+        least = self.prestop_seconds + TRITON_EXIT_TIMEOUT_SECONDS
+        if self.termination_grace_seconds < least:
+            raise ValueError(
+                f"termination_grace_seconds ({self.termination_grace_seconds}) must be at "
+                f"least prestop_seconds + {TRITON_EXIT_TIMEOUT_SECONDS} ({least}): the kubelet "
+                "would kill replicas with requests still in flight"
+            )
+        return self
+
+    def image_for(self, processor: str, group: ResourceGroup | None = None) -> str:
+        if group is not None and group.processor_image:
+            return group.processor_image
         return self.processor_images.get(processor, self.processor_image)

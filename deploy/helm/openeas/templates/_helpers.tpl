@@ -36,8 +36,9 @@ app.kubernetes.io/part-of: openeas
 {{ include "openeas.selectorLabels" . }}
 {{- end }}
 
+{{/* Replicas run apart from the platform (its database, its Secrets) by default. */}}
 {{- define "openeas.servingNamespace" -}}
-{{- .Values.serving.namespace | default .Release.Namespace }}
+{{- .Values.serving.namespace | default (printf "%s-serving" .Release.Name) }}
 {{- end }}
 
 {{- define "openeas.serviceAccountName" -}}
@@ -48,10 +49,17 @@ app.kubernetes.io/part-of: openeas
 {{- end }}
 {{- end }}
 
-{{/* "repository:tag", the tag defaulting to the chart's appVersion. Call with (list $ image). */}}
+{{/*
+"repository@digest" when a digest is given (what runs cannot change under the tag), else
+"repository:tag", the tag defaulting to the chart's appVersion. Call with (list $ image).
+*/}}
 {{- define "openeas.image" -}}
 {{- $image := index . 1 -}}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
 {{- printf "%s:%s" $image.repository ($image.tag | default (index . 0).Chart.AppVersion) }}
+{{- end }}
 {{- end }}
 
 {{/* The Secret the chart writes (admin token, database URL), unless both are external. */}}
@@ -59,8 +67,37 @@ app.kubernetes.io/part-of: openeas
 {{- include "openeas.fullname" . }}
 {{- end }}
 
+{{/*
+The Secret `openeas secrets` (the install hook) completes with the values nobody gave:
+created once in the cluster, never rendered, so `helm template` and GitOps syncs cannot
+replace them.
+*/}}
+{{- define "openeas.generatedSecret" -}}
+{{- include "openeas.component" (list . "generated") }}
+{{- end }}
+
+{{- define "openeas.generatesAdminToken" -}}
+{{- if not (or .Values.auth.adminToken .Values.auth.existingSecret) }}true{{ end }}
+{{- end }}
+
+{{- define "openeas.generatesPostgresqlPassword" -}}
+{{- $auth := .Values.postgresql.auth }}
+{{- if and .Values.postgresql.enabled (not (or $auth.password $auth.existingSecret)) }}true{{ end }}
+{{- end }}
+
+{{/* The routes token and the sealing key: the operator's Secret, else generated. */}}
+{{- define "openeas.platformSecret" -}}
+{{- .Values.auth.existingSecret | default (include "openeas.generatedSecret" .) }}
+{{- end }}
+
 {{- define "openeas.adminTokenSecret" -}}
-{{- .Values.auth.existingSecret | default (include "openeas.secretName" .) }}
+{{- if .Values.auth.existingSecret }}
+{{- .Values.auth.existingSecret }}
+{{- else if .Values.auth.adminToken }}
+{{- include "openeas.secretName" . }}
+{{- else }}
+{{- include "openeas.generatedSecret" . }}
+{{- end }}
 {{- end }}
 
 {{- define "openeas.postgresqlName" -}}
@@ -68,7 +105,25 @@ app.kubernetes.io/part-of: openeas
 {{- end }}
 
 {{- define "openeas.postgresqlSecret" -}}
-{{- .Values.postgresql.auth.existingSecret | default (include "openeas.postgresqlName" .) }}
+{{- $auth := .Values.postgresql.auth }}
+{{- if $auth.existingSecret }}
+{{- $auth.existingSecret }}
+{{- else if $auth.password }}
+{{- include "openeas.postgresqlName" . }}
+{{- else }}
+{{- include "openeas.generatedSecret" . }}
+{{- end }}
+{{- end }}
+
+{{- define "openeas.postgresqlSecretKey" -}}
+{{- $auth := .Values.postgresql.auth }}
+{{- if $auth.existingSecret }}
+{{- $auth.existingSecretKey }}
+{{- else if $auth.password }}
+{{- "password" }}
+{{- else }}
+{{- "postgresql-password" }}
+{{- end }}
 {{- end }}
 
 {{/* The OSS Secret replicas read (empty: anonymous pulls). */}}
@@ -77,21 +132,6 @@ app.kubernetes.io/part-of: openeas
 {{- .Values.oss.existingSecret }}
 {{- else if .Values.oss.accessKeyId }}
 {{- include "openeas.component" (list . "oss") }}
-{{- end }}
-{{- end }}
-
-{{/*
-A generated secret value that survives upgrades: the one already stored in the live Secret
-(lookup; empty under `helm template`), else a new random one. Base64, ready for `data:`.
-Call with (list $ secretName namespace key).
-*/}}
-{{- define "openeas.keptRandom" -}}
-{{- $live := lookup "v1" "Secret" (index . 2) (index . 1) -}}
-{{- $key := index . 3 -}}
-{{- if and $live $live.data (hasKey $live.data $key) }}
-{{- index $live.data $key }}
-{{- else }}
-{{- randAlphaNum 43 | b64enc }}
 {{- end }}
 {{- end }}
 
@@ -149,7 +189,7 @@ secretName holds `database-url` for database.url (the migration hook has its own
 {{- $url := dict "name" "OPENEAS_DATABASE_URL" -}}
 {{- $env := list -}}
 {{- if $v.postgresql.enabled -}}
-{{- $password := dict "name" (include "openeas.postgresqlSecret" $root) "key" $v.postgresql.auth.existingSecretKey -}}
+{{- $password := dict "name" (include "openeas.postgresqlSecret" $root) "key" (include "openeas.postgresqlSecretKey" $root) -}}
 {{- $env = append $env (dict "name" "PGPASSWORD" "valueFrom" (dict "secretKeyRef" $password)) -}}
 {{- $_ := set $url "value" (printf "postgresql+psycopg://%s@%s:5432/%s" $v.postgresql.auth.username (include "openeas.postgresqlName" $root) $v.postgresql.auth.database) -}}
 {{- else if $v.database.existingSecret -}}
@@ -194,12 +234,26 @@ imagePullSecrets:
 
 {{/*
 serving.resourceGroups (Kubernetes spelling: nodeSelector) as the JSON of
-OPENEAS_K8S_RESOURCE_GROUPS (the settings' spelling: node_selector).
+OPENEAS_K8S_RESOURCE_GROUPS (the settings' spelling: node_selector); optional fields only
+when given.
 */}}
 {{- define "openeas.resourceGroups" -}}
 {{- $groups := dict -}}
 {{- range $id, $group := .Values.serving.resourceGroups }}
-{{- $_ := set $groups $id (dict "node_selector" ($group.nodeSelector | default dict) "tolerations" ($group.tolerations | default list)) }}
+{{- $out := dict "node_selector" ($group.nodeSelector | default dict) "tolerations" ($group.tolerations | default list) }}
+{{- range $from, $to := dict "gpuResource" "gpu_resource" "runtimeClassName" "runtime_class_name" "processorImage" "processor_image" "rollout" "rollout" }}
+{{- if hasKey $group $from }}{{ $_ := set $out $to (index $group $from) }}{{ end }}
+{{- end }}
+{{- $_ := set $groups $id $out }}
 {{- end }}
 {{- $groups | toJson }}
+{{- end }}
+
+{{/* The gateway's route-reader token (OPENEAS_ROUTES_TOKEN), set on both sides. */}}
+{{- define "openeas.routesTokenEnv" -}}
+- name: OPENEAS_ROUTES_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "openeas.platformSecret" . }}
+      key: {{ ternary .Values.auth.existingSecretRoutesKey "routes-token" (ne .Values.auth.existingSecret "") }}
 {{- end }}
