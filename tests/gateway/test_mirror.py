@@ -30,23 +30,31 @@ INFER = "/api/predict/primary/v2/models/m/infer"
 
 @dataclass
 class Replica:
-    """A tiny replica answering every request with ``answer`` after ``delay`` seconds."""
+    """A tiny replica answering every request with ``answer`` — with ``held``, only once the
+    test calls :meth:`release` (as slow as the test needs)."""
 
     lt: LoopThread
     answer: tuple[int, dict[str, str], bytes] = (200, {}, b"same")
-    delay: float = 0.0
+    held: bool = False
     bodies: list[bytes] = field(default_factory=list)
     url: str = ""
     runner: web.AppRunner | None = None
+    gate: asyncio.Event | None = None
 
     async def _handle(self, request: web.Request) -> web.Response:
         self.bodies.append(await request.read())
-        if self.delay:
-            await asyncio.sleep(self.delay)
+        if self.held:
+            assert self.gate is not None
+            await self.gate.wait()
         status, headers, body = self.answer
         return web.Response(status=status, headers=headers, body=body)
 
+    def release(self) -> None:
+        assert self.gate is not None
+        self.lt.call(self.gate.set)
+
     async def _start(self) -> None:
+        self.gate = asyncio.Event()
         app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self.runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
@@ -84,6 +92,7 @@ def mirrored(
     ratio: int = 100,
     tolerance: float | None = None,
     unrouted: tuple[str, ...] = (),
+    target_timeout_ms: int = 10_000,
 ) -> RouteTable:
     """Service ``primary`` mirrored to ``targets`` (name → replica URLs) and to services the
     gateway has no route for (``unrouted``)."""
@@ -93,7 +102,8 @@ def mirrored(
         route([primary.url], service="plain"),  # the same replica, unmirrored: a baseline
     ]
     for name, urls in targets.items():
-        routes.append(route(urls, service=name, token=f"token-of-{name}-xyz"))
+        token = f"token-of-{name}-xyz"
+        routes.append(route(urls, service=name, token=token, timeout_ms=target_timeout_ms))
     return RouteTable(version=1, routes=routes)
 
 
@@ -150,27 +160,31 @@ def test_exactly_the_ratio_is_mirrored(
 def test_a_slow_shadow_costs_the_caller_nothing_and_in_flight_shadows_are_bounded(
     make_gateway: GatewayFactory, replicas: list[Replica], lt: LoopThread
 ) -> None:
-    primary, slow = replica(replicas, lt), replica(replicas, lt, delay=2.0)
+    primary, slow = replica(replicas, lt), replica(replicas, lt, held=True)
     gw = make_gateway(mirrored(primary, {"b": [slow.url]}))
     post(gw.port, 5, "/api/predict/plain/v2/models/m/infer")  # warm both paths up
     baseline = post(gw.port, MAX_IN_FLIGHT + 4, "/api/predict/plain/v2/models/m/infer")
     with_mirror = post(gw.port, MAX_IN_FLIGHT + 4)
-    # Each shadow takes 2 s; the caller's latency stays that of the unmirrored service.
+    # Every shadow is still waiting for its answer; the caller's latency stays that of the
+    # unmirrored service on the same replica.
     assert max(with_mirror) < 0.5 + max(baseline), (baseline, with_mirror)
     assert statistics.median(with_mirror) < 0.2 + statistics.median(baseline)
-    # All were sent within 2 s: MAX_IN_FLIGHT shadows went out, the rest were skipped.
-    wait_until(lambda: results(gw)[("b", "match")] == MAX_IN_FLIGHT, what="slow shadows done")
+    wait_until(lambda: len(slow.bodies) == MAX_IN_FLIGHT, what="shadows sent")
+    assert results(gw) == {("b", "skipped"): 4}  # past the bound: not sent
+    slow.release()
+    wait_until(lambda: results(gw)[("b", "match")] == MAX_IN_FLIGHT, what="shadows answered")
     assert results(gw) == {("b", "match"): MAX_IN_FLIGHT, ("b", "skipped"): 4}
+    assert len(slow.bodies) == MAX_IN_FLIGHT
 
 
-def test_a_dead_or_missing_shadow_is_an_error_the_caller_never_sees(
+def test_a_dead_late_or_missing_shadow_is_an_error_the_caller_never_sees(
     make_gateway: GatewayFactory, replicas: list[Replica], lt: LoopThread
 ) -> None:
-    primary = replica(replicas, lt)
-    targets = {"dead": [f"http://127.0.0.1:{dead_port()}"], "unready": []}
-    gw = make_gateway(mirrored(primary, targets, unrouted=("gone",)))
+    primary, late = replica(replicas, lt), replica(replicas, lt, held=True)
+    targets = {"dead": [f"http://127.0.0.1:{dead_port()}"], "unready": [], "late": [late.url]}
+    gw = make_gateway(mirrored(primary, targets, unrouted=("gone",), target_timeout_ms=300))
     post(gw.port, 10)  # every one 200
-    want = {("dead", "error"): 10, ("unready", "error"): 10, ("gone", "error"): 10}
+    want = {(name, "error"): 10 for name in ("dead", "unready", "gone", "late")}
     wait_until(lambda: results(gw) == want, what="errors counted")
 
 
