@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 ROUTES_PATH = "/internal/v1/routes"
+SIGNALS_PATH = "/internal/v1/signals"
 
 
 def token_digest(token: str) -> str:
@@ -74,3 +75,25 @@ class RouteTable(BaseModel):
     removed: list[str] = []
     groups: list[GroupRoute] = []  # whole, or those changed
     removed_groups: list[str] = []
+
+
+class ServiceLoad(BaseModel):
+    """One service's traffic through one gateway process during one report interval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    service: str = Field(max_length=63)
+    requests: int = Field(ge=0)  # admitted during the interval
+    concurrency: float = Field(ge=0)  # mean in-flight requests over the interval
+
+
+class LoadReport(BaseModel):
+    """What a gateway process pushes to ``SIGNALS_PATH`` every ``interval_s``: the services
+    with traffic, plus once with zeros those that just went quiet. ``reporter`` is random
+    per process, so the control plane sums the workers and expires a silent one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reporter: str = Field(min_length=1, max_length=64)
+    interval_s: float = Field(gt=0, le=60)
+    services: list[ServiceLoad] = Field(max_length=100_000)

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
-from controlplane import resync
+from controlplane import resync, route_feed
 from controlplane import status as status_mod
+from controlplane.autoscaling import Autoscaling
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
 from controlplane.runtime.base import (
@@ -50,9 +51,10 @@ class Reconciler:
         cluster: str,
         *,
         resync_seconds: float = 30.0,
-        poll_seconds: float = 0.5,
+        poll_seconds: float = 2.0,
         lease_ttl: float = 15.0,
         holder: str | None = None,
+        autoscaling: Autoscaling | None = None,
     ) -> None:
         self.store = ReconcileStore(sessions, cluster)
         self._runtime_factory = runtime_factory
@@ -66,6 +68,7 @@ class Reconciler:
         self._queued: set[str] = set()
         self._failures: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.autoscaling = autoscaling  # runs while this reconciler leads
 
     # -- wake-ups ------------------------------------------------------------------------
     def notify(self, service: str) -> None:
@@ -107,6 +110,8 @@ class Reconciler:
             asyncio.create_task(self._poll_changes()),
             asyncio.create_task(self._resync()),
         ]
+        if self.autoscaling is not None:
+            tasks.append(asyncio.create_task(self.autoscaling.run(self.runtime)))
         try:
             while await asyncio.to_thread(self.lease.acquire):
                 await asyncio.sleep(self.lease.ttl / 3)
@@ -120,11 +125,14 @@ class Reconciler:
             self.is_leader = False
 
     async def _poll_changes(self) -> None:
+        """Services with a new generation: at once when this process committed it (every
+        such write is a routing change, which wakes us), within ``poll_seconds`` when
+        another control-plane replica did. Reads the partial index of pending services."""
         while True:
             for name in await asyncio.to_thread(self.store.needing_work):
                 if name not in self._failures:  # those come back on their backoff timer
                     self._enqueue(name)
-            await asyncio.sleep(self.poll_seconds)
+            await route_feed.CHANGED.wait(self.poll_seconds)
 
     async def _resync(self) -> None:
         """A safety net under the runtime's notifications: one query and one runtime
@@ -164,7 +172,11 @@ class Reconciler:
         state, previous = await asyncio.to_thread(self.store.state, name)
         if state is None:
             await runtime.delete(name)  # an orphan: nothing stored wants it
+            if self.autoscaling is not None:
+                self.autoscaling.forget(name)
             return
+        if self.autoscaling is not None:
+            self.autoscaling.observe(state)
         if state.deleting:
             if await runtime.delete(name):
                 await asyncio.to_thread(self.store.forget, name)
@@ -179,6 +191,8 @@ class Reconciler:
             await self._write(state, failed, Observation())
             return
         seen = await runtime.observe(name)
+        if self.autoscaling is not None:
+            self.autoscaling.replicas(name, seen)
         computed = status_mod.compute(want, seen, deleting=False, previous=previous)
         await self._write(state, computed, seen, want.template_hash)
 

@@ -11,11 +11,13 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from controlplane import migrate
+from controlplane import migrate, sealing
 from controlplane.api.app import create_app
+from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine, make_sessions
 from controlplane.reconciler import Reconciler
 from controlplane.runtime import make_runtime
+from controlplane.services import Services
 from controlplane.settings import Settings
 
 
@@ -38,17 +40,20 @@ class ControlPlane:
         if migrate.pending(self.engine):
             raise SchemaOutOfDate("the database schema is not up to date: run 'openeas migrate'")
         sessions = make_sessions(self.engine)
+        sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
+        self.autoscaling = Autoscaling(sessions, Services(sessions, settings.cluster_id, sealer))
         self.reconciler = (
             Reconciler(
                 sessions,
                 lambda notify: make_runtime(settings, notify),
                 settings.cluster_id,
                 resync_seconds=settings.resync_seconds,
+                autoscaling=self.autoscaling,
             )
             if reconcile
             else None
         )
-        self.app = create_app(settings, self.engine)
+        self.app = create_app(settings, self.engine, autoscaling=self.autoscaling)
         self._server: _Server | None = None
 
     async def serve(self, sock: socket.socket) -> None:

@@ -119,6 +119,7 @@ class Services:
     def create(self, data: Any) -> tuple[ServiceRow, str]:
         spec = validate_spec(data, self._checks)
         stored, custom_token = split_token(spec)
+        stored = _owned(stored, stored.metadata.instance)
         token = custom_token or new_token()
         for _ in range(2):  # a concurrent first member may make the same group: once more
             row = ServiceRow(
@@ -129,10 +130,10 @@ class Services:
                 token=self.sealer.seal(token),
                 token_sha256=token_digest(token),
                 status="Creating",
-                total_instances=spec.metadata.instance,
-                pending_instances=spec.metadata.instance,
+                total_instances=stored.metadata.instance,
+                pending_instances=stored.metadata.instance,
             )
-            row.add_event("Created", f"service created with {spec.metadata.instance} instance(s)")
+            row.add_event("Created", f"service created with {stored.metadata.instance} instance(s)")
             with self._sessions() as s:
                 _check_mirror(s, self.cluster, stored, None)
                 s.add(row)
@@ -190,8 +191,49 @@ class Services:
         return self._patch(cluster, name, patch, ("Mirrored", detail))
 
     def scale(self, cluster: str, name: str, instance: int) -> ServiceRow:
+        row = self.get(cluster, name)
+        auto = row.spec.autoscaler
+        if auto is not None and instance != row.spec.metadata.instance:
+            raise Conflict(
+                f"service {name!r} is autoscaled between {auto.min} and {auto.max} instances: "
+                f"change the range with 'eascmd autoscale {name} --min N --max N', or turn "
+                f"the autoscaler off with 'eascmd autoscale {name} --off' first"
+            )
         patch = {"metadata": {"instance": instance}}
         return self._patch(cluster, name, patch, ("Scaled", f"instances set to {instance}"))
+
+    def set_autoscaler(self, cluster: str, name: str, autoscaler: Any) -> ServiceRow:
+        """Replace (``None``: remove) the spec's ``autoscaler`` as a whole, validated."""
+
+        def patch(spec: dict[str, Any]) -> dict[str, Any]:
+            spec.pop("autoscaler", None)
+            return spec if autoscaler is None else {**spec, "autoscaler": autoscaler}
+
+        event = (
+            ("AutoscalerRemoved", "autoscaler removed: metadata.instance is set by hand again")
+            if autoscaler is None
+            else ("AutoscalerSet", "autoscaler set")
+        )
+        return self._patch(cluster, name, patch, event)
+
+    def autoscale(self, cluster: str, name: str, expected: int, instance: int, why: str) -> bool:
+        """The autoscaler's scale: the same write as a manual one, but only while the
+        service is still autoscaled at ``expected`` instances (else a newer state decides).
+        True when written."""
+        done = False
+
+        def change(s: Session, row: ServiceRow) -> None:
+            nonlocal done
+            spec = row.spec
+            if spec.autoscaler is None or spec.metadata.instance != expected:
+                return
+            metadata = spec.metadata.model_copy(update={"instance": instance})
+            row.spec = spec.model_copy(update={"metadata": metadata})
+            _bump(row, "Autoscaled", why)
+            done = True
+
+        self._write(cluster, name, change)
+        return done
 
     def set_stopped(self, cluster: str, name: str, stopped: bool) -> ServiceRow:
         def change(s: Session, row: ServiceRow) -> None:
@@ -233,17 +275,32 @@ class Services:
         self,
         cluster: str,
         name: str,
-        patch: dict[str, Any],
+        patch: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]],
         event: tuple[str, str],
         if_match: int | None = None,
     ) -> ServiceRow:
-        """Merge ``patch`` into the stored spec (and token), validate the whole, and record
-        a new generation with ``event`` only when the spec really changed — only the event
-        when just routing fields changed (a release or a group move rolls no replica)."""
+        """Merge ``patch`` (or apply it, when a function) into the stored spec (and token),
+        validate the whole, and record a new generation with ``event`` only when the spec
+        really changed — only the event when just routing fields changed (a release or a
+        group move rolls no replica). An autoscaled service keeps the autoscaler's count."""
 
         def change(s: Session, row: ServiceRow) -> None:
-            spec = validate_spec(merge_patch(row.spec.public(), patch), self._checks)
+            current = row.spec.public()
+            merged = patch(current) if callable(patch) else merge_patch(current, patch)
+            spec = validate_spec(merged, self._checks)
             stored, token = split_token(spec)  # a token only when the patch carries one
+            asked, have = stored.metadata.instance, row.spec.metadata.instance
+            if stored.autoscaler is not None and row.spec.autoscaler is not None:
+                stored = _owned(stored, have)
+                if asked != have:
+                    row.add_event(
+                        "InstanceKept",
+                        f"metadata.instance {asked} not applied: the autoscaler sets it "
+                        f"(now {stored.metadata.instance}); change min/max instead",
+                        warning=True,
+                    )
+            else:
+                stored = _owned(stored, asked)
             if token and token_digest(token) != row.token_sha256:
                 self._set_token(row, token)
                 row.add_event("TokenChanged", "service token replaced by the spec's token")
@@ -306,6 +363,18 @@ class Services:
                 except StaleDataError:
                     s.rollback()  # someone else wrote first: re-read and re-apply
         raise Conflict(f"service {name!r} is being changed concurrently: try again")
+
+
+def _owned(spec: StoredSpec, instance: int) -> StoredSpec:
+    """``spec`` with ``instance`` — inside the autoscaler's range when it has one: while an
+    autoscaler is set, the count is its to change (a patch's own count is not applied)."""
+    if spec.autoscaler is not None:
+        instance = spec.autoscaler.clamp(instance)
+    if instance == spec.metadata.instance:
+        return spec
+    return spec.model_copy(
+        update={"metadata": spec.metadata.model_copy(update={"instance": instance})}
+    )
 
 
 def _bump(row: ServiceRow, reason: str, message: str) -> None:

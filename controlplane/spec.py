@@ -11,9 +11,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from controlplane.errors import FieldProblem, InvalidSpec
 from processors import registry
@@ -94,6 +102,56 @@ class Metadata(_Strict):
         return DEFAULT_WEIGHT if self.weight is None else self.weight
 
 
+MetricName = Literal["qps", "concurrency", "cpu", "queue_time_ms"]
+METRIC_NAMES: tuple[str, ...] = get_args(MetricName)
+
+
+class ScaleStrategy(_Strict):
+    """Keep ``metricName`` per replica near ``threshold``: qps (requests/s) and concurrency
+    (in-flight requests) as the gateway counts them, cpu (%) from the runtime, queue_time_ms
+    from Triton's own metrics."""
+
+    metricName: MetricName
+    threshold: float = Field(gt=0, le=1_000_000)
+
+
+class ScaleRule(_Strict):
+    stabilizationWindowSeconds: int = Field(ge=0, le=3600)
+
+
+class Behavior(_Strict):
+    scaleUp: ScaleRule = Field(default_factory=lambda: ScaleRule(stabilizationWindowSeconds=0))
+    scaleDown: ScaleRule = Field(default_factory=lambda: ScaleRule(stabilizationWindowSeconds=300))
+
+
+class Autoscaler(_Strict):
+    """EAS's ``autoscaler`` key: while set, it owns ``metadata.instance``."""
+
+    min: int = Field(ge=1, le=100)
+    max: int = Field(ge=1, le=100)
+    scaleStrategies: list[ScaleStrategy] = Field(min_length=1, max_length=len(METRIC_NAMES))
+    behavior: Behavior = Field(default_factory=Behavior)
+
+    @field_validator("max")
+    @classmethod
+    def _max(cls, v: int, info: ValidationInfo) -> int:
+        low = info.data.get("min")
+        if low is not None and v < low:
+            raise ValueError(f"max ({v}) is below min ({low}); make max at least {low}")
+        return v
+
+    @field_validator("scaleStrategies")
+    @classmethod
+    def _distinct(cls, v: list[ScaleStrategy]) -> list[ScaleStrategy]:
+        names = [s.metricName for s in v]
+        if len(set(names)) != len(names):
+            raise ValueError("each metricName may appear once; merge the repeated strategies")
+        return v
+
+    def clamp(self, instances: int) -> int:
+        return max(self.min, min(self.max, instances))
+
+
 class StoredSpec(_Strict):
     """The EAS JSON as a service row keeps it: everything but the token (its own column)."""
 
@@ -105,6 +163,7 @@ class StoredSpec(_Strict):
     model_path: str | None = Field(default=None, max_length=2048)
     oss_endpoint: str | None = Field(default=None, max_length=256)
     metadata: Metadata = Field(default_factory=Metadata)
+    autoscaler: Autoscaler | None = None
 
     def public(self) -> dict[str, Any]:
         """As describe shows it and as a merge patch applies to (JSON, no nulls)."""
@@ -182,10 +241,28 @@ def validate_spec(data: Any, checks: Sequence[Check] = ()) -> ServiceSpec:
         params = processor.validate(spec.processor_params)
     except ProcessorError as e:
         raise InvalidSpec([FieldProblem(e.field, str(e), e.fix)]) from e
-    problems = [p for check in checks for p in check(spec)]
+    problems = [p for check in checks for p in check(spec)] + _metrics_off(spec, params)
     if problems:
         raise InvalidSpec(problems)
     return spec.model_copy(update={"processor_params": params})
+
+
+def _metrics_off(spec: ServiceSpec, params: list[str]) -> list[FieldProblem]:
+    """queue_time_ms is read from Triton's metrics port: refuse it when the flags turn it off."""
+    auto = spec.autoscaler
+    if auto is None or "--allow-metrics=false" not in params:
+        return []
+    for i, strategy in enumerate(auto.scaleStrategies):
+        if strategy.metricName == "queue_time_ms":
+            return [
+                FieldProblem(
+                    f"autoscaler.scaleStrategies[{i}].metricName",
+                    "queue_time_ms is read from Triton's metrics, which --allow-metrics=false "
+                    "turns off",
+                    "remove --allow-metrics=false, or scale on qps or concurrency",
+                )
+            ]
+    return []
 
 
 def split_token(spec: ServiceSpec) -> tuple[StoredSpec, str | None]:
@@ -200,6 +277,8 @@ _FIXES = {
     "missing": "add this field",
     "model_type": "use an object { ... }",
     "dict_type": "use an object { ... }",
+    "literal_error": "use one of the values listed",
+    "float_type": "use a number, e.g. 100",
 }
 
 
@@ -207,16 +286,28 @@ def _problem(err: Any) -> FieldProblem:
     loc = _path(err["loc"])
     kind = err["type"]
     if kind == "extra_forbidden":
-        parent = ServiceSpec
-        for part in err["loc"][:-1]:
-            parent = parent.model_fields[str(part)].annotation  # type: ignore[assignment]
-        allowed = ", ".join(parent.model_fields)
+        allowed = ", ".join(_model_at(err["loc"][:-1]).model_fields)
         return FieldProblem(loc, "unknown field", f"remove it; allowed here: {allowed}")
     message = str(err["msg"]).removeprefix("Value error, ")
     fix = _FIXES.get(kind, "")
     if kind.startswith(("greater_than", "less_than")) or kind.endswith("length"):
         fix = "change the value to fit that limit"
     return FieldProblem(loc, message, fix)
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
+    """The model class at ``loc`` in a spec, through optional fields and list items."""
+    model: type[BaseModel] = ServiceSpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        annotation = model.model_fields[str(part)].annotation
+        candidates = [annotation, *get_args(annotation)]
+        for arg in candidates + [a for c in candidates for a in get_args(c)]:
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                model = arg
+                break
+    return model
 
 
 def _path(loc: tuple[Any, ...]) -> str:

@@ -218,6 +218,56 @@ def _cmd_token(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
+def strategies(pairs: list[str]) -> list[dict[str, Any]]:
+    """``["qps=100", "concurrency=4"]`` -> EAS ``scaleStrategies``."""
+    out = []
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        try:
+            threshold = float(raw)
+        except ValueError:
+            threshold = None
+        if not sep or not name or threshold is None:
+            raise CliError(
+                f"eascmd: --strategy {pair}: expected METRIC=THRESHOLD, e.g. --strategy qps=100 "
+                "(metrics: qps, concurrency, cpu, queue_time_ms)"
+            )
+        out.append(
+            {
+                "metricName": name,
+                "threshold": int(threshold) if threshold.is_integer() else threshold,
+            }
+        )
+    return out
+
+
+def _cmd_autoscale(args: argparse.Namespace, client: Client) -> int:
+    path = client.service_path(args.name, "autoscaler")
+    if args.off:
+        svc = client.call("DELETE", path)
+        instance = svc["ServiceConfig"]["metadata"]["instance"]
+        print(f"[OK] Autoscaler of {args.name} removed; instances stay at {instance}")
+        return 0
+    if args.min is None or args.max is None or not args.strategy:
+        raise CliError(
+            "eascmd: autoscale needs --min N --max N and at least one --strategy METRIC=THRESHOLD"
+            f", or --off (e.g. eascmd autoscale {args.name} --min 1 --max 4 --strategy qps=100)"
+        )
+    behavior = {
+        "scaleUp": {"stabilizationWindowSeconds": args.scale_up_window},
+        "scaleDown": {"stabilizationWindowSeconds": args.scale_down_window},
+    }
+    body = {
+        "min": args.min,
+        "max": args.max,
+        "scaleStrategies": strategies(args.strategy),
+        "behavior": behavior,
+    }
+    stored = client.call("PUT", path, json=body)
+    print(f"[OK] Service {args.name} is autoscaled: {render.autoscaler(stored)}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="eascmd",
@@ -292,6 +342,40 @@ def parser() -> argparse.ArgumentParser:
         "--rotate", action="store_true", help="issue a new token; the old one stops working"
     )
     c.set_defaults(run=_cmd_token)
+
+    c = sub.add_parser(
+        "autoscale",
+        help="let the load set a service's instance count (or --off)",
+        description="Keep each metric per replica near its threshold, between --min and "
+        "--max instances. Metrics: qps and concurrency (measured by the gateway), cpu (%%), "
+        "queue_time_ms (Triton's queue time per request).",
+    )
+    c.add_argument("name", help="service name")
+    c.add_argument("--min", type=int, help="fewest instances (no default: required unless --off)")
+    c.add_argument("--max", type=int, help="most instances (no default: required unless --off)")
+    c.add_argument(
+        "--strategy",
+        action="append",
+        default=[],
+        metavar="METRIC=THRESHOLD",
+        help="e.g. qps=100 or concurrency=4; repeat for several (the largest count wins)",
+    )
+    c.add_argument(
+        "--scale-up-window",
+        type=int,
+        default=0,
+        metavar="S",
+        help="seconds the load must stay high before instances are added (default 0)",
+    )
+    c.add_argument(
+        "--scale-down-window",
+        type=int,
+        default=300,
+        metavar="S",
+        help="seconds the load must stay low before instances are removed (default 300)",
+    )
+    c.add_argument("--off", action="store_true", help="remove the autoscaler")
+    c.set_defaults(run=_cmd_autoscale)
 
     c = sub.add_parser("list", help="list services")
     c.add_argument("--filter", help="only names containing this text (default: all)")

@@ -48,6 +48,28 @@ def status_line(svc: dict[str, Any]) -> str:
     return f"[OK] {svc['Status']} {counts(svc)}"
 
 
+def autoscaler(auto: dict[str, Any]) -> str:
+    """``min 1, max 4: qps=100, concurrency=4 (windows: up 0 s, down 300 s)``."""
+    rules = ", ".join(f"{s['metricName']}={s['threshold']:g}" for s in auto["scaleStrategies"])
+    behavior = auto.get("behavior", {})
+    up = behavior.get("scaleUp", {}).get("stabilizationWindowSeconds", 0)
+    down = behavior.get("scaleDown", {}).get("stabilizationWindowSeconds", 300)
+    return f"min {auto['min']}, max {auto['max']}: {rules} (windows: up {up} s, down {down} s)"
+
+
+def _autoscaler_rows(svc: dict[str, Any]) -> list[tuple[str, str]]:
+    auto = svc.get("ServiceConfig", {}).get("autoscaler")
+    if not auto:
+        return []
+    status = svc.get("AutoscalerStatus") or {}
+    metrics = status.get("Metrics") or {}
+    values = ", ".join(f"{k} {v:g}" for k, v in metrics.items()) or "-"
+    decision = status.get("LastDecision") or "-"
+    if status.get("LastDecisionTime"):
+        decision += f" ({status['LastDecisionTime']})"
+    return [("Autoscaler", autoscaler(auto)), ("Metrics", values), ("LastDecision", decision)]
+
+
 def replica_number(replica: dict[str, Any]) -> str:
     return str(replica.get("name", "")).rsplit("-", 1)[-1]
 
@@ -69,6 +91,7 @@ def describe(svc: dict[str, Any]) -> str:
         ("Reason", svc.get("Reason") or "-"),
         ("Message", svc.get("Message") or "-"),
         ("Instances", counts(svc)),
+        *_autoscaler_rows(svc),
         ("Processor", cfg.get("processor", "")),
         ("ProcessorParams", " ".join(cfg.get("processor_params", []))),
         ("InternetEndpoint", svc["InternetEndpoint"]),

@@ -22,11 +22,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.balancer import EndpointPool
+from gateway.limits import Activity
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
 from gateway.paths import BadTarget, parse_target
 from gateway.problems import Problem, write_problem
 from gateway.proxy import FallbackProxy, PredictProxy
+from gateway.reporter import LoadReporter
 from gateway.route_table import Health, RouteChange, RouteSource, RouteState
 from gateway.server import HttpServer, Request
 from gateway.settings import GatewaySettings
@@ -57,6 +59,19 @@ class Gateway:
         self._predict: PredictProxy | None = None
         self._fallback: FallbackProxy | None = None
         self._source_task: asyncio.Task[None] | None = None
+        self.activity = Activity()
+        token = settings.control_plane_credential()  # the one the route table is read with
+        self.reporter = (
+            LoadReporter(
+                settings.controlplane_url,
+                token,
+                self.activity,
+                interval_s=settings.report_interval_s,
+            )
+            if token and settings.report_interval_s > 0
+            else None
+        )
+        self._report_task: asyncio.Task[None] | None = None
 
     def _on_table(self, change: RouteChange) -> None:
         self.metrics.route_version.set((), change.table.version)
@@ -70,7 +85,12 @@ class Gateway:
     async def start(self) -> None:
         self._upstreams = UpstreamPool(keepalive_s=self.settings.keepalive_s)
         self._predict = PredictProxy(
-            self.settings, self.routes, self.balancer, self.metrics, self._upstreams
+            self.settings,
+            self.routes,
+            self.balancer,
+            self.metrics,
+            self._upstreams,
+            self.activity,
         )
         if self.fallback_upstream:
             self._fallback = FallbackProxy(
@@ -80,6 +100,8 @@ class Gateway:
                 max_body_bytes=self.settings.max_body_bytes,
             )
         self._source_task = asyncio.create_task(self._run_source(), name="gateway-routes")
+        if self.reporter is not None:
+            self._report_task = asyncio.create_task(self.reporter.run(), name="gateway-report")
 
     async def _run_source(self) -> None:
         # A source is expected to run forever; if one crashes on a bug, say so and restart
@@ -104,11 +126,12 @@ class Gateway:
         return True
 
     async def close(self) -> None:
-        if self._source_task is not None:
-            self._source_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._source_task
-            self._source_task = None
+        for task in (self._source_task, self._report_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._source_task = self._report_task = None
         if self._predict is not None:
             await self._predict.mirrors.close()  # shadows in flight are dropped, not awaited
         if self._upstreams is not None:

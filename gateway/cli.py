@@ -78,7 +78,7 @@ async def serve(settings: GatewaySettings, *, reuse_port: bool = False) -> None:
         await stop.wait()
     finally:
         log.info("gateway %d stopping", os.getpid())
-        await runner.close()
+        await runner.close(settings.shutdown_grace_s)
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:

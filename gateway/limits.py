@@ -53,19 +53,66 @@ class TokenBucket:
 
 
 class InFlight:
-    """Requests of one service currently being forwarded; ``limit`` None = unbounded."""
+    """Requests of one service currently being forwarded; ``limit`` None = unbounded.
 
-    __slots__ = ("count", "limit")
+    It also keeps what the autoscaler's report needs: requests admitted and the area under
+    the in-flight count since the reporter last took them (:meth:`take`), and ``active``,
+    set while the service is in the :class:`Activity` the reporter reads."""
 
-    def __init__(self, limit: int | None = None) -> None:
+    __slots__ = ("_clock", "active", "area", "count", "limit", "requests", "since")
+
+    def __init__(
+        self, limit: int | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.count = 0
         self.limit = limit
+        self.requests = 0
+        self.area = 0.0  # ∫ count dt since ``since``
+        self._clock = clock
+        self.since = clock()
+        self.active = False
+
+    def _integrate(self) -> None:
+        now = self._clock()
+        self.area += self.count * (now - self.since)
+        self.since = now
 
     def try_enter(self) -> bool:
         if self.limit is not None and self.count >= self.limit:
             return False
+        self._integrate()
         self.count += 1
+        self.requests += 1
         return True
 
     def leave(self) -> None:
+        self._integrate()
         self.count -= 1
+
+    def take(self, interval_s: float) -> tuple[int, float]:
+        """Requests admitted and mean in-flight count since the last take; resets both."""
+        self._integrate()
+        requests, mean = self.requests, self.area / interval_s if interval_s > 0 else 0.0
+        self.requests, self.area = 0, 0.0
+        return requests, mean
+
+
+class Activity:
+    """The services that had traffic since the reporter last looked: the proxy adds a
+    service on its first admitted request, so a report costs the busy services only."""
+
+    __slots__ = ("touched",)
+
+    def __init__(self) -> None:
+        self.touched: dict[str, InFlight] = {}
+
+    def touch(self, service: str, in_flight: InFlight) -> None:
+        in_flight.active = True
+        self.touched[service] = in_flight
+
+    def drain(self) -> dict[str, InFlight]:
+        """What was touched; from now on a service is added again on its next request."""
+        touched, self.touched = self.touched, {}
+        for in_flight in touched.values():
+            in_flight.active = False
+        return touched

@@ -26,6 +26,7 @@ from typing import Any
 from gateway.auth import presented_token, token_matches
 from gateway.balancer import Endpoint, EndpointPool, split_base_url
 from gateway.headers import PREDICT_DROPPED, REQUEST_REPLACED, forward_request_headers
+from gateway.limits import Activity
 from gateway.metrics import GatewayMetrics
 from gateway.mirror import Copy, Mirrors, RecordingExchange
 from gateway.paths import Target, is_admin_path
@@ -95,12 +96,14 @@ class PredictProxy:
         balancer: EndpointPool,
         metrics: GatewayMetrics,
         upstreams: UpstreamPool,
+        activity: Activity | None = None,
     ) -> None:
         self.settings = settings
         self.routes = routes
         self.balancer = balancer
         self.metrics = metrics
         self.upstreams = upstreams
+        self.activity = activity if activity is not None else Activity()
         self._connect_s = settings.connect_timeout_s
         self.mirrors = Mirrors(
             routes, balancer, upstreams, metrics, connect_timeout_s=settings.connect_timeout_s
@@ -120,11 +123,8 @@ class PredictProxy:
             self._authenticate_group(request, group)
             entry = routes.pick(group)
             if entry is None:
-                raise Problem(
-                    503,
-                    f"group {name!r} has no member taking group traffic with a ready replica",
-                    service=name,
-                    headers={"Retry-After": str(self.settings.retry_after_s)},
+                raise self._unavailable(
+                    name, f"group {name!r} has no member taking group traffic with a ready replica"
                 )
             return entry, True
         group_name, dot, member = name.partition(".")
@@ -187,11 +187,8 @@ class PredictProxy:
                 413, f"request body of {length} bytes exceeds the limit of {limit}", service=name
             )
         if not entry.endpoints:
-            raise Problem(
-                503,
-                f"service {name!r} has no ready replica (status: {entry.route.status})",
-                service=name,
-                headers={"Retry-After": str(self.settings.retry_after_s)},
+            raise self._unavailable(
+                name, f"service {name!r} has no ready replica (status: {entry.route.status})"
             )
         bucket = entry.bucket
         if bucket is not None and not bucket.try_acquire():
@@ -208,6 +205,13 @@ class PredictProxy:
                 service=name,
                 headers={"Retry-After": "1"},
             )
+        if not entry.in_flight.active:
+            self.activity.touch(name, entry.in_flight)
+
+    def _unavailable(self, name: str, detail: str) -> Problem:
+        """A 503 the caller may retry after a moment (replicas come and go)."""
+        headers = {"Retry-After": str(self.settings.retry_after_s)}
+        return Problem(503, detail, service=name, headers=headers)
 
     def _count(self, label: str, code: int, started: float) -> None:
         self.metrics.requests.inc((label, str(code)))
@@ -271,7 +275,7 @@ class PredictProxy:
         context: tuple[ServiceRoute, Endpoint, float, float] = ex.context  # type: ignore[assignment]
         entry, endpoint, started, sent_at = context
         endpoint.outstanding -= 1
-        entry.in_flight.count -= 1
+        entry.in_flight.leave()
         name = entry.route.service
         request = ex.request
         if ex.aborted:
@@ -361,11 +365,8 @@ class PredictProxy:
         while True:
             endpoint = self.balancer.choose(entry.endpoints, tried)
             if endpoint is None:
-                raise Problem(
-                    503,
-                    f"no replica of service {name!r} accepted the connection",
-                    service=name,
-                    headers={"Retry-After": str(self.settings.retry_after_s)},
+                raise self._unavailable(
+                    name, f"no replica of service {name!r} accepted the connection"
                 )
             endpoint.outstanding += 1
             try:

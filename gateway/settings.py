@@ -46,6 +46,12 @@ class GatewaySettings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=256)
 
+    shutdown_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="On SIGTERM, requests in progress get this long to finish (keep the pod's "
+        "terminationGracePeriodSeconds above it; the chart does).",
+    )
     head_timeout_s: float = Field(
         default=60.0,
         gt=0,
@@ -87,6 +93,13 @@ class GatewaySettings(BaseSettings):
     )
     poll_backoff_max_s: float = Field(
         default=1.0, gt=0, description="Cap of the retry back-off while it is unreachable."
+    )
+    report_interval_s: float = Field(
+        default=0.5,
+        ge=0,
+        le=60,
+        description="How often each gateway process reports per-service load to the control "
+        "plane's autoscaler, with the route-reader token (0: never).",
     )
     health_path: str = "/gateway/healthz"
     metrics_path: str = "/metrics"

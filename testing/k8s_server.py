@@ -31,6 +31,9 @@ required. It is strict where the runtime depends on the real server's behaviour:
   collector: dependents named by ``ownerReferences`` are deleted with their owner
   (Background; Foreground alike, see below) or lose the reference (Orphan). Deleted pods
   only turn terminating (``deletionTimestamp``) until the kubelet (a test) removes them.
+* metrics-server's pod metrics (``metrics.k8s.io/v1beta1``, list by label selector), with
+  the CPU a test sets (:meth:`set_pod_cpu`); ``metrics_api=False`` answers 404 as a
+  cluster without metrics-server does.
 
 Tests drive what controllers and kubelets would do with helpers that change state directly
 (not counted as client writes): :meth:`sync_pods` (one step of a crude Deployment controller:
@@ -80,6 +83,8 @@ from urllib.parse import parse_qs, urlsplit
 import jsonschema
 import referencing
 import yaml
+
+from contract.merge import merge_patch as contract_merge_patch
 
 Obj = dict[str, Any]
 SCHEMA_VERSION = "1.33"
@@ -183,6 +188,7 @@ class ApiStandIn:
     token: str = TOKEN
     writes: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, plural, name)
     requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path?query)
+    metrics_api: bool = True  # serve metrics.k8s.io pod metrics, as metrics-server does
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition()
@@ -196,6 +202,7 @@ class ApiStandIn:
         self._faults: list[_Fault] = []
         self._touch: dict[tuple[str, str], int] = {}
         self._logs: dict[tuple[str, str], str] = {}
+        self._pod_cpu: dict[tuple[str, str], str] = {}  # (ns, pod) → CPU quantity
         self._ips = itertools.count(10)
         self._server: ThreadingHTTPServer | None = None
         self._closing = False
@@ -383,6 +390,33 @@ class ApiStandIn:
         with self._cond:
             self._logs[(pod, container)] = text
 
+    def set_pod_cpu(self, pod: str, quantity: str, namespace: str | None = None) -> None:
+        """What metrics-server would report for the pod's container, e.g. ``"250m"``."""
+        with self._cond:
+            self._pod_cpu[(namespace or self.namespaces[0], pod)] = quantity
+
+    def _pod_metrics(self, ns: str, query: dict[str, str]) -> Obj:
+        if not self.metrics_api:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        _reject_unmodeled(query)
+        match = parse_selector(query.get("labelSelector", ""))
+        items = [
+            {
+                "metadata": {"name": name, "namespace": ns, "labels": pod["metadata"]["labels"]},
+                "timestamp": _now(),
+                "window": "15s",
+                "containers": [{"name": "triton", "usage": {"cpu": cpu, "memory": "0"}}],
+            }
+            for (p, n, name), pod in sorted(self._objects.items())
+            if (p, n) == ("pods", ns) and match(pod) and (cpu := self._pod_cpu.get((ns, name)))
+        ]
+        return {
+            "kind": "PodMetricsList",
+            "apiVersion": "metrics.k8s.io/v1beta1",
+            "metadata": {},
+            "items": items,
+        }
+
     # -- store --------------------------------------------------------------------------
     def _next_rv(self) -> str:
         self._rv += 1
@@ -450,6 +484,10 @@ class ApiStandIn:
         """(status, body, content type) for one non-watch request; raises ApiError."""
         if path in DISCOVERY:
             return 200, DISCOVERY[path], "application/json"
+        metrics = re.fullmatch(r"/apis/metrics\.k8s\.io/v1beta1/namespaces/([^/]+)/pods/?", path)
+        if metrics and method == "GET":
+            with self._cond:
+                return 200, self._pod_metrics(metrics.group(1), query), "application/json"
         resource, ns, name, sub = _route(path)
         with self._cond:
             self._inject_fault(method, resource.plural)
@@ -1335,16 +1373,8 @@ def _selector_problems(selector: Obj, where: str) -> list[str]:
 
 # -- merging --------------------------------------------------------------------------------
 def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
+    """RFC 7386 JSON merge patch, on copies (stored objects are never shared)."""
+    return copy.deepcopy(contract_merge_patch(target, patch))
 
 
 def strategic_merge(target: Any, patch: Any, kind: str, key: str = "") -> Any:

@@ -15,6 +15,7 @@ from controlplane import sealing
 from controlplane.api import groups as groups_api
 from controlplane.api import internal, problems
 from controlplane.api import services as services_api
+from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
 from controlplane.groups import Groups
@@ -42,7 +43,12 @@ def deployment_checks(settings: Settings) -> list[Check]:
     return [resource_group]
 
 
-def create_app(settings: Settings, engine: Engine, log_source: LogSource | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    engine: Engine,
+    log_source: LogSource | None = None,
+    autoscaling: Autoscaling | None = None,
+) -> FastAPI:
     app = FastAPI(
         title="OpenEAS control plane",
         version="0.1.0",
@@ -52,11 +58,13 @@ def create_app(settings: Settings, engine: Engine, log_source: LogSource | None 
     sessions = make_sessions(engine)
     sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
     services = Services(sessions, settings.cluster_id, sealer, deployment_checks(settings))
-    app.include_router(services_api.router(services, settings))
+    # Without a reconciler in this process nothing leads: load reports are answered 421.
+    scaling = autoscaling or Autoscaling(sessions, services)
+    app.include_router(services_api.router(services, settings, scaling))
     groups = Groups(sessions, settings.cluster_id, sealer)
     app.include_router(groups_api.router(groups, services, settings))
     logs = log_source or make_log_source(settings)
-    app.include_router(internal.router(sessions, services, settings, logs))
+    app.include_router(internal.router(sessions, services, settings, logs, scaling.signals))
 
     console_page = CONSOLE.read_text(encoding="utf-8")
 

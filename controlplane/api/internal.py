@@ -11,14 +11,15 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 from sqlalchemy.orm import Session, sessionmaker
 
-from contract.wire import ROUTES_PATH, RouteTable
+from contract.wire import ROUTES_PATH, SIGNALS_PATH, LoadReport, RouteTable
 from controlplane import route_feed
 from controlplane.api.auth import AdminAuth
 from controlplane.runtime.base import LogSource, RuntimeError_
 from controlplane.services import Services
 from controlplane.settings import Settings
+from controlplane.signals import Signals
 
-POLL_SECONDS = 0.2  # how soon a change committed by another process is seen
+POLL_SECONDS = 0.5  # how soon a change committed by another process is seen
 
 
 def router(
@@ -26,6 +27,7 @@ def router(
     services: Services,
     settings: Settings,
     log_source: LogSource,
+    signals: Signals,
 ) -> APIRouter:
     api = APIRouter()
     admin = [Depends(AdminAuth(settings.admin_token))]
@@ -50,6 +52,20 @@ def router(
         return await run_in_threadpool(
             route_feed.table, sessions, settings.cluster_id, settings.default_timeout_ms, after
         )
+
+    @api.post(SIGNALS_PATH, tags=["internal"], status_code=204, dependencies=route_reader)
+    def load_report(report: LoadReport) -> Response:
+        """A gateway process's per-service load for the autoscaler, sent with the gateway's
+        own credential (the route-reader token, or the admin token). 421 from a control
+        plane that does not lead: the gateway reconnects and reaches another."""
+        if not signals.leading:
+            raise HTTPException(
+                421,
+                "this control plane does not lead the autoscaler: report to another replica",
+                headers={"Connection": "close"},
+            )
+        signals.receive(report)
+        return Response(status_code=204)
 
     @api.get("/api/v2/services/{cluster}/{name}/logs", tags=["services"], dependencies=admin)
     async def logs(

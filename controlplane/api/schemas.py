@@ -35,6 +35,8 @@ class ServicePublic(Endpoints):
     UpdateTime: datetime
     ServiceConfig: dict[str, Any]
     Replicas: list[dict[str, Any]]
+    # The autoscaler's metric values and last decision, from the leading control plane.
+    AutoscalerStatus: dict[str, Any] | None = None
 
 
 class ServiceCreated(Endpoints):
@@ -140,7 +142,9 @@ def endpoints(name: str, public_base: str, intranet_base: str) -> Endpoints:
     return Endpoints(InternetEndpoint=public_base + path, IntranetEndpoint=intranet_base + path)
 
 
-def service_public(row: ServiceRow, ends: Endpoints) -> ServicePublic:
+def service_public(
+    row: ServiceRow, ends: Endpoints, autoscaler_status: dict[str, Any] | None = None
+) -> ServicePublic:
     return ServicePublic(
         **ends.model_dump(),
         ServiceId=row.uid,
@@ -160,6 +164,7 @@ def service_public(row: ServiceRow, ends: Endpoints) -> ServicePublic:
         UpdateTime=row.updated_at,
         ServiceConfig=row.spec.public(),
         Replicas=row.replicas or [],
+        AutoscalerStatus=autoscaler_status,
     )
 
 

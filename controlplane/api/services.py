@@ -16,17 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field
 from controlplane.api import schemas
 from controlplane.api.auth import AdminAuth
 from controlplane.api.problems import json_body
-from controlplane.errors import FieldProblem, InvalidSpec
+from controlplane.autoscaling import Autoscaling
+from controlplane.errors import FieldProblem, InvalidSpec, ServiceNotFound
 from controlplane.models import ServiceRow
 from controlplane.services import Services, SortKey
 from controlplane.settings import Settings
+from controlplane.spec import Autoscaler
 
-SPEC_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ServiceSpec"}}},
-    }
-}
+
+def _body(schema: str) -> dict[str, object]:
+    content = {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}
+    return {"requestBody": {"required": True, "content": content}}
+
+
+SPEC_BODY = _body("ServiceSpec")
 
 
 class ScaleRequest(BaseModel):
@@ -38,7 +41,7 @@ def _request_id() -> str:
     return str(uuid.uuid4()).upper()
 
 
-def router(services: Services, settings: Settings) -> APIRouter:
+def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> APIRouter:
     api = APIRouter(
         prefix="/api/v2/services",
         tags=["services"],
@@ -51,7 +54,8 @@ def router(services: Services, settings: Settings) -> APIRouter:
 
     def public(request: Request, row: ServiceRow, response: Response) -> schemas.ServicePublic:
         response.headers["ETag"] = f'"{row.version}"'
-        return schemas.service_public(row, ends(request, row.name))
+        status = autoscaling.status(row.name) if row.spec.autoscaler else None
+        return schemas.service_public(row, ends(request, row.name), status)
 
     @api.post("", status_code=200, openapi_extra=SPEC_BODY)
     async def create(request: Request) -> schemas.ServiceCreated:
@@ -146,6 +150,33 @@ def router(services: Services, settings: Settings) -> APIRouter:
     ) -> schemas.ServicePublic:
         """Set the instance count (``{"Instance": n}``)."""
         return public(request, services.scale(cluster, name, body.Instance), response)
+
+    @api.get("/{cluster}/{name}/autoscaler")
+    def get_autoscaler(cluster: str, name: str) -> Autoscaler:
+        """The service's autoscaler (404 when it has none)."""
+        auto = services.get(cluster, name).spec.autoscaler
+        if auto is None:
+            raise ServiceNotFound(
+                f"service {name!r} has no autoscaler: set one with "
+                f"'eascmd autoscale {name} --min 1 --max 4 --strategy qps=100'"
+            )
+        return auto
+
+    @api.put("/{cluster}/{name}/autoscaler", openapi_extra=_body("Autoscaler"))
+    async def put_autoscaler(request: Request, cluster: str, name: str) -> Autoscaler:
+        """Set or replace the autoscaler (EAS's UpdateServiceAutoscaler); from now on it
+        sets ``metadata.instance`` within [min, max]."""
+        body = json_body(await request.body())
+        row = await run_in_threadpool(services.set_autoscaler, cluster, name, body)
+        assert row.spec.autoscaler is not None
+        return row.spec.autoscaler
+
+    @api.delete("/{cluster}/{name}/autoscaler")
+    def delete_autoscaler(
+        request: Request, response: Response, cluster: str, name: str
+    ) -> schemas.ServicePublic:
+        """Remove the autoscaler; the instance count stays where it was, set by hand again."""
+        return public(request, services.set_autoscaler(cluster, name, None), response)
 
     @api.post("/{cluster}/{name}/token")
     def rotate_token(cluster: str, name: str) -> schemas.TokenPublic:

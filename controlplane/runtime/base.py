@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from contract.progress import Progress
 
@@ -70,6 +70,7 @@ class ReplicaStatus:
     reason: str = ""
     message: str = ""  # for a human: last log lines, scheduler message, ...
     permanent: bool = False  # failed in a way that restarting cannot fix (bad model repo)
+    metrics: str | None = None  # base URL of the replica's metrics port, when ready
     progress: Progress | None = None  # how far its model pull is, while it has one
 
     def as_dict(self, *, current: bool) -> dict[str, object]:
@@ -132,3 +133,12 @@ class Runtime(Protocol):
 
     async def close(self) -> None:
         """Stop watching. The local runtime also stops its replicas (no orphans)."""
+
+
+@runtime_checkable
+class CpuSource(Protocol):
+    """A runtime that can say how much CPU a service's replicas use (the autoscaler's
+    ``cpu`` metric); both runtimes are, a test double need not be."""
+
+    async def cpu_cores(self, service: str) -> list[float]:
+        """CPU in use now, in cores, by each ready replica that has a measurement."""

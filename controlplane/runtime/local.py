@@ -33,6 +33,7 @@ from controlplane.runtime.base import (
     ReplicaStatus,
     ReplicaSummary,
 )
+from controlplane.runtime.proc_cpu import CpuRates
 from processors import exits, progress, registry
 from processors.base import Ports, die_with
 
@@ -53,6 +54,7 @@ class Replica:
     log_path: Path
     state: ReplicaState = "Pending"
     base_url: str | None = None  # of the current process; an endpoint only while ready
+    metrics_url: str | None = None  # its metrics port (the autoscaler's queue time)
     restarts: int = 0
     reason: str = "Starting"
     message: str = ""
@@ -76,6 +78,7 @@ class Replica:
             reason=self.reason,
             message=self.message,
             permanent=self.permanent,
+            metrics=self.metrics_url if self.state == "Running" and not self.stopping else None,
             progress=self.progress if self.state == "Pending" else None,
         )
 
@@ -129,6 +132,7 @@ class LocalRuntime:
         self.base_backoff = base_backoff
         self.drain_seconds = drain_seconds
         self._replicas: dict[str, list[Replica]] = {}
+        self._cpu = CpuRates()
         self._numbers: dict[str, int] = {}
         self._http: aiohttp.ClientSession | None = None
 
@@ -155,6 +159,14 @@ class LocalRuntime:
 
     async def observe(self, service: str) -> Observation:
         return Observation([r.status() for r in self._replicas.get(service, [])])
+
+    async def cpu_cores(self, service: str) -> list[float]:
+        pids = {
+            r.name: r.process.pid
+            for r in self._replicas.get(service, [])
+            if r.state == "Running" and not r.stopping and r.process is not None
+        }
+        return await asyncio.to_thread(self._cpu.cores, service, pids)
 
     async def delete(self, service: str) -> bool:
         for replica in self._replicas.get(service, []):
@@ -275,6 +287,7 @@ class LocalRuntime:
         replica.progress = None
         replica.state, replica.reason = "Pending", "Starting"
         replica.base_url = f"http://{self.host}:{http}"
+        replica.metrics_url = f"http://{self.host}:{metrics}"
         with replica.log_path.open("ab") as out:
             out.write(f"--- openeas: start #{replica.restarts} on port {http}\n".encode())
             out.flush()

@@ -173,3 +173,30 @@ def test_mirror(eascmd: Any, tmp_path: Path) -> None:
     assert eascmd("mirror", "v1", "--ratio", "5")[0] == 2  # no target
     code, out, _ = eascmd("mirror", "v1", "--off")
     assert (code, out.strip()) == (0, "[OK] Service v1 mirror: off")
+
+
+def test_autoscale_sets_shows_refuses_and_removes(eascmd: Any, tmp_path: Path) -> None:
+    assert eascmd("create", "--no-wait", write(tmp_path, seed_spec()))[0] == 0
+    code, out, _ = eascmd(
+        "autoscale", "triton_test", "--min", "1", "--max", "4",
+        "--strategy", "qps=100", "--strategy", "concurrency=2.5", "--scale-down-window", "60",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "min 1, max 4: qps=100, concurrency=2.5 (windows: up 0 s, down 60 s)" in out
+    code, out, _ = eascmd("desc", "triton_test")
+    assert "| Autoscaler " in out and "| LastDecision " in out
+
+    code, _, err = eascmd(
+        "autoscale", "triton_test", "--min", "5", "--max", "2", "--strategy", "qps=1"
+    )
+    assert code == 1 and "autoscaler.max: max (2) is below min (5)" in err
+    code, _, err = eascmd(
+        "autoscale", "triton_test", "--min", "1", "--max", "2", "--strategy", "qps"
+    )
+    assert code == 2 and "expected METRIC=THRESHOLD" in err
+    code, _, err = eascmd("autoscale", "triton_test", "--max", "2")
+    assert code == 2 and "--off" in err
+
+    code, out, _ = eascmd("autoscale", "triton_test", "--off")
+    assert code == 0 and "removed; instances stay at 1" in out
+    assert "Autoscaler" not in eascmd("desc", "triton_test")[1]

@@ -276,3 +276,17 @@ async def test_what_a_crashed_replica_leaves_in_its_group_goes_with_it(tmp_path:
         await wait_until_async(lambda: not is_alive(stub), timeout=10)
     finally:
         await rt.close()
+
+
+async def test_ready_replicas_publish_metrics_and_cpu(runtime: LocalRuntime) -> None:
+    await runtime.apply(want())
+    await until(states_are(runtime, ["Running"]))
+    (replica,) = (await runtime.observe("svc")).replicas
+    assert replica.metrics is not None and replica.metrics.startswith("http://127.0.0.1:")
+    assert await runtime.cpu_cores("svc") == []  # a rate needs two readings
+
+    async def measured() -> bool:
+        cores = await runtime.cpu_cores("svc")
+        return len(cores) == 1 and 0.0 <= cores[0] < 2.0
+
+    await until(measured)

@@ -149,6 +149,8 @@ async def run_a_service_through_its_life(
         api.set_log(pod, "processor", "serving\n")
         assert await runtime.logs(NAME, 0, 10) == "serving\n"
         assert await runtime.services() == {NAME}
+        api.set_pod_cpu(pod, "250m")
+        assert await runtime.cpu_cores(NAME) == [0.25]  # the autoscaler's cpu metric
         assert await runtime.delete(NAME) is False  # pods still terminating
         api.remove_pods()
         await _until(lambda: client.called >= API_METHODS)  # both watches connected

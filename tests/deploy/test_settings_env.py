@@ -189,7 +189,9 @@ SAMPLE: dict[str, Any] = {
         "replicaDownS": 0.5,
         "pollWaitS": 10,
         "pollBackoffMaxS": 2,
+        "reportIntervalS": 0.25,
         "headTimeoutS": 30,
+        "shutdownGraceS": 120,
         "healthPath": "/healthz",
         "metricsPath": "/gateway/metrics",
     },
@@ -264,3 +266,13 @@ def test_the_gateway_holds_a_route_reader_token_and_no_admin_token() -> None:
     generated = {"name": "openeas-generated", "key": "routes-token"}
     assert refs[(GW, "OPENEAS_ROUTES_TOKEN")] == refs[(CP, "OPENEAS_ROUTES_TOKEN")] == generated
     assert refs[(CP, "OPENEAS_ADMIN_TOKEN")] == {"name": "openeas-generated", "key": "admin-token"}
+
+
+def test_the_gateway_pod_outwaits_its_shutdown_grace() -> None:
+    for grace, expected in ((None, 35), (600, 605)):
+        config = {} if grace is None else {"gateway": {"config": {"shutdownGraceS": grace}}}
+        objects = render(config)
+        pod = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == GW)[
+            "spec"
+        ]["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] == expected

@@ -72,6 +72,7 @@ class KubeClient:
             "policy/v1": k8s.PolicyV1Api(self._api),
             "v1": self._core,
         }
+        self._custom = k8s.CustomObjectsApi(self._api)
         self._streams: set[urllib3.BaseHTTPResponse] = set()
         self._lock = threading.Lock()
         self._aborted = False
@@ -132,6 +133,30 @@ class KubeClient:
                 **self._opts(),
             )
         return _raw(response).data.decode("utf-8", "replace")
+
+    def pod_cpu(self, selector: str) -> dict[str, float]:
+        """Cores each matching pod uses now, from the resource metrics API
+        (metrics-server); empty when the cluster has none."""
+        try:
+            with _boundary(f"list pod metrics {selector}"):
+                body = _json(
+                    self._custom.list_namespaced_custom_object(
+                        "metrics.k8s.io",
+                        "v1beta1",
+                        self.namespace,
+                        "pods",
+                        label_selector=selector,
+                        **self._opts(),
+                    )
+                )
+        except NotFound:
+            return {}
+        return {
+            item["metadata"]["name"]: sum(
+                cpu_quantity(c.get("usage", {}).get("cpu", "0")) for c in item.get("containers", [])
+            )
+            for item in body.get("items") or []
+        }
 
     # -- watch ----------------------------------------------------------------------------
     def watch(
@@ -194,6 +219,15 @@ class KubeClient:
     def _opts(self) -> dict[str, Any]:
         # Raw JSON instead of the client's models: the runtime works on manifest-shaped dicts.
         return {"_preload_content": False, "_request_timeout": self._timeout}
+
+
+_CPU_UNITS = {"n": 1e-9, "u": 1e-6, "m": 1e-3}
+
+
+def cpu_quantity(text: str) -> float:
+    """A Kubernetes CPU quantity in cores: ``"250m"`` → 0.25, ``"12345678n"``, ``"2"``."""
+    unit = _CPU_UNITS.get(text[-1:])
+    return float(text[:-1]) * unit if unit else float(text)
 
 
 def _api_client(settings: KubernetesSettings) -> k8s.ApiClient:

@@ -14,6 +14,7 @@ from typing import Any
 from controlplane.runtime.base import Observation, ReplicaState, ReplicaStatus, ReplicaSummary
 from controlplane.runtime.kubernetes.manifests import (
     HTTP_PORT,
+    METRICS_PORT,
     PULL_CONTAINER,
     TEMPLATE_HASH_LABEL,
 )
@@ -77,7 +78,10 @@ def replica_status(pod: Object) -> ReplicaStatus:
     if metadata.get("deletionTimestamp"):
         return replica("Terminating")
     if _phase(pod) == "Running" and _condition(pod, "Ready").get("status") == "True":
-        return replica("Running", endpoint=f"http://{status.get('podIP')}:{HTTP_PORT}")
+        ip = status.get("podIP")
+        return replica(
+            "Running", endpoint=f"http://{ip}:{HTTP_PORT}", metrics=f"http://{ip}:{METRICS_PORT}"
+        )
     for container in init + main:
         problem = _container_problem(container, pod)
         if problem is not None:

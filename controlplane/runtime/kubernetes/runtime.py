@@ -84,6 +84,9 @@ class KubernetesRuntime:
         pods, _ = await asyncio.to_thread(self._client.list, POD, selector(service))
         return replicas.observation(deployments, pods)
 
+    async def cpu_cores(self, service: str) -> list[float]:
+        return list((await asyncio.to_thread(self._client.pod_cpu, selector(service))).values())
+
     async def delete(self, service: str) -> bool:
         """Ask for every object of ``service`` to go; True once none is left (pods included:
         they are gone only when their processes are)."""

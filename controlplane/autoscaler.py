@@ -1,0 +1,84 @@
+"""The autoscaler's decision: a pure function of a service's ``autoscaler``, its instance
+count, what was measured and the recent recommendations. The leader's loop
+(:mod:`controlplane.autoscaling`) calls it and writes the result the way a manual scale
+does; tests read it as a table.
+
+Per strategy, as Kubernetes' HPA: desired = ceil(current × value per replica / threshold),
+unchanged inside a 10 % band around the threshold; the largest desired count of the
+strategies wins, clamped to [min, max]. Stabilization: a scale-up goes to the smallest
+recommendation of its window (window 0: at once), a scale-down to the largest of its window,
+so a dip shorter than the window never removes a replica.
+
+Capacity coming: qps and concurrency are service totals, spread over ``current`` — the count
+asked for, ready or not — so desired = ceil(total / threshold) and a burst does not ask
+again while the new replicas start. cpu and queue_time_ms are means over the ``ready``
+replicas that measured them, so they scale from ``ready``: while asked-for replicas start,
+the same measurement asks for no more than it did.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from controlplane.spec import Autoscaler
+
+TOLERANCE = 0.1
+# Measured for the whole service (summed over gateways); the others are per-replica means.
+ADDITIVE = frozenset({"qps", "concurrency"})
+
+History = tuple[tuple[float, int], ...]  # (time, recommendation), oldest first
+
+
+@dataclass(frozen=True)
+class Decision:
+    instances: int  # what the service should have now
+    reason: str  # why, for the event when ``instances`` differs from the current count
+    history: History  # to pass to the next call
+
+
+def _recommend(
+    autoscaler: Autoscaler, current: int, ready: int, values: Mapping[str, float]
+) -> tuple[int, str]:
+    """The largest count any strategy with a value asks for, and that strategy's reason."""
+    best, why = -1, "no metric values yet"
+    for strategy in autoscaler.scaleStrategies:
+        name, threshold = strategy.metricName, strategy.threshold
+        value = values.get(name)
+        if value is None:
+            continue
+        additive = name in ADDITIVE
+        base = max(current if additive else ready, 1)
+        ratio = (value / base if additive else value) / threshold
+        want = current if abs(ratio - 1.0) <= TOLERANCE else math.ceil(base * ratio - 1e-9)
+        if want > best:
+            sign = ">" if ratio > 1 else "<" if ratio < 1 else "="
+            limit = f"{threshold:g} × {base}" if additive else f"{threshold:g}"
+            best, why = want, f"{name} {value:.1f} {sign} {limit}"
+    return (current if best < 0 else best), why
+
+
+def decide(
+    autoscaler: Autoscaler,
+    current: int,
+    values: Mapping[str, float],
+    history: History,
+    now: float,
+    ready: int | None = None,
+) -> Decision:
+    """``values``: metric name → value (qps and concurrency for the whole service, cpu and
+    queue_time_ms per ready replica; ``ready`` defaults to ``current``); a metric without a
+    value is left out of the decision."""
+    rec, why = _recommend(autoscaler, current, current if ready is None else ready, values)
+    rec = autoscaler.clamp(rec)
+    up_s = autoscaler.behavior.scaleUp.stabilizationWindowSeconds
+    down_s = autoscaler.behavior.scaleDown.stabilizationWindowSeconds
+    up = min([rec, *(r for t, r in history if t > now - up_s)])
+    down = max([rec, *(r for t, r in history if t > now - down_s)])
+    instances = autoscaler.clamp(min(max(current, up), down))
+    if autoscaler.clamp(current) != current:  # the range itself moved
+        why = f"{current} outside [{autoscaler.min}, {autoscaler.max}]"
+    keep = max(up_s, down_s)
+    kept = tuple((t, r) for t, r in history if t > now - keep)
+    return Decision(instances, why, (*kept, (now, rec)))

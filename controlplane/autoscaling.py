@@ -1,0 +1,230 @@
+"""The autoscaler as the leading reconciler runs it: which services have an autoscaler,
+their recent recommendations, and the loop that decides and scales.
+
+The reconciler hands every service it reconciles to :meth:`Autoscaling.observe` (so specs
+are known without a query of their own) and runs :meth:`Autoscaling.run` while it leads.
+Gateway reports (:class:`controlplane.signals.Signals`) wake the loop for the services they
+name; between reports it re-evaluates only autoscaled services that have load or are above
+their minimum (a scale-down waits out its window). Idle services at their minimum cost
+nothing. A decision is written by :meth:`Services.autoscale` — the manual scale's write,
+with an ``Autoscaled`` event saying why — and the reconciler follows the new generation on
+either runtime. State here is memory only: a new leader starts the windows afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane import store
+from controlplane.autoscaler import History, decide
+from controlplane.desired import ServiceState
+from controlplane.runtime.base import CpuSource, Observation, Runtime, RuntimeError_
+from controlplane.services import Services
+from controlplane.signals import Signals
+from controlplane.spec import Autoscaler
+from controlplane.triton_metrics import QueueTimes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Tracked:
+    autoscaler: Autoscaler
+    instances: int
+    stopped: bool
+    history: History
+    cpu_request: int = 1  # cores per replica (metadata.cpu), what cpu % is of
+    metrics_urls: tuple[str, ...] = ()  # ready replicas' metrics ports
+    ready: int | None = None  # ready replicas as last observed (None: not yet)
+    values: dict[str, float] = field(default_factory=dict)
+    last_decision: str = ""
+    last_decision_at: str = ""
+
+
+class Autoscaling:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        services: Services,
+        *,
+        tick_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._sessions = sessions
+        self.services = services  # whose scale-write the decisions go through
+        self.cluster = services.cluster
+        self.signals = Signals(clock=clock)
+        self.signals.listeners.append(self._on_report)
+        self.tick_s = tick_s
+        self._clock = clock
+        self._tracked: dict[str, Tracked] = {}
+        self._plain: set[str] = set()  # services known to have no autoscaler
+        self._due: set[str] = set()
+        self._wake: asyncio.Event | None = None
+        self._queue_times: QueueTimes | None = None
+        self._cpu: CpuSource | None = None
+        self._cpu_read: dict[str, tuple[float, float | None]] = {}  # service → (at, %)
+
+    # -- what the reconciler and the API tell it --------------------------------------------
+    def observe(self, state: ServiceState) -> None:
+        """The service as the reconciler just read it: start, update or stop tracking."""
+        auto = state.spec.autoscaler
+        if auto is None or state.deleting:
+            self._tracked.pop(state.name, None)
+            self._plain.add(state.name)
+            return
+        self._plain.discard(state.name)
+        instances = state.spec.metadata.instance
+        t = self._tracked.get(state.name)
+        if t is None:
+            # Seeded with the current count: a new leader does not scale down before the
+            # window has passed under its own eyes.
+            t = self._tracked[state.name] = Tracked(auto, instances, state.stopped, ())
+            t.history = ((self._clock(), instances),)
+        t.autoscaler, t.instances, t.stopped = auto, instances, state.stopped
+        t.cpu_request = state.spec.metadata.cpu
+        self._mark([state.name])
+
+    def replicas(self, name: str, seen: Observation) -> None:
+        """The replicas as the reconciler just observed them (where queue time is read)."""
+        t = self._tracked.get(name)
+        if t is not None:
+            t.metrics_urls = tuple(r.metrics for r in seen.replicas if r.metrics)
+            t.ready = sum(r.state == "Running" for r in seen.replicas)
+
+    def forget(self, name: str) -> None:
+        self._tracked.pop(name, None)
+        self._plain.discard(name)
+        self._cpu_read.pop(name, None)
+        if self._queue_times is not None:
+            self._queue_times.forget(name)
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        """Current metric values and the last decision, for describe (None when this
+        process does not lead or does not track the service)."""
+        t = self._tracked.get(name) if self.signals.leading else None
+        if t is None:
+            return None
+        return {
+            "Metrics": {k: round(v, 3) for k, v in t.values.items()},
+            "LastDecision": t.last_decision,
+            "LastDecisionTime": t.last_decision_at,
+        }
+
+    def _on_report(self, names: list[str]) -> None:
+        self._mark(n for n in names if n not in self._plain)
+
+    def _mark(self, names: Any) -> None:
+        self._due.update(names)
+        if self._wake is not None and self._due:
+            self._wake.set()
+
+    # -- the loop ---------------------------------------------------------------------------
+    async def run(self, runtime: Runtime | None = None) -> None:
+        """Decide and scale until cancelled (the reconciler runs this while it leads, with
+        its runtime: where the cpu metric comes from)."""
+        self._cpu = runtime if isinstance(runtime, CpuSource) else None
+        self._wake = asyncio.Event()
+        self.signals.leading = True
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0))
+
+        async def fetch(url: str) -> str:
+            async with session.get(url + "/metrics") as resp:
+                resp.raise_for_status()
+                return await resp.text()
+
+        self._queue_times = QueueTimes(fetch, clock=self._clock)
+        try:
+            while True:
+                watch = self._watched()
+                try:
+                    async with asyncio.timeout(self.tick_s if watch else None):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+                due, self._due = self._due | self._watched(), set()
+                await asyncio.gather(*(self._evaluate(name) for name in due))
+        finally:
+            self.signals.leading = False
+            self._wake = self._queue_times = self._cpu = None
+            await session.close()
+
+    def _watched(self) -> set[str]:
+        """Autoscaled services that need a look without a report: with load still counted,
+        or above their minimum (a scale-down waits out its window)."""
+        loaded = {n for n in self.signals.active() if n in self._tracked}
+        above = {n for n, t in self._tracked.items() if t.instances > t.autoscaler.min}
+        return loaded | above
+
+    async def _evaluate(self, name: str) -> None:
+        t = self._tracked.get(name)
+        if t is None:
+            if name in self._plain or not await asyncio.to_thread(self._load, name):
+                return
+            t = self._tracked[name]
+        if t.stopped:
+            return
+        load = self.signals.load(name)
+        values = {"qps": load.qps, "concurrency": load.concurrency}
+        wanted = {s.metricName for s in t.autoscaler.scaleStrategies}
+        if "queue_time_ms" in wanted and t.metrics_urls and self._queue_times is not None:
+            queue_ms = await self._queue_times.sample(name, t.metrics_urls)
+            if queue_ms is not None:
+                values["queue_time_ms"] = queue_ms
+        if "cpu" in wanted:
+            cpu = await self._cpu_percent(name, t.cpu_request)
+            if cpu is not None:
+                values["cpu"] = cpu
+        t.values = values
+        d = decide(t.autoscaler, t.instances, t.values, t.history, self._clock(), t.ready)
+        t.history = d.history
+        if d.instances == t.instances:
+            return
+        why = f"scaled {t.instances}→{d.instances}: {d.reason}"
+        written = await asyncio.to_thread(
+            self.services.autoscale, self.cluster, name, t.instances, d.instances, why
+        )
+        if written:
+            log.info("autoscaler: %s %s", name, why)
+            t.instances = d.instances
+            t.last_decision = why
+            t.last_decision_at = datetime.now(UTC).isoformat(timespec="seconds")
+
+    async def _cpu_percent(self, name: str, request: int) -> float | None:
+        """Mean CPU per ready replica, % of its requested cores; read at most once a tick
+        (between reads the last value stands)."""
+        now = self._clock()
+        at, value = self._cpu_read.get(name, (float("-inf"), None))
+        if self._cpu is None or now - at < self.tick_s:
+            return value
+        try:
+            cores = await self._cpu.cpu_cores(name)
+        except RuntimeError_ as e:  # no metrics API, API unreachable: no value this time
+            log.debug("autoscaler: no cpu for %s: %s", name, e)
+            cores = []
+        value = 100.0 * sum(cores) / len(cores) / request if cores else None
+        self._cpu_read[name] = (now, value)
+        return value
+
+    def _load(self, name: str) -> bool:
+        """Learn a service first named by a report (the reconciler has not shown it yet)."""
+        with self._sessions() as s:
+            row = store.find(s, self.cluster, name)
+            if row is None:
+                self._plain.add(name)
+                return False
+            state = ServiceState(
+                row.name, row.uid, row.generation, row.spec, row.stopped, row.deleting
+            )
+        self.observe(state)
+        return name in self._tracked
