@@ -6,7 +6,9 @@ figures quoted in the gateway's closing note. It starts, each as its own process
 - ``tritonserver`` on ``examples/models`` (python backend, CPU);
 - ``nginx`` as a reverse proxy with the same route and token check as the gateway
   (``map`` on ``Authorization``, both the bare and ``Bearer`` forms; upstream keep-alive);
-- the gateway (``gateway.app.start_gateway`` with a static route table).
+- the gateway (``gateway.app.start_gateway`` with a static route table), which also holds a
+  service group of two members in front of the same Triton (``group``: the same gateway
+  reached at ``/api/predict/<group>``, each request picking a member by weight).
 
 The server side (Triton and whichever proxy is measured) is pinned to one core
 (``--server-cpu``), the load generators to another (``--client-cpu``), so a proxy's cost
@@ -17,6 +19,10 @@ shows as throughput Triton loses, as it would on a busy node. For both models (`
    tensors), and the p50 each proxy adds to direct Triton;
 2. throughput with ``wrk`` (a Lua script POSTs the same binary infer body) at 1, 8 and 64
    connections, as requests/s and as ratios to direct Triton and to nginx.
+
+The ``group`` row is also compared with the ``gateway`` row (the direct service through the
+same gateway): the cost of the group endpoint (member choice) is that ratio; the target is
+at most 5 %.
 
 Both phases run ``--repeat`` interleaved rounds (direct, nginx, gateway, direct, …) and
 report the median, because other work on a shared machine moves single runs by ±20 %.
@@ -49,6 +55,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "examples" / "models"
 SERVICE = "bench"
+GROUP = "bench_group"
 
 WRK_LUA = r"""
 local f = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
@@ -291,24 +298,31 @@ def run_wrk(
 
 
 def serve_gateway(port: int, upstream: str, token: str) -> None:
-    """``--serve-gateway``: a gateway with a static table (one service, one replica)."""
+    """``--serve-gateway``: a gateway with a static table: two services on the same replica,
+    members of one group (the first is also called directly)."""
     sys.path.insert(0, str(ROOT))
-    from contract.wire import Route, RouteTable, token_digest
+    from contract.wire import GroupRoute, Route, RouteTable, token_digest
     from gateway.app import start_gateway
     from gateway.route_table import StaticRouteSource
     from gateway.settings import GatewaySettings
 
+    digest = token_digest(token)
     table = RouteTable(
         version=1,
         routes=[
             Route(
-                service=SERVICE,
-                token_sha256=token_digest(token),
+                service=name,
+                token_sha256=digest,
                 endpoints=[upstream],
                 timeout_ms=60_000,
                 status="Running",
+                group=GROUP,
+                weight=weight,
+                grouping=True,
             )
+            for name, weight in ((SERVICE, 100), (SERVICE + "_b", 300))
         ],
+        groups=[GroupRoute(group=GROUP, token_sha256=digest, traffic_mode="customized")],
     )
 
     async def main() -> None:
@@ -368,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--client-cpu", type=int, default=1)
     ap.add_argument("--models", default="add_sub,inception_graphdef")
-    ap.add_argument("--targets", default="direct,nginx,gateway")
+    ap.add_argument("--targets", default="direct,nginx,gateway,group")
     ap.add_argument("--serve-gateway", nargs=3, metavar=("PORT", "UPSTREAM", "TOKEN"))
     args = ap.parse_args(argv)
     if args.serve_gateway:
@@ -424,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
                 "direct": (f"127.0.0.1:{triton_port}", "", None),
                 "nginx": (f"127.0.0.1:{nginx_port}", prefix, token),
                 "gateway": (f"127.0.0.1:{gateway_port}", prefix, token),
+                "group": (f"127.0.0.1:{gateway_port}", f"/api/predict/{GROUP}", token),
             }
             print(
                 f"server side pinned to CPU {args.server_cpu}, clients to CPU {args.client_cpu}; "
@@ -450,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     if name == "gateway" and "nginx" in lat:
                         line += f"  ({ratio(added, n50 - d50)} nginx's added p50)"
+                    if name == "group" and "gateway" in lat:
+                        line += f"  (p50 {ratio(pct(s, 50), pct(lat['gateway'], 50))} gateway's)"
                     print(line, flush=True)
                 print(
                     "throughput, requests/s (wrk; median of "
@@ -478,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
                             part += f" ({ratio(r.rps, res['direct'].rps)} direct"
                             if name != "nginx" and "nginx" in res:
                                 part += f", {ratio(r.rps, res['nginx'].rps)} nginx"
+                            if name == "group" and "gateway" in res:
+                                part += f", {ratio(r.rps, res['gateway'].rps)} gateway"
                             part += ")"
                         bad = sum(x.non200 + x.sockerr for x in runs[name])
                         if bad:

@@ -22,6 +22,18 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+class MirrorRoute(BaseModel):
+    """A service's mirror: ``ratio`` % of its requests are also sent to each of ``targets``
+    (other services) after the primary answered, and the answers compared — byte-equal, or
+    output tensors within the absolute ``tolerance``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ratio: int  # 1..100
+    targets: list[str]
+    tolerance: float | None = None
+
+
 class Route(BaseModel):
     """One service as the gateway needs it."""
 
@@ -37,6 +49,7 @@ class Route(BaseModel):
     group: str | None = None  # the group it is a member of
     weight: int = 100  # its share in a "customized" group
     grouping: bool = False  # takes group traffic (else standalone: its own endpoint only)
+    mirror: MirrorRoute | None = None  # shadows of its traffic, compared with its answers
 
 
 class GroupRoute(BaseModel):

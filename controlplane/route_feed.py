@@ -26,7 +26,7 @@ from sqlalchemy import delete, event, insert, inspect, select, update
 from sqlalchemy.orm import InstanceState, Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
-from contract.wire import GroupRoute, Route, RouteTable
+from contract.wire import GroupRoute, MirrorRoute, Route, RouteTable
 from controlplane import store
 from controlplane.models import CounterRow, GroupRow, RouteRemovalRow, ServiceRow
 
@@ -66,6 +66,7 @@ def table(
 
 def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
     rpc = row.spec.metadata.rpc
+    mirror = row.spec.metadata.mirror
     return Route(
         service=row.name,
         token_sha256=row.token_sha256,
@@ -77,6 +78,9 @@ def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
         group=row.spec.metadata.group,
         weight=row.spec.metadata.group_weight,
         grouping=row.spec.metadata.grouping,
+        mirror=MirrorRoute(ratio=mirror.ratio, targets=mirror.targets, tolerance=mirror.tolerance)
+        if mirror is not None and mirror.ratio > 0
+        else None,
     )
 
 

@@ -30,7 +30,7 @@ from controlplane.errors import (
 )
 from controlplane.models import EventRow, ServiceRow, utcnow
 from controlplane.sealing import TokenSealer
-from controlplane.spec import Check, StoredSpec, split_token, validate_spec
+from controlplane.spec import Check, Mirror, StoredSpec, split_token, validate_spec
 
 SortKey = Literal["name", "createTime", "updateTime", "status"]
 _SORT_COLUMNS = {
@@ -135,6 +135,7 @@ class Services:
             )
             row.add_event("Created", f"service created with {stored.metadata.instance} instance(s)")
             with self._sessions() as s:
+                _check_mirror(s, self.cluster, stored, None)
                 s.add(row)
                 try:
                     s.flush()
@@ -172,6 +173,22 @@ class Services:
             metadata["traffic_state"] = traffic_state
         detail = ", ".join(f"{k} {v}" for k, v in metadata.items()) or "nothing changed"
         return self._patch(cluster, name, {"metadata": metadata}, ("Released", detail))
+
+    def mirror(
+        self, cluster: str, name: str, ratio: int, targets: list[str], tolerance: float | None
+    ) -> ServiceRow:
+        """Send ``ratio`` % of the service's requests also to ``targets`` and compare the
+        answers; ratio 0 or no target removes the mirror. Routing only, as a release."""
+        if ratio == 0 or not targets:
+            patch: dict[str, Any] = {"metadata": {"mirror": None}}
+            detail = "mirror removed"
+        else:
+            # Validated with the whole spec by _patch, so errors name the field.
+            mirror = {"ratio": ratio, "targets": targets, "tolerance": tolerance}
+            patch = {"metadata": {"mirror": mirror}}
+            within = "byte-equal" if tolerance is None else f"within {tolerance:g}"
+            detail = f"{ratio}% mirrored to {', '.join(targets)}, compared {within}"
+        return self._patch(cluster, name, patch, ("Mirrored", detail))
 
     def scale(self, cluster: str, name: str, instance: int) -> ServiceRow:
         row = self.get(cluster, name)
@@ -288,6 +305,7 @@ class Services:
                 self._set_token(row, token)
                 row.add_event("TokenChanged", "service token replaced by the spec's token")
             if stored != row.spec:
+                _check_mirror(s, cluster, stored, row.spec.metadata.mirror)
                 before, deployment = row.group_name, row.spec.deployment()
                 row.spec = stored
                 groups.follow(s, row, before, self.sealer)
@@ -364,6 +382,29 @@ def _bump(row: ServiceRow, reason: str, message: str) -> None:
     if row.status in ("Running", "Failed", "Waiting"):
         row.status = "Updating"
     row.add_event(reason, message)
+
+
+def _check_mirror(s: Session, cluster: str, spec: StoredSpec, before: Mirror | None) -> None:
+    """A changed mirror names existing services other than its own (a target deleted later
+    only makes the gateway count its shadows as errors)."""
+    mirror = spec.metadata.mirror
+    if mirror is None or mirror == before:
+        return
+    problems = spec.mirror_problems()
+    for i, target in enumerate(mirror.targets):
+        if target == spec.name:
+            continue  # said by mirror_problems
+        found = store.find(s, cluster, target)
+        if found is None or found.deleting:
+            problems.append(
+                FieldProblem(
+                    f"metadata.mirror.targets[{i}]",
+                    f"no service named {target!r} in this cluster",
+                    "create the target service first, or correct the name (see 'eascmd list')",
+                )
+            )
+    if problems:
+        raise InvalidSpec(problems)
 
 
 def _uid() -> str:

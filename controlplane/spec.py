@@ -32,7 +32,7 @@ TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-+/=.]{16,128}$")
 
 
 # Metadata fields that only steer traffic (see StoredSpec.deployment).
-ROUTING_ONLY = ("group", "weight", "traffic_state")
+ROUTING_ONLY = ("group", "weight", "traffic_state", "mirror")
 
 
 class _Strict(BaseModel):
@@ -43,6 +43,26 @@ class Rpc(_Strict):
     keepalive: int | None = Field(default=None, ge=1, le=3_600_000)  # ms per request
     max_queue_size: int | None = Field(default=None, ge=1, le=100_000)
     rate_limit: int | None = Field(default=None, ge=1, le=1_000_000)  # requests per second
+
+
+class Mirror(_Strict):
+    """A copy of ``ratio`` % of the service's requests goes to each target service after the
+    primary answered; the answers are compared (byte-equal, or with ``tolerance`` output
+    tensors within that absolute difference). The caller only ever sees the primary."""
+
+    ratio: int = Field(ge=0, le=100)  # 0: configured but idle
+    targets: list[str] = Field(min_length=1, max_length=8)
+    tolerance: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+    @field_validator("targets")
+    @classmethod
+    def _targets(cls, v: list[str]) -> list[str]:
+        for target in v:
+            if not NAME_RE.match(target):
+                raise ValueError(f"{target!r} is not a service name")
+        if len(set(v)) != len(v):
+            raise ValueError("a target is listed twice: list each service once")
+        return v
 
 
 TrafficState = Literal["grouping", "standalone"]
@@ -61,6 +81,7 @@ class Metadata(_Strict):
     group: str | None = Field(default=None, json_schema_extra={"pattern": NAME_RE.pattern})
     weight: int | None = Field(default=None, ge=0, le=1000)  # None: DEFAULT_WEIGHT
     traffic_state: TrafficState | None = None  # None: "standalone"
+    mirror: Mirror | None = None  # shadows of its traffic (routing only, as the above)
 
     @field_validator("group")
     @classmethod
@@ -153,6 +174,21 @@ class StoredSpec(_Strict):
         keeps its generation and replicas (a release moves traffic, not pods)."""
         routing = {f: None for f in ROUTING_ONLY}
         return self.model_copy(update={"metadata": self.metadata.model_copy(update=routing)})
+
+    def mirror_problems(self) -> list[FieldProblem]:
+        """What the stored data cannot say is wrong with the mirror: the service itself as a
+        target (the existence of the others is the store's to check)."""
+        mirror = self.metadata.mirror
+        if mirror is None or self.name not in mirror.targets:
+            return []
+        i = mirror.targets.index(self.name)
+        return [
+            FieldProblem(
+                f"metadata.mirror.targets[{i}]",
+                "a service cannot mirror to itself",
+                "name another service (e.g. the new version to compare with)",
+            )
+        ]
 
 
 class ServiceSpec(StoredSpec):

@@ -96,6 +96,7 @@ def describe(svc: dict[str, Any]) -> str:
         ("ProcessorParams", " ".join(cfg.get("processor_params", []))),
         ("InternetEndpoint", svc["InternetEndpoint"]),
         ("IntranetEndpoint", svc["IntranetEndpoint"]),
+        ("Mirror", mirror_summary(cfg.get("metadata", {}).get("mirror"))),
         ("Generation", f"{svc['Generation']} (observed {svc['ObservedGeneration']})"),
         ("CreateTime", svc["CreateTime"]),
         ("UpdateTime", svc["UpdateTime"]),
@@ -118,6 +119,15 @@ def describe(svc: dict[str, Any]) -> str:
             ("Replica", "State", "Endpoint", "Restarts", "Progress", "Message"),
         )
     return out
+
+
+def mirror_summary(mirror: dict[str, Any] | None) -> str:
+    """A service's mirror, e.g. ``10% to v2, v3, compared within 0.001``, or ``off``."""
+    if not mirror or not mirror.get("ratio"):
+        return "off"
+    tolerance = mirror.get("tolerance")
+    compared = "byte-equal" if tolerance is None else f"within {tolerance:g}"
+    return f"{mirror['ratio']}% to {', '.join(mirror['targets'])}, compared {compared}"
 
 
 def service_list(body: dict[str, Any]) -> str:

@@ -132,6 +132,8 @@ class Gateway:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._source_task = self._report_task = None
+        if self._predict is not None:
+            await self._predict.mirrors.close()  # shadows in flight are dropped, not awaited
         if self._upstreams is not None:
             await self._upstreams.close()
             self._upstreams = None

@@ -167,6 +167,18 @@ class GatewayMetrics:
         self.control_plane_up = Gauge(
             p + "control_plane_up", "1 when the last route sync with the control plane worked."
         )
+        self.mirror_requests = Counter(
+            "openeas_mirror_requests_total",
+            "Mirrored requests by service, target and result: match, mismatch (status or "
+            "answer differs), error (no ready replica, refused, timed out, broke), skipped "
+            "(streamed body, primary failed or answer over the copy limit, too many in flight).",
+            ("service", "target", "result"),
+        )
+        self.mirror_duration = Histogram(
+            "openeas_mirror_duration_seconds",
+            "Shadow latency: request sent to a target's replica to the end of its answer.",
+            ("service", "target"),
+        )
         self.all: tuple[_Metric, ...] = (
             self.requests,
             self.duration,
@@ -175,6 +187,8 @@ class GatewayMetrics:
             self.upstream_errors,
             self.route_version,
             self.control_plane_up,
+            self.mirror_requests,
+            self.mirror_duration,
         )
 
     def render(self) -> bytes:

@@ -28,6 +28,7 @@ from gateway.balancer import Endpoint, EndpointPool, split_base_url
 from gateway.headers import PREDICT_DROPPED, REQUEST_REPLACED, forward_request_headers
 from gateway.limits import Activity
 from gateway.metrics import GatewayMetrics
+from gateway.mirror import Copy, Mirrors, RecordingExchange
 from gateway.paths import Target, is_admin_path
 from gateway.problems import Problem, unauthorized, write_problem
 from gateway.route_table import GroupEntry, RouteState, ServiceRoute
@@ -53,17 +54,21 @@ async def relay(
     *,
     stream_body: bool,
     timeout_s: float | None,
+    copy: Copy | None = None,
 ) -> Exchange:
     """Coroutine form of one exchange: send, relay, return the finished
     :class:`Exchange` (see its ``status`` and ``error``); :class:`ClientGone` if the
-    client disconnected meanwhile."""
+    client disconnected meanwhile. With a mirror's ``copy``, the answer is kept in it too."""
     done: asyncio.Future[Exchange] = asyncio.get_running_loop().create_future()
 
     def on_done(ex: Exchange) -> None:
         if not done.done():
             done.set_result(ex)
 
-    ex = Exchange(request, conn, timeout_s=timeout_s, on_done=on_done)
+    if copy is None:
+        ex = Exchange(request, conn, timeout_s=timeout_s, on_done=on_done)
+    else:
+        ex = RecordingExchange(request, conn, timeout_s=timeout_s, on_done=on_done, copy=copy)
     ex.send(head, body)
     if stream_body:
         ex.request_body_sent = False
@@ -100,6 +105,9 @@ class PredictProxy:
         self.upstreams = upstreams
         self.activity = activity if activity is not None else Activity()
         self._connect_s = settings.connect_timeout_s
+        self.mirrors = Mirrors(
+            routes, balancer, upstreams, metrics, connect_timeout_s=settings.connect_timeout_s
+        )
 
     # -- admission (shared) ---------------------------------------------------------------
 
@@ -222,6 +230,10 @@ class PredictProxy:
             write_problem(request, p, close=p.status == 413)
             request.finish()
             return None
+        if entry.mirror is not None:
+            copy = self.mirrors.copy(request, target, entry)
+            if copy is not None:
+                return self._slow(request, target, entry, started, copy)
         if request.body.complete and (request.content_length is not None or not request.has_body):
             endpoint = self.balancer.choose(entry.endpoints)
             if endpoint is not None:
@@ -299,12 +311,17 @@ class PredictProxy:
         return Problem(502, f"the replica failed: {error}", service=name)
 
     async def _slow(
-        self, request: Request, target: Target, entry: ServiceRoute, started: float
+        self,
+        request: Request,
+        target: Target,
+        entry: ServiceRoute,
+        started: float,
+        copy: Copy | None = None,
     ) -> None:
         name = entry.route.service
         code = 500
         try:
-            code = await self._forward(request, target, entry)
+            code = await self._forward(request, target, entry, copy)
         except Problem as p:
             code = p.status
             write_problem(request, p, close=p.status == 413)
@@ -317,9 +334,14 @@ class PredictProxy:
         finally:
             entry.in_flight.leave()
             self._count(name, code, started)
+            if copy is not None:
+                self.mirrors.launch(copy)  # the caller has its answer: now the shadows
 
-    async def _forward(self, request: Request, target: Target, entry: ServiceRoute) -> int:
-        """Connect (skipping replicas that refuse), send, relay; the status the client saw."""
+    async def _forward(
+        self, request: Request, target: Target, entry: ServiceRoute, copy: Copy | None = None
+    ) -> int:
+        """Connect (skipping replicas that refuse), send, relay; the status the client saw.
+        A mirror's ``copy`` gets the request as sent and keeps the answer."""
         name = entry.route.service
         metrics = self.metrics
         length = request.content_length
@@ -337,6 +359,8 @@ class PredictProxy:
                         413, f"request body exceeds the limit of {limit} bytes", service=name
                     ) from None
         headers = self._upstream_headers(request, len(body) if body is not None else length)
+        if copy is not None:
+            copy.headers, copy.body = headers, body
         tried: list[Endpoint] = []
         while True:
             endpoint = self.balancer.choose(entry.endpoints, tried)
@@ -360,7 +384,13 @@ class PredictProxy:
                 sent_at = time.perf_counter()
                 head = request_head(request.method, target.path_qs, endpoint.host_header, headers)
                 ex = await relay(
-                    request, conn, head, body, stream_body=stream, timeout_s=entry.timeout_s
+                    request,
+                    conn,
+                    head,
+                    body,
+                    stream_body=stream,
+                    timeout_s=entry.timeout_s,
+                    copy=copy,
                 )
             finally:
                 endpoint.outstanding -= 1

@@ -33,7 +33,7 @@ from contract.wire import ROUTES_PATH, GroupRoute, Route, RouteTable
 from gateway.auth import digest_bytes
 from gateway.balancer import Endpoint, EndpointPool
 from gateway.limits import InFlight, TokenBucket
-from gateway.traffic import SmoothWeighted
+from gateway.traffic import MirrorState, SmoothWeighted
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class ServiceRoute:
     timeout_s: float
     bucket: TokenBucket | None
     in_flight: InFlight
+    mirror: MirrorState | None = None  # None for most services: one check on the hot path
     # The last Authorization value that passed, compared in constant time before hashing
     # (a hash per request cost more than the comparison). Never carried to a new table.
     accepted: bytes | None = None
@@ -200,6 +201,7 @@ class RouteState:
             timeout_s=timeout_ms / 1000.0,
             bucket=bucket,
             in_flight=in_flight,
+            mirror=MirrorState.of(route.mirror, prev.mirror if prev is not None else None),
         )
 
 

@@ -1,10 +1,14 @@
-"""How a group splits its traffic between members: smooth weighted round-robin (nginx's), a
-pure object the route table keeps per group. Over any run of W = sum(weights) picks each
-member is chosen exactly its weight's times, interleaved (not bunched, not random drift)."""
+"""How traffic is split, as pure objects the route table keeps: a group's between members by
+smooth weighted round-robin (nginx's) — over any run of W = sum(weights) picks each member is
+chosen exactly its weight's times, interleaved (not bunched, not random drift) — and the share
+of a service's requests its mirror copies, by :class:`RatioPicker`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+
+from contract.wire import MirrorRoute
 
 
 class SmoothWeighted:
@@ -28,3 +32,38 @@ class SmoothWeighted:
             current[best] -= total
         self._current = current
         return best
+
+
+class RatioPicker:
+    """Says yes to exactly ``ratio`` of every 100 calls, evenly spread: an accumulator (as
+    Bresenham's line), so after n calls exactly floor(n * ratio / 100) said yes."""
+
+    __slots__ = ("_acc", "ratio")
+
+    def __init__(self, ratio: int) -> None:
+        self.ratio = ratio
+        self._acc = 0
+
+    def take(self) -> bool:
+        self._acc += self.ratio
+        if self._acc >= 100:
+            self._acc -= 100
+            return True
+        return False
+
+
+@dataclass(slots=True)
+class MirrorState:
+    """A mirrored service's mirror as the gateway uses it: the config and its picker."""
+
+    route: MirrorRoute
+    picker: RatioPicker
+
+    @classmethod
+    def of(cls, route: MirrorRoute | None, prev: MirrorState | None) -> MirrorState | None:
+        """The state for ``route``; the picker keeps its count while the ratio stays."""
+        if route is None or route.ratio <= 0 or not route.targets:
+            return None
+        if prev is not None and prev.picker.ratio == route.ratio:
+            return cls(route, prev.picker)
+        return cls(route, RatioPicker(route.ratio))

@@ -21,7 +21,7 @@ import contextlib
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import cast
+from typing import Protocol, cast
 
 import httptools
 
@@ -65,6 +65,25 @@ class ResponseHead:
         self.keep_alive = keep_alive
 
 
+class Receiver(Protocol):
+    """What a connection feeds while it carries one exchange: an :class:`Exchange` (relays to
+    a client) or a mirror's shadow call (keeps the answer, see :mod:`gateway.mirror`).
+    ``status`` is 0 until a final response head arrived."""
+
+    @property
+    def status(self) -> int: ...
+
+    def on_head(self, head: ResponseHead) -> None: ...
+    def on_body(self, data: bytes) -> None: ...
+    def on_complete(self) -> None: ...
+    def flush(self) -> None: ...
+    def connection_lost(self) -> None: ...
+    def fail(self, error: UpstreamError) -> None: ...
+    def check_deadline(self, now: float) -> None: ...
+    def pause_sending(self) -> None: ...
+    def resume_sending(self) -> None: ...
+
+
 class UpstreamConnection(ReadPausable):
     """One keep-alive connection to a replica; one exchange at a time."""
 
@@ -73,7 +92,7 @@ class UpstreamConnection(ReadPausable):
         self.key = key
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
-        self.exchange: Exchange | None = None
+        self.exchange: Receiver | None = None
         self.response: ResponseHead | None = None
         self.closed = False
         self.idle_since = 0.0
@@ -111,12 +130,12 @@ class UpstreamConnection(ReadPausable):
     def pause_writing(self) -> None:
         ex = self.exchange
         if ex is not None:
-            ex.client.pause_reading()
+            ex.pause_sending()
 
     def resume_writing(self) -> None:
         ex = self.exchange
         if ex is not None:
-            ex.client.resume_reading()
+            ex.resume_sending()
 
     # -- httptools callbacks ------------------------------------------------------------
 
@@ -203,15 +222,15 @@ class UpstreamPool:
         self._closed = False
         # Exchanges with a deadline, checked every TICK_S by one timer rather than one
         # timer per request (a timer handle per request cost more than the rest of it).
-        self._watched: set[Exchange] = set()
+        self._watched: set[Receiver] = set()
         self._ticker: asyncio.Task[None] | None = None
 
-    def watch(self, ex: Exchange) -> None:
+    def watch(self, ex: Receiver) -> None:
         self._watched.add(ex)
         if self._ticker is None and not self._closed:
             self._ticker = self.loop.create_task(self._tick())
 
-    def unwatch(self, ex: Exchange) -> None:
+    def unwatch(self, ex: Receiver) -> None:
         self._watched.discard(ex)
 
     async def _tick(self) -> None:
@@ -474,7 +493,14 @@ class Exchange:
             self.client.close()
         self._end()
 
-    # -- Producer (client flow control) --------------------------------------------------
+    # -- flow control ---------------------------------------------------------------------
+
+    def pause_sending(self) -> None:
+        """The replica's socket buffer is full: stop reading the client's body."""
+        self.client.pause_reading()
+
+    def resume_sending(self) -> None:
+        self.client.resume_reading()
 
     def pause_producing(self) -> None:
         self.upstream.pause_reading()

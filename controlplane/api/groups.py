@@ -1,5 +1,6 @@
-"""REST handlers for service groups (``/api/v2/groups``) and a member's release
-(``PUT /api/v2/services/{cluster}/{name}/release``), in EAS's shapes; admin-authenticated."""
+"""REST handlers for service groups (``/api/v2/groups``), a member's release
+(``PUT /api/v2/services/{cluster}/{name}/release``) and a service's mirror
+(``PUT /api/v2/services/{cluster}/{name}/mirror``), in EAS's shapes; admin-authenticated."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.api import schemas
 from controlplane.api.auth import AdminAuth
+from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.groups import Group, Groups, TrafficMode
+from controlplane.models import ServiceRow
 from controlplane.services import Services
 from controlplane.settings import Settings
 
@@ -27,6 +30,33 @@ class ReleaseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     Weight: int | None = Field(default=None, ge=0, le=1000)
     TrafficState: Literal["grouping", "standalone"] | None = None
+
+
+class MirrorRequest(BaseModel):
+    """EAS's mirror settings: ``Ratio`` % of the requests also go to each ``Target``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    Ratio: int = Field(ge=0, le=100)
+    Target: list[str] = Field(default_factory=list, max_length=8)
+    Tolerance: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+
+# The spec's mirror fields under the names the mirror call uses, for its error messages.
+_MIRROR_FIELDS = {
+    "metadata.mirror.ratio": "Ratio",
+    "metadata.mirror.targets": "Target",
+    "metadata.mirror.tolerance": "Tolerance",
+}
+
+
+def _as_mirror_call(e: InvalidSpec) -> InvalidSpec:
+    def rename(field: str) -> str:
+        for spec_name, call_name in _MIRROR_FIELDS.items():
+            if field.startswith(spec_name):
+                return call_name + field.removeprefix(spec_name)
+        return field
+
+    return InvalidSpec([FieldProblem(rename(p.field), p.message, p.fix) for p in e.problems])
 
 
 def _request_id() -> str:
@@ -77,6 +107,14 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
         found, token = groups.rotate_token(cluster, group)
         return schemas.GroupToken(RequestId=_request_id(), GroupName=found.row.name, Token=token)
 
+    def service_public(
+        request: Request, response: Response, row: ServiceRow
+    ) -> schemas.ServicePublic:
+        response.headers["ETag"] = f'"{row.version}"'
+        own = str(request.base_url).rstrip("/")
+        ends = schemas.endpoints(row.name, settings.public_base(own), settings.intranet_base(own))
+        return schemas.service_public(row, ends)
+
     @api.put("/api/v2/services/{cluster}/{name}/release", tags=["services"])
     def release(
         request: Request, response: Response, cluster: str, name: str, body: ReleaseRequest
@@ -84,9 +122,21 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
         """Set a group member's ``Weight`` (0..1000) and ``TrafficState`` (``grouping`` takes
         group traffic, ``standalone`` only its own endpoint). Rolls no replica."""
         row = services.release(cluster, name, body.Weight, body.TrafficState)
-        response.headers["ETag"] = f'"{row.version}"'
-        own = str(request.base_url).rstrip("/")
-        ends = schemas.endpoints(row.name, settings.public_base(own), settings.intranet_base(own))
-        return schemas.service_public(row, ends)
+        return service_public(request, response, row)
+
+    @api.put("/api/v2/services/{cluster}/{name}/mirror", tags=["services"])
+    def mirror(
+        request: Request, response: Response, cluster: str, name: str, body: MirrorRequest
+    ) -> schemas.ServicePublic:
+        """Copy ``Ratio`` % (0..100) of the service's requests to each ``Target`` service
+        (1..8) after its own answer, and compare the answers: byte-equal, or with
+        ``Tolerance`` the output tensors within that absolute difference. The caller only
+        sees this service's answer; the gateway counts matches per target. ``Ratio`` 0 or
+        no ``Target`` removes the mirror. Rolls no replica."""
+        try:
+            row = services.mirror(cluster, name, body.Ratio, body.Target, body.Tolerance)
+        except InvalidSpec as e:
+            raise _as_mirror_call(e) from None
+        return service_public(request, response, row)
 
     return api

@@ -159,6 +159,22 @@ def test_groups_and_release(eascmd: Any, tmp_path: Path) -> None:
     assert code == 1 and "no group named 'nope'" in err
 
 
+def test_mirror(eascmd: Any, tmp_path: Path) -> None:
+    for name in ("v1", "v2", "v3"):
+        spec = seed_spec(name=name)
+        assert eascmd("create", write(tmp_path, spec, f"{name}.config"), "--no-wait")[0] == 0
+    code, out, _ = eascmd("mirror", "v1", "--ratio", "10", "--target", "v2", "--target", "v3")
+    assert (code, out.strip()) == (0, "[OK] Service v1 mirror: 10% to v2, v3, compared byte-equal")
+    code, out, _ = eascmd("mirror", "v1", "--ratio", "5", "--target", "v2", "--tolerance", "1e-3")
+    assert out.strip() == "[OK] Service v1 mirror: 5% to v2, compared within 0.001"
+    assert "| Mirror           | 5% to v2, compared within 0.001" in eascmd("desc", "v1")[1]
+    code, _, err = eascmd("mirror", "v1", "--ratio", "5", "--target", "nope")
+    assert code == 1 and "Target[0]" in err and "no service named 'nope'" in err, err
+    assert eascmd("mirror", "v1", "--ratio", "5")[0] == 2  # no target
+    code, out, _ = eascmd("mirror", "v1", "--off")
+    assert (code, out.strip()) == (0, "[OK] Service v1 mirror: off")
+
+
 def test_autoscale_sets_shows_refuses_and_removes(eascmd: Any, tmp_path: Path) -> None:
     assert eascmd("create", "--no-wait", write(tmp_path, seed_spec()))[0] == 0
     code, out, _ = eascmd(

@@ -6,7 +6,8 @@ from collections import Counter
 
 import pytest
 
-from gateway.traffic import SmoothWeighted
+from contract.wire import MirrorRoute
+from gateway.traffic import MirrorState, RatioPicker, SmoothWeighted
 
 
 @pytest.mark.parametrize(
@@ -39,3 +40,39 @@ def test_a_member_leaving_and_joining() -> None:
     assert {picker.pick([("a", 1)]) for _ in range(3)} == {"a"}
     picks = Counter(picker.pick([("a", 1), ("c", 3)]) for _ in range(400))
     assert picks == {"a": 100, "c": 300}
+
+
+@pytest.mark.parametrize(
+    ("ratio", "pattern"),
+    [
+        (0, "----------"),
+        (10, "---------x"),
+        (25, "---x---x---x"),
+        (50, "-x-x-x"),
+        (30, "---x--x--x"),  # spread evenly, not bunched
+        (100, "xxxx"),
+    ],
+)
+def test_ratio_picker_sequence(ratio: int, pattern: str) -> None:
+    picker = RatioPicker(ratio)
+    assert "".join("x" if picker.take() else "-" for _ in pattern) == pattern
+
+
+@pytest.mark.parametrize("ratio", [1, 7, 33, 99])
+def test_ratio_picker_is_exact_after_any_number_of_calls(ratio: int) -> None:
+    picker = RatioPicker(ratio)
+    taken = 0
+    for n in range(1, 10_001):
+        taken += picker.take()
+        assert taken == n * ratio // 100
+
+
+def test_mirror_state_keeps_its_count_while_the_ratio_stays() -> None:
+    first = MirrorState.of(MirrorRoute(ratio=50, targets=["b"]), None)
+    assert first is not None and not first.picker.take()
+    same = MirrorState.of(MirrorRoute(ratio=50, targets=["b", "c"]), first)
+    assert same is not None and same.picker is first.picker and same.picker.take()
+    changed = MirrorState.of(MirrorRoute(ratio=20, targets=["b"]), same)
+    assert changed is not None and changed.picker is not first.picker
+    assert MirrorState.of(MirrorRoute(ratio=0, targets=["b"]), changed) is None
+    assert MirrorState.of(None, changed) is None

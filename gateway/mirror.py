@@ -1,0 +1,338 @@
+"""Mirroring: a share of a service's requests also goes to other services (its mirror's
+targets), off the caller's path, and their answers are compared with the primary's.
+
+:class:`gateway.proxy.PredictProxy` asks :meth:`Mirrors.copy` for each request of a service
+that has a mirror whether this one is mirrored (exactly ``ratio`` % of them, by
+:class:`gateway.traffic.RatioPicker`); a mirrored one goes the coroutine path with a
+:class:`RecordingExchange`, which relays the primary's answer as usual while keeping a copy.
+When the caller has its answer, :meth:`Mirrors.launch` sends the same request to a ready
+replica of each target in a background task (:class:`ShadowCall`, on the gateway's own
+keep-alive pools, with the target's timeout) and counts the result: ``match``,
+``mismatch``, ``error`` (no ready replica, refused, timed out, broke) or ``skipped`` — not
+comparable (a streamed request body, a primary answer over the copy limit or failed) or over
+the bound of shadows in flight per target. So a slow or dead shadow costs the caller
+nothing, and memory stays bounded: at most ``max_in_flight`` shadows per target, each
+holding at most the buffered request body and two answers of ``max_answer_bytes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from gateway.balancer import EndpointPool
+from gateway.compare import Answer, same
+from gateway.metrics import GatewayMetrics
+from gateway.paths import Target
+from gateway.route_table import RouteState, ServiceRoute
+from gateway.server import Request
+from gateway.traffic import MirrorState
+from gateway.upstream import (
+    Exchange,
+    ResponseHead,
+    UpstreamConnection,
+    UpstreamError,
+    UpstreamPool,
+    request_head,
+)
+
+MAX_IN_FLIGHT = 16  # shadows per (service, target) per gateway process
+MAX_ANSWER_BYTES = 4 * 1024 * 1024  # an answer kept for comparison, primary's or shadow's
+_HEADER_LENGTH = b"inference-header-content-length"
+
+
+def header_length(head: ResponseHead) -> int | None:
+    """The answer's ``Inference-Header-Content-Length`` (Triton's binary extension)."""
+    for line in head.passthrough.split(b"\r\n"):
+        name, colon, value = line.partition(b":")
+        if colon and name.strip().lower() == _HEADER_LENGTH:
+            try:
+                return int(value.strip())
+            except ValueError:
+                return None
+    return None
+
+
+class Collected:
+    """An answer gathered up to ``limit`` body bytes (``too_big`` past it)."""
+
+    __slots__ = ("chunks", "complete", "head", "limit", "size", "too_big")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.head: ResponseHead | None = None
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.complete = False
+        self.too_big = False
+
+    def on_head(self, head: ResponseHead) -> None:
+        self.head = head
+        self.too_big = head.content_length is not None and head.content_length > self.limit
+
+    def on_body(self, data: bytes) -> None:
+        if self.too_big:
+            return
+        self.size += len(data)
+        if self.size > self.limit:
+            self.too_big = True
+            self.chunks = []
+        else:
+            self.chunks.append(data)
+
+    def answer(self) -> Answer | None:
+        """The whole answer, or None when it is incomplete or over the limit."""
+        head = self.head
+        if not self.complete or self.too_big or head is None:
+            return None
+        return Answer(head.status, b"".join(self.chunks), header_length(head))
+
+
+class Copy:
+    """One mirrored request: what the shadows get, and the primary's answer as it comes."""
+
+    __slots__ = ("body", "headers", "method", "mirror", "path_qs", "primary", "service")
+
+    def __init__(
+        self, service: str, mirror: MirrorState, method: str, path_qs: str, limit: int
+    ) -> None:
+        self.service = service
+        self.mirror = mirror
+        self.method = method
+        self.path_qs = path_qs
+        self.headers: list[bytes] = []  # as forwarded to the primary (Host apart)
+        self.body: bytes | None = None
+        self.primary = Collected(limit)
+
+
+class RecordingExchange(Exchange):
+    """An :class:`Exchange` that also keeps the primary's answer in its :class:`Copy`."""
+
+    __slots__ = ("copy",)
+
+    def __init__(
+        self,
+        request: Request,
+        upstream: UpstreamConnection,
+        *,
+        timeout_s: float | None,
+        on_done: Callable[[Exchange], None],
+        copy: Copy,
+    ) -> None:
+        super().__init__(request, upstream, timeout_s=timeout_s, on_done=on_done)
+        self.copy = copy
+
+    def on_head(self, head: ResponseHead) -> None:
+        super().on_head(head)
+        if head.status >= 200:
+            self.copy.primary.on_head(head)
+
+    def on_body(self, data: bytes) -> None:
+        super().on_body(data)
+        self.copy.primary.on_body(data)
+
+    def on_complete(self) -> None:
+        super().on_complete()
+        self.copy.primary.complete = True
+
+
+class ShadowCall:
+    """One request to a target's replica whose answer is kept, not relayed: the
+    :class:`gateway.upstream.Receiver` of its connection until it ends."""
+
+    __slots__ = ("_done", "_timeout_s", "answer", "deadline", "error", "finished", "upstream")
+
+    def __init__(self, upstream: UpstreamConnection, *, timeout_s: float, limit: int) -> None:
+        self.upstream = upstream
+        self.answer = Collected(limit)
+        self.error: UpstreamError | None = None
+        self.finished = False
+        self.deadline = 0.0
+        self._timeout_s = timeout_s
+        self._done: asyncio.Future[None] = upstream.pool.loop.create_future()
+        upstream.exchange = self
+
+    @property
+    def status(self) -> int:
+        head = self.answer.head
+        return head.status if head is not None else 0
+
+    async def run(self, head: bytes, body: bytes | None) -> Collected:
+        """Send, wait for the end of the answer; :class:`UpstreamError` if it fails."""
+        self.upstream.write(head + body if body else head)
+        self.deadline = self.upstream.pool.loop.time() + self._timeout_s
+        self.upstream.pool.watch(self)
+        try:
+            await self._done
+        except asyncio.CancelledError:
+            self.fail(UpstreamError("broken", "cancelled"))
+            raise
+        if self.error is not None:
+            raise self.error
+        return self.answer
+
+    # -- fed by the upstream connection (gateway.upstream.Receiver) ----------------------
+
+    def on_head(self, head: ResponseHead) -> None:
+        if head.status >= 200:
+            self.answer.on_head(head)
+
+    def on_body(self, data: bytes) -> None:
+        self.answer.on_body(data)
+        if self.answer.too_big:
+            self._end()  # nothing more worth reading: a mismatch already
+
+    def on_complete(self) -> None:
+        self.answer.complete = True
+
+    def flush(self) -> None:
+        if self.answer.complete and not self.finished:
+            self._end()
+
+    def connection_lost(self) -> None:
+        head = self.answer.head
+        if head is not None and head.content_length is None and not head.chunked:
+            self.answer.complete = True  # a body delimited by the connection's end
+            self.flush()
+        else:
+            self.fail(UpstreamError("broken", "the replica closed the connection"))
+
+    def fail(self, error: UpstreamError) -> None:
+        if not self.finished:
+            self.error = error
+            self._end()
+
+    def check_deadline(self, now: float) -> None:
+        if not self.finished and now >= self.deadline:
+            self.fail(UpstreamError("timeout", "no answer in time"))
+
+    def pause_sending(self) -> None:
+        pass  # the request is written whole; the transport buffers it
+
+    def resume_sending(self) -> None:
+        pass
+
+    def _end(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        up = self.upstream
+        up.pool.unwatch(self)
+        up.exchange = None
+        head = self.answer.head
+        reusable = self.answer.complete and not self.answer.too_big and self.error is None
+        if reusable and head is not None and head.keep_alive and not up.closed:
+            up.pool.release(up)
+        else:
+            up.close()
+        if not self._done.done():
+            self._done.set_result(None)
+
+
+class Mirrors:
+    """Chooses the mirrored requests, sends the shadows and counts what they answered."""
+
+    def __init__(
+        self,
+        routes: RouteState,
+        balancer: EndpointPool,
+        upstreams: UpstreamPool,
+        metrics: GatewayMetrics,
+        *,
+        connect_timeout_s: float,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+    ) -> None:
+        self.routes = routes
+        self.balancer = balancer
+        self.upstreams = upstreams
+        self.metrics = metrics
+        self.connect_timeout_s = connect_timeout_s
+        self.max_in_flight = max_in_flight
+        self.max_answer_bytes = max_answer_bytes
+        self.in_flight: dict[tuple[str, str], int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def copy(self, request: Request, target: Target, entry: ServiceRoute) -> Copy | None:
+        """A :class:`Copy` when this request of a mirrored service is to be mirrored (the
+        proxy fills its request part and records the primary's answer in it)."""
+        mirror = entry.mirror
+        if mirror is None or not mirror.picker.take():
+            return None
+        if not request.body.complete or (request.content_length is None and request.has_body):
+            self._count_all(entry.route.service, mirror, "skipped")  # streamed: no copy
+            return None
+        service = entry.route.service
+        return Copy(service, mirror, request.method, target.path_qs, self.max_answer_bytes)
+
+    def launch(self, copy: Copy) -> None:
+        """The caller has the primary's answer: send the shadows (each in its own task)."""
+        primary = copy.primary.answer()
+        if primary is None:
+            self._count_all(copy.service, copy.mirror, "skipped")
+            return
+        loop = asyncio.get_running_loop()
+        for name in copy.mirror.route.targets:
+            key = (copy.service, name)
+            n = self.in_flight.get(key, 0)
+            if n >= self.max_in_flight:
+                self.metrics.mirror_requests.inc((copy.service, name, "skipped"))
+                continue
+            self.in_flight[key] = n + 1
+            task = loop.create_task(self._shadow(copy, primary, name))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _count_all(self, service: str, mirror: MirrorState, result: str) -> None:
+        for name in mirror.route.targets:
+            self.metrics.mirror_requests.inc((service, name, result))
+
+    async def _shadow(self, copy: Copy, primary: Answer, name: str) -> None:
+        result = "error"
+        try:
+            shadow = await self._call(copy, name)
+            if shadow is not None:
+                tolerance = copy.mirror.route.tolerance
+                theirs = shadow.answer()
+                ok = theirs is not None and same(primary, theirs, None)
+                if theirs is not None and not ok and tolerance is not None:
+                    # Tensors compared value by value can take a while: not on the loop.
+                    ok = await asyncio.to_thread(same, primary, theirs, tolerance)
+                # (No answer: it outgrew the limit the primary's answer fitted in.)
+                result = "match" if ok else "mismatch"
+        finally:
+            key = (copy.service, name)
+            left = self.in_flight[key] - 1
+            if left:
+                self.in_flight[key] = left
+            else:
+                del self.in_flight[key]
+            self.metrics.mirror_requests.inc((copy.service, name, result))
+
+    async def _call(self, copy: Copy, name: str) -> Collected | None:
+        """The target's answer; None when it has no ready replica or failed."""
+        entry = self.routes.services.get(name)
+        endpoint = self.balancer.choose(entry.endpoints) if entry is not None else None
+        if entry is None or endpoint is None:
+            return None
+        endpoint.outstanding += 1
+        try:
+            conn = await self.upstreams.acquire(
+                endpoint.host, endpoint.port, self.connect_timeout_s
+            )
+            sent = time.perf_counter()
+            call = ShadowCall(conn, timeout_s=entry.timeout_s, limit=self.max_answer_bytes)
+            head = request_head(copy.method, copy.path_qs, endpoint.host_header, copy.headers)
+            answer = await call.run(head, copy.body)
+        except UpstreamError:
+            return None
+        finally:
+            endpoint.outstanding -= 1
+        self.metrics.mirror_duration.observe((copy.service, name), time.perf_counter() - sent)
+        return answer
