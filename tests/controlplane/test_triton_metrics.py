@@ -8,6 +8,7 @@ import urllib.request
 import pytest
 
 from controlplane.triton_metrics import QueueTimes, counters
+from testing.waiting import wait_until
 from tests.fixtures_triton import TritonServer, check_example_models
 
 
@@ -52,10 +53,16 @@ async def test_queue_time_is_the_delta_ratio_across_replicas() -> None:
 
 @pytest.mark.slow
 def test_real_triton_exposes_the_counters(triton_server: TritonServer) -> None:
-    def scrape() -> tuple[float, float]:
+    def scrape_once() -> tuple[float, float] | None:
         url = f"http://127.0.0.1:{triton_server.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return counters(resp.read().decode())
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return counters(resp.read().decode())
+        except OSError:  # the metrics port may open a moment after the HTTP one is ready
+            return None
+
+    def scrape() -> tuple[float, float]:
+        return wait_until(scrape_once, timeout=30, what="Triton's metrics port")
 
     before = scrape()
     check_example_models(triton_server.http_url)
