@@ -83,15 +83,7 @@ class Groups:
             rows = s.scalars(
                 select(GroupRow).where(GroupRow.cluster == self.cluster).order_by(GroupRow.name)
             ).all()
-            members = s.scalars(
-                select(ServiceRow)
-                .where(
-                    ServiceRow.cluster == self.cluster,
-                    ServiceRow.group_name.in_([r.name for r in rows]),
-                    ServiceRow.deleting.is_(False),
-                )
-                .order_by(ServiceRow.name)
-            ).all()
+            members = _members(s, self.cluster, [r.name for r in rows])
         return [Group(r, [m for m in members if m.group_name == r.name]) for r in rows]
 
     def get(self, cluster: str, name: str) -> Group:
@@ -123,13 +115,17 @@ class Groups:
         row = find(s, cluster, name) if cluster == self.cluster else None
         if row is None:
             raise GroupNotFound(f"no group named {name!r}: see 'eascmd group list'")
-        members = s.scalars(
-            select(ServiceRow)
-            .where(
-                ServiceRow.cluster == cluster,
-                ServiceRow.group_name == name,
-                ServiceRow.deleting.is_(False),
-            )
-            .order_by(ServiceRow.name)
-        ).all()
-        return Group(row, members)
+        return Group(row, _members(s, cluster, [name]))
+
+
+def _members(s: Session, cluster: str, groups: list[str]) -> Sequence[ServiceRow]:
+    """The members of ``groups`` not being deleted, by name (one indexed query)."""
+    return s.scalars(
+        select(ServiceRow)
+        .where(
+            ServiceRow.cluster == cluster,
+            ServiceRow.group_name.in_(groups),
+            ServiceRow.deleting.is_(False),
+        )
+        .order_by(ServiceRow.name)
+    ).all()

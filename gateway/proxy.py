@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from hmac import compare_digest
 from typing import Any
 
@@ -132,26 +132,30 @@ class PredictProxy:
         if entry is None or (dot and entry.route.group != group_name):
             raise Problem(404, f"no service named {name!r}")
         group = routes.groups.get(group_name) if dot else None
-        if group is not None and self._accepts(request, [group.digest], group):
+        if group is not None and self._accepts(request, lambda: (group.digest,), group):
             return entry, True
         return entry, False
 
     def _authenticate_group(self, request: Request, group: GroupEntry) -> None:
         """The group's token, or any member's, opens the group endpoint."""
         name = group.route.group
-        if not self._accepts(request, self.routes.group_tokens(group), group):
+        if not self._accepts(request, lambda: self.routes.group_tokens(group), group):
             if presented_token(request.hmap.get(b"authorization")) is None:
                 raise unauthorized(name, "missing Authorization header with the group token")
             raise unauthorized(name, "the token matches neither this group nor its members")
 
     @staticmethod
-    def _accepts(request: Request, digests: list[bytes], holder: GroupEntry) -> bool:
+    def _accepts(
+        request: Request, digests: Callable[[], Iterable[bytes]], holder: GroupEntry
+    ) -> bool:
+        """Whether the Authorization header opens ``holder``: the credential that passed
+        last is compared first; the digests are listed only when it does not match."""
         auth = request.hmap.get(b"authorization")
         accepted = holder.accepted
         if auth is not None and accepted is not None and compare_digest(auth, accepted):
             return True
         token = presented_token(auth)
-        if token is None or not any(token_matches(token, d) for d in digests):
+        if token is None or not any(token_matches(token, d) for d in digests()):
             return False
         holder.accepted = auth
         return True
