@@ -267,6 +267,7 @@ async def start_gateway(
         keepalive_s=75.0,
         buffer_bytes=settings.buffer_body_bytes,
         head_timeout_s=settings.head_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
     )
     try:
         if sock is not None:

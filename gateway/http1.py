@@ -28,6 +28,23 @@ class ReadPausable(asyncio.Protocol):
             self.transport.resume_reading()
 
 
+def request_line_refusal(head: bytes) -> tuple[bool, str | None]:
+    """Whether the request line at the start of ``head`` is complete, and why it is refused
+    (None: fine, or not complete yet). llhttp takes an HTTP/0.9-shaped line (``GET /``) as a
+    request or waits for more; nginx answers 400 at once, and so do we. Empty lines before
+    the request line are allowed (RFC 9112 §2.2)."""
+    start = 0
+    while head.startswith(b"\n", start) or head.startswith(b"\r\n", start):
+        start += 1 if head[start] == 10 else 2
+    end = head.find(b"\n", start)
+    if end == -1:
+        return False, None
+    parts = head[start:end].rstrip(b"\r").split(b" ")
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+        return True, "the request line must read METHOD target HTTP/1.1 (HTTP/0.9 is not served)"
+    return True, None
+
+
 _STATUS_LINES: dict[int, bytes] = {}
 
 

@@ -41,7 +41,7 @@ from typing import Protocol as TypingProtocol
 
 import httptools
 
-from gateway.http1 import CRLF, ReadPausable, status_line
+from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
 
 log = logging.getLogger(__name__)
 
@@ -294,8 +294,12 @@ class HttpConnection(ReadPausable):
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._head_size = 0
-        self._in_head = False
+        self._in_head = True  # a connection that never sends a head is a slow head too
         self.head_started = 0.0  # when the head being read began (slow heads are cut off)
+        # The request line held until it is complete (b"": the next bytes begin one; None:
+        # not checking, inside a message or behind a pipelined one in the same read).
+        self._line: bytes | None = b""
+        self.body_at: float | None = None  # last body bytes of the message being parsed
         self._expect_head = True  # next bytes start or continue a request head
         self._parsing: Request | None = None  # request whose message is being parsed
         self._parsing_dispatched = False
@@ -312,7 +316,7 @@ class HttpConnection(ReadPausable):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) else None
-        self.last_active = self.loop.time()
+        self.last_active = self.head_started = self.loop.time()
         self.server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -323,6 +327,14 @@ class HttpConnection(ReadPausable):
         ):
             self._protocol_error(431, "request header fields too large")
             return
+        held = self._line
+        if held is not None:
+            held = held + data if held else data
+            complete, refusal = request_line_refusal(held)
+            if refusal is not None:
+                self._protocol_error(400, refusal)
+                return
+            self._line = None if complete else held
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -335,6 +347,8 @@ class HttpConnection(ReadPausable):
         if self._in_head:
             # A head still incomplete after this read: remember how much of it we hold.
             self._head_size += len(data)
+            if self._line == b"":
+                self._line = None  # it began behind another request in this read
 
     def eof_received(self) -> bool | None:
         if self._parsing is not None:
@@ -409,6 +423,8 @@ class HttpConnection(ReadPausable):
         req.upgrade = p.should_upgrade()
         if not req.has_body:
             req.body.complete = True
+        else:
+            self.body_at = self.loop.time()
         self._parsing = req
         # Small bodies are dispatched whole (on_message_complete); others right away.
         cl = req.content_length
@@ -421,11 +437,14 @@ class HttpConnection(ReadPausable):
 
     def on_body(self, body: bytes) -> None:
         req = self._parsing
+        self.body_at = self.loop.time()
         if req is not None:
             req.body.feed(body)
 
     def on_message_complete(self) -> None:
         self._expect_head = True
+        self._line = b""
+        self.body_at = None
         req = self._parsing
         self._parsing = None
         if req is None:
@@ -538,6 +557,7 @@ class HttpConnection(ReadPausable):
         req = self.active
         if req is not None and req.expect_continue and not self._continue_sent:
             self._continue_sent = True
+            self.body_at = self.loop.time()  # the client starts sending only now
             self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def write(self, data: bytes) -> None:
@@ -562,7 +582,20 @@ class HttpConnection(ReadPausable):
 
     def resume_reading(self) -> None:
         if not self._queue:  # else still answering pipelined requests in order
+            if self._reading_paused and self.body_at is not None:
+                self.body_at = self.loop.time()  # the pause was ours, not the client's
             super().resume_reading()
+
+    def body_stalled(self, now: float, timeout_s: float) -> bool:
+        """No body bytes for ``timeout_s`` while we were reading them (nginx's
+        client_body_timeout: between two reads, not for the whole body)."""
+        req = self._parsing
+        return (
+            self.body_at is not None
+            and now - self.body_at > timeout_s
+            and not self._reading_paused
+            and not (req is not None and req.expect_continue and not self._continue_sent)
+        )
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
@@ -579,11 +612,13 @@ class HttpServer:
         keepalive_s: float = 75.0,
         buffer_bytes: int = BUFFER_HIGH,
         head_timeout_s: float = 60.0,
+        body_timeout_s: float = 60.0,
     ) -> None:
         self.handler = handler
         self.loop = asyncio.get_running_loop()
         self.keepalive_s = keepalive_s
         self.head_timeout_s = head_timeout_s
+        self.body_timeout_s = body_timeout_s
         self.buffer_bytes = buffer_bytes
         self.connections: set[HttpConnection] = set()
         self._servers: list[asyncio.Server] = []
@@ -618,14 +653,18 @@ class HttpServer:
         return [s for srv in self._servers for s in srv.sockets]
 
     async def _sweep(self) -> None:
-        """Close keep-alive connections idle past ``keepalive_s`` and heads still unfinished
-        after ``head_timeout_s`` (nginx's client_header_timeout: a slowloris holds nothing
-        long). O(open connections) per tick."""
-        interval = min(5.0, self.keepalive_s / 2, self.head_timeout_s / 2)
+        """Close keep-alive connections idle past ``keepalive_s``, heads still unfinished
+        after ``head_timeout_s`` and bodies stalled for ``body_timeout_s`` (nginx's
+        client_header_timeout and client_body_timeout: a slowloris holds nothing long).
+        O(open connections) per tick."""
+        interval = min(5.0, self.keepalive_s / 2, self.head_timeout_s / 2, self.body_timeout_s / 2)
         while True:
             await asyncio.sleep(interval)
             now = self.loop.time()
             for conn in list(self.connections):
+                if conn.body_stalled(now, self.body_timeout_s):
+                    conn._protocol_error(408, "request body timed out")
+                    continue
                 slow_head = conn._in_head and now - conn.head_started > self.head_timeout_s
                 if slow_head or (conn.active is None and conn.last_active < now - self.keepalive_s):
                     conn.close()

@@ -58,6 +58,12 @@ class GatewaySettings(BaseSettings):
         description="A request head not complete within this many seconds is cut off "
         "(nginx's client_header_timeout).",
     )
+    body_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A request body that sends nothing for this many seconds while the "
+        "gateway reads it is cut off with 408 (nginx's client_body_timeout).",
+    )
     max_body_bytes: int = Field(
         default=64 * MIB, ge=1, description="413 above this request body size."
     )
