@@ -18,9 +18,12 @@ import json
 import logging
 import socket
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from contract.wire import RouteTable
+from gateway import snapshot
 from gateway.balancer import EndpointPool
 from gateway.limits import Activity
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -29,7 +32,14 @@ from gateway.paths import BadTarget, parse_target
 from gateway.problems import Problem, write_problem
 from gateway.proxy import FallbackProxy, PredictProxy
 from gateway.reporter import LoadReporter
-from gateway.route_table import Health, RouteChange, RouteSource, RouteState
+from gateway.route_table import (
+    ControlPlaneRouteSource,
+    Health,
+    RouteChange,
+    RouteSource,
+    RouteState,
+    iso_time,
+)
 from gateway.server import HttpServer, Request
 from gateway.settings import GatewaySettings
 from gateway.upstream import UpstreamPool
@@ -72,6 +82,9 @@ class Gateway:
             else None
         )
         self._report_task: asyncio.Task[None] | None = None
+        self.snapshot_path = Path(settings.route_snapshot) if settings.route_snapshot else None
+        self.from_snapshot: snapshot.Snapshot | None = None  # serving it, until a table comes
+        self._snapshot_task: asyncio.Task[None] | None = None
 
     def _on_table(self, change: RouteChange) -> None:
         self.metrics.route_version.set((), change.table.version)
@@ -100,6 +113,10 @@ class Gateway:
                 max_body_bytes=self.settings.max_body_bytes,
             )
         self._source_task = asyncio.create_task(self._run_source(), name="gateway-routes")
+        if self.snapshot_path is not None:
+            self._snapshot_task = asyncio.create_task(self._fall_back_to_snapshot())
+            if isinstance(self.route_source, ControlPlaneRouteSource):
+                self.route_source.on_unreachable = self._save_snapshot_soon
         if self.reporter is not None:
             self._report_task = asyncio.create_task(self.reporter.run(), name="gateway-report")
 
@@ -108,13 +125,51 @@ class Gateway:
         # it rather than serving a frozen table silently.
         while True:
             try:
-                await self.route_source.run(self.routes.apply)
+                await self.route_source.run(self._apply)
                 return
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("route source crashed; restarting it in 1 s")
                 await asyncio.sleep(1.0)
+
+    def _apply(self, table: RouteTable) -> None:
+        self.from_snapshot = None
+        self.routes.apply(table)
+
+    async def _fall_back_to_snapshot(self) -> None:
+        """No table from the source within the connect timeout: serve the saved one."""
+        assert self.snapshot_path is not None
+        if await self.wait_for_routes(self.settings.connect_timeout_s):
+            return
+        saved = snapshot.load(self.snapshot_path)
+        if self.routes.version is not None:
+            return  # the control plane answered while the file was read
+        if saved is None:
+            log.warning(
+                "no route table from the control plane yet and no snapshot at %s: "
+                "serving nothing until it answers",
+                self.snapshot_path,
+            )
+            return
+        log.warning(
+            "no route table from the control plane yet: serving the snapshot %s saved at %s "
+            "(version %d, %d services) until it answers",
+            self.snapshot_path,
+            iso_time(saved.saved_at),
+            saved.table.version,
+            len(saved.table.routes),
+        )
+        self.routes.apply(saved.table)
+        self.from_snapshot = saved
+
+    def _save_snapshot_soon(self) -> None:
+        """At the start of an outage: the table in force is the newest there will be."""
+        table = self.routes.table()
+        if self.snapshot_path is not None and table is not None and self.from_snapshot is None:
+            self._snapshot_task = asyncio.create_task(
+                asyncio.to_thread(snapshot.save, self.snapshot_path, table)
+            )
 
     async def wait_for_routes(self, timeout: float | None = None) -> bool:
         """True once a first route table is in; False if ``timeout`` passed first."""
@@ -126,12 +181,15 @@ class Gateway:
         return True
 
     async def close(self) -> None:
-        for task in (self._source_task, self._report_task):
+        for task in (self._source_task, self._report_task, self._snapshot_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._source_task = self._report_task = None
+        self._source_task = self._report_task = self._snapshot_task = None
+        table = self.routes.table()
+        if self.snapshot_path is not None and table is not None and self.from_snapshot is None:
+            snapshot.save(self.snapshot_path, table)
         if self._predict is not None:
             await self._predict.mirrors.close()  # shadows in flight are dropped, not awaited
         if self._upstreams is not None:
@@ -147,6 +205,16 @@ class Gateway:
             "services": len(self.routes.services),
         }
         body.update(self.route_source.health())
+        saved = self.from_snapshot
+        if saved is not None:
+            body["serving_from"] = (
+                f"snapshot {self.snapshot_path} saved at {iso_time(saved.saved_at)} "
+                f"(version {saved.table.version})"
+            )
+        else:
+            body["serving_from"] = (
+                str(body.get("route_source")) if self.routes.version is not None else "nothing yet"
+            )
         return (200 if self.routes.version is not None else 503), body
 
     def render_metrics(self) -> bytes:

@@ -41,7 +41,7 @@ ApplyFn = Callable[[RouteTable], None]
 Health = dict[str, str | int | float | bool | None]
 
 
-def _iso(ts: float) -> str:
+def iso_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
@@ -97,6 +97,16 @@ class RouteState:
 
     def get(self, service: str) -> ServiceRoute | None:
         return self.services.get(service)
+
+    def table(self) -> RouteTable | None:
+        """The whole table in force (for the snapshot), None before the first one."""
+        if self.version is None:
+            return None
+        return RouteTable(
+            version=self.version,
+            routes=[entry.route for entry in self.services.values()],
+            groups=[entry.route for entry in self.groups.values()],
+        )
 
     def pick(self, group: GroupEntry) -> ServiceRoute | None:
         """The member that takes the next request of ``group``: among those taking group
@@ -274,10 +284,11 @@ class ControlPlaneRouteSource:
         self.last_sync: float | None = None
         self.unreachable_since: float | None = None
         self.last_error: str | None = None
+        self.on_unreachable: Callable[[], None] | None = None  # once per outage
 
     def health(self) -> Health:
         if self.unreachable_since is not None:
-            state = f"unreachable since {_iso(self.unreachable_since)}"
+            state = f"unreachable since {iso_time(self.unreachable_since)}"
             if self.last_error:
                 state += f" ({self.last_error})"
         elif self.last_sync is None:
@@ -288,13 +299,15 @@ class ControlPlaneRouteSource:
             "route_source": "control_plane",
             "control_plane": state,
             "control_plane_url": self.url,
-            "last_sync": _iso(self.last_sync) if self.last_sync else None,
+            "last_sync": iso_time(self.last_sync) if self.last_sync else None,
         }
 
     def _failed(self, reason: str) -> None:
         if self.unreachable_since is None:
             self.unreachable_since = time.time()
             log.warning("control plane unreachable (%s); serving the last route table", reason)
+            if self.on_unreachable is not None:
+                self.on_unreachable()
         self.last_error = reason
 
     async def poll_once(self, session: aiohttp.ClientSession, after: int) -> RouteTable | None:

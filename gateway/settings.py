@@ -94,6 +94,12 @@ class GatewaySettings(BaseSettings):
         description="A replica that refused a connection is tried last for this long.",
     )
 
+    route_snapshot: str = Field(
+        default="",
+        description="File the route table is saved to when the control plane stops answering "
+        "and on shutdown; a gateway that starts while the control plane does not answer serves "
+        "from it (empty: no snapshot).",
+    )
     poll_wait_s: float = Field(
         default=25.0, gt=0, description="Long-poll hold asked of the control plane."
     )

@@ -34,7 +34,7 @@ CHART_OWNED: dict[str, tuple[type[BaseSettings], set[str]]] = {
     # admin_token: the chart gives the gateway none (it reads routes with routes_token).
     "gateway": (
         GatewaySettings,
-        {"controlplane_url", "routes_token", "admin_token", "host", "port", "workers"},
+        {"controlplane_url", "routes_token", "admin_token", "host", "port", "workers", "route_snapshot"},
     ),
     "serving": (
         KubernetesSettings,
@@ -191,6 +191,7 @@ SAMPLE: dict[str, Any] = {
         "pollBackoffMaxS": 2,
         "reportIntervalS": 0.25,
         "headTimeoutS": 30,
+        "bodyTimeoutS": 45,
         "shutdownGraceS": 120,
         "healthPath": "/healthz",
         "metricsPath": "/gateway/metrics",

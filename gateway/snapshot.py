@@ -1,0 +1,65 @@
+"""The route table kept on disk, so a gateway restarted while the control plane is down
+still serves (``OPENEAS_GATEWAY_ROUTE_SNAPSHOT``).
+
+Written when the control plane stops answering and when the gateway stops — not per change,
+so steady state costs nothing — and read only when a starting gateway gets no table from
+the control plane in time. The file holds token digests and replica addresses, never a
+token; it is replaced atomically and readable by its owner only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from contract.wire import RouteTable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    table: RouteTable
+    saved_at: float  # seconds since the epoch (the file's mtime)
+
+
+def save(path: Path, table: RouteTable) -> None:
+    """Replace the snapshot with ``table`` (whole), atomically; failures are logged, not
+    raised: a snapshot is a fallback and never stops the gateway."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".routes-", dir=path.parent)  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(table.model_dump_json().encode())
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        log.warning("could not save the route snapshot to %s: %s", path, e.strerror or e)
+        return
+    log.info("route table version %d saved to %s", table.version, path)
+
+
+def load(path: Path) -> Snapshot | None:
+    """The snapshot at ``path``, None when there is none or it cannot be read."""
+    try:
+        data = path.read_bytes()
+        saved_at = path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.warning("could not read the route snapshot %s: %s", path, e.strerror or e)
+        return None
+    try:
+        table = RouteTable.model_validate_json(data)
+    except ValidationError as e:
+        log.warning("ignoring the route snapshot %s: %d errors", path, e.error_count())
+        return None
+    return Snapshot(table.model_copy(update={"full": True}), saved_at)
