@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from processors import exits, progress, registry, repository
-from processors.base import Ports, ProcessorError
+from processors.base import READY_FILE_ENV, Ports, ProcessorError
 from processors.exits import fail
 
 
@@ -78,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="where remote repositories are pulled (default: $OPENEAS_MODEL_CACHE or a temp dir)",
     )
+    run.add_argument(
+        "--warm-up-data-path",
+        metavar="PATH_OR_URI",
+        help="request files replayed once the server is ready, before the replica reports "
+        f"ready (${READY_FILE_ENV} is created then): a file or folder, or oss://bucket/prefix",
+    )
     return parser
 
 
@@ -95,7 +101,7 @@ def _run(args: argparse.Namespace, params: list[str] | None) -> int:
     if processor.run is None:
         return fail(exits.BAD_PARAMS, f"processor {processor.name!r} has no runner")
     ports = Ports(args.http_port, args.grpc_port, args.metrics_port, host=args.host)
-    return processor.run(params, ports, args.model_cache)
+    return processor.run(params, ports, args.model_cache, args.warm_up_data_path)
 
 
 def _pull(uri: str, dest: Path, endpoint: str | None) -> int:
