@@ -1,6 +1,7 @@
 """``openeas processor …``: the commands a replica (or an operator) runs.
 
 ``openeas.cli`` dispatches here. ``pull <uri> <dest>`` fetches a model repository;
+``model-cache`` serves a node's model cache (:mod:`processors.model_cache.server`);
 ``run <processor> [--http-port …] -- <processor_params…>`` is every replica's command (see
 ``processors.exits`` for the exit codes). Processor params follow ``--`` verbatim, so
 argparse never sees (or rewrites) the tenant's flags.
@@ -15,6 +16,7 @@ from pathlib import Path
 from processors import exits, progress, registry, repository
 from processors.base import READY_FILE_ENV, Ports, ProcessorError
 from processors.exits import fail
+from processors.model_cache import server
 
 
 def main(argv: list[str]) -> int:
@@ -31,6 +33,15 @@ def main(argv: list[str]) -> int:
             if params is not None:
                 parser.error("pull takes no processor params (nothing after --)")
             return _pull(args.uri, Path(args.dest), args.endpoint)
+        if args.command == "model-cache":
+            server.serve(
+                args.dir,
+                max_bytes=args.max_bytes,
+                max_age_days=args.max_age_days,
+                host=args.host,
+                port=args.port,
+            )
+            return 0
         return _run(args, params)
     except KeyboardInterrupt:
         return exits.INTERRUPTED
@@ -49,7 +60,9 @@ def _parser() -> argparse.ArgumentParser:
         description="What a replica runs. OSS credentials come from OSS_ACCESS_KEY_ID and "
         "OSS_ACCESS_KEY_SECRET.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{pull,run}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{pull,run,model-cache}"
+    )
 
     pull = commands.add_parser(
         "pull",
@@ -60,6 +73,20 @@ def _parser() -> argparse.ArgumentParser:
     pull.add_argument("uri", help="oss://bucket/prefix, or a local directory to copy")
     pull.add_argument("dest", help="local directory (created; updated in place if present)")
     pull.add_argument("--endpoint", help="OSS endpoint (default: $OSS_ENDPOINT)")
+
+    cache = commands.add_parser(
+        "model-cache",
+        help="serve a node's model cache to the pulls on that node",
+        description="Serve cached model files over HTTP (GET/PUT /objects/<address>), "
+        "bounded by --max-bytes (least recently used go first) and --max-age-days.",
+    )
+    cache.add_argument("--dir", type=Path, required=True, help="where the objects are kept")
+    cache.add_argument("--max-bytes", type=_positive, required=True, help="size bound")
+    cache.add_argument(
+        "--max-age-days", type=float, default=14.0, help="drop objects unused this long (14)"
+    )
+    cache.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    cache.add_argument("--port", type=int, default=8090, help="port (default 8090)")
 
     run = commands.add_parser(
         "run",
@@ -85,6 +112,13 @@ def _parser() -> argparse.ArgumentParser:
         f"ready (${READY_FILE_ENV} is created then): a file or folder, or oss://bucket/prefix",
     )
     return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"give a positive number of bytes, not {text}")
+    return value
 
 
 def _run(args: argparse.Namespace, params: list[str] | None) -> int:
