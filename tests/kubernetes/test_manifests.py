@@ -114,9 +114,9 @@ CASES: dict[str, tuple[dict[str, Any], KubernetesSettings]] = {
         settings(resource_groups={**RESOURCE_GROUPS, "eas-r-mig": MIG_GROUP}),
     ),
     "gpu, 2 instances": (spec(instance=2), settings(runtime_class_name="nvidia")),
-    "warm-up from oss": (
+    "warm-up from oss, node cache": (
         {**spec(), "warm_up_data_path": "oss://triton-model-repo/warm-up"},
-        settings(),
+        settings(model_cache_url="http://openeas-model-cache.openeas.svc:8090"),
     ),
     "no budget, spread, prestop or bound": (
         spec(),
@@ -329,6 +329,18 @@ def test_warm_up_files_are_pulled_beside_the_models_and_gate_the_startup_probe()
     plain, _ = objects()
     assert "httpGet" in container(plain)["startupProbe"]
     assert READY_FILE_ENV not in json.dumps(container(plain))
+
+
+def test_pulls_ask_the_node_cache_when_there_is_one() -> None:
+    url = "http://openeas-model-cache.openeas.svc:8090"
+    body = {**spec(), "warm_up_data_path": "oss://triton-model-repo/warm-up"}
+    deployment, _ = objects(body, settings(model_cache_url=url))
+    for name in ("model-pull", "warm-up-pull"):
+        env = {e["name"]: e.get("value") for e in container(deployment, name)["env"]}
+        assert env["OPENEAS_MODEL_CACHE_URL"] == url
+    assert "OPENEAS_MODEL_CACHE_URL" not in json.dumps(container(deployment))
+    plain, _ = objects(body)
+    assert "OPENEAS_MODEL_CACHE_URL" not in json.dumps(plain)
 
 
 def test_params_the_processor_rejects_are_permanent() -> None:

@@ -28,6 +28,7 @@ from controlplane.runtime.kubernetes.settings import (
 )
 from processors import registry
 from processors.base import READY_FILE_ENV, Ports, ProcessorError, Pull, ReplicaPlan
+from processors.storage.node_cache import ENV_URL as NODE_CACHE_ENV
 
 Manifest = dict[str, Any]
 
@@ -329,6 +330,8 @@ def _pull_container(
     env.append(NO_GPUS)  # the pull needs none, whatever the replica holds
     if settings.oss_region:
         env.append({"name": "OSS_REGION", "value": settings.oss_region})
+    if settings.model_cache_url:
+        env.append({"name": NODE_CACHE_ENV, "value": settings.model_cache_url})
     if settings.oss_secret:
         env += [
             {
