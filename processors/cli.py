@@ -83,7 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     cache.add_argument("--dir", type=Path, required=True, help="where the objects are kept")
     cache.add_argument("--max-bytes", type=_positive, required=True, help="size bound")
     cache.add_argument(
-        "--max-age-days", type=float, default=14.0, help="drop objects unused this long (14)"
+        "--max-age-days",
+        type=float,
+        default=14.0,
+        help="drop objects unused this long (default 14)",
     )
     cache.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
     cache.add_argument("--port", type=int, default=8090, help="port (default 8090)")
@@ -109,7 +112,8 @@ def _parser() -> argparse.ArgumentParser:
         "--warm-up-data-path",
         metavar="PATH_OR_URI",
         help="request files replayed once the server is ready, before the replica reports "
-        f"ready (${READY_FILE_ENV} is created then): a file or folder, or oss://bucket/prefix",
+        f"ready (${READY_FILE_ENV} is created then): a file or folder, or oss://bucket/prefix "
+        "(default: none, ready as soon as the server is)",
     )
     return parser
 
