@@ -174,12 +174,14 @@ def _from_cache(
     if node_cache is None or not files:
         return {}
 
-    def one(f: RemoteFile) -> tuple[str, Path, int | None]:
-        data = into / f"cached-{f.path.replace('/', '%')}"
+    def one(numbered: tuple[int, RemoteFile]) -> tuple[str, Path, int | None]:
+        i, f = numbered
+        data = into / f"cached-{i}"
         return f.path, data, node_cache.fetch(f, data)
 
     with ThreadPoolExecutor(max(1, min(workers, len(files))), "cache-fetch") as pool:
-        return {path: (data, crc) for path, data, crc in pool.map(one, files) if crc is not None}
+        found = pool.map(one, enumerate(files))
+        return {path: (data, crc) for path, data, crc in found if crc is not None}
 
 
 def _offer(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -110,7 +111,7 @@ class WarmUp:
                 "Inference-Header-Content-Length": str(request.header_length),
             }
         infer = urllib.request.Request(
-            f"{self.base_url}/v2/models/{request.model}/infer",
+            f"{self.base_url}/v2/models/{urllib.parse.quote(request.model, safe='')}/infer",
             data=request.body,
             headers=headers,
             method="POST",
