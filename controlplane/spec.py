@@ -26,7 +26,7 @@ from pydantic import (
 from controlplane.errors import FieldProblem, InvalidSpec
 from processors import registry
 from processors.base import ProcessorError
-from processors.storage import StorageError, parse_uri
+from processors.storage import OssLocation, StorageError, parse_uri
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,61}[a-z0-9]$|^[a-z]$")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-+/=.]{16,128}$")
@@ -273,15 +273,22 @@ def _warm_up_problems(path: str | None) -> list[FieldProblem]:
     """warm_up_data_path names request files the way --model-repository names models."""
     if path is None:
         return []
+    fix = (
+        "use oss://<bucket>/<prefix> (a folder of request files), an absolute path "
+        "or file:///abs/path to a file or folder of <model>/<n>.json or .bin files"
+    )
     try:
-        parse_uri(path)
+        location = parse_uri(path)
     except StorageError as e:
+        return [
+            FieldProblem("warm_up_data_path", f"{path!r} is not a path or oss:// URI ({e})", fix)
+        ]
+    if isinstance(location, OssLocation) and location.prefix.endswith((".json/", ".bin/")):
         return [
             FieldProblem(
                 "warm_up_data_path",
-                f"{path!r} is not a path or oss:// URI ({e})",
-                "use oss://<bucket>/<prefix> (a folder of request files), an absolute path "
-                "or file:///abs/path to a file or folder of <model>/<n>.json or .bin files",
+                f"{path!r} names one file, but an oss:// warm_up_data_path names a folder",
+                "give the folder holding it, e.g. oss://<bucket>/warm-up",
             )
         ]
     return []

@@ -150,6 +150,6 @@ def _pull(uri: str, dest: Path, endpoint: str | None) -> int:
     print(
         f"pulled {uri} into {report.dest}: {report.files} files, "
         f"{report.bytes_downloaded} bytes downloaded, {report.bytes_reused} reused, "
-        f"{report.seconds:.2f} s"
+        f"{report.bytes_from_cache} from the node cache, {report.seconds:.2f} s"
     )
     return 0

@@ -83,6 +83,7 @@ def test_duplicate_name_is_a_conflict(client: TestClient) -> None:
         ({"warm_up_data_path": "warm-up/"}, "warm_up_data_path", "is relative"),
         ({"warm_up_data_path": "https://h/x"}, "warm_up_data_path", "use oss://<bucket>"),
         ({"warm_up_data_path": "oss://B/x"}, "warm_up_data_path", "<model>/<n>.json"),
+        ({"warm_up_data_path": "oss://b-1/w/m.json"}, "warm_up_data_path", "give the folder"),
     ],
 )
 def test_bad_specs_name_the_field_and_the_fix_and_store_nothing(
