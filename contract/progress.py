@@ -1,6 +1,7 @@
-"""What a replica reports while its model repository is pulled: the shape the processor
-writes, the runtimes publish in a replica's status (``progress`` in ``Replicas`` of a
-describe) and ``eascmd`` (and the console) render with :func:`describe`. Pure."""
+"""What a replica reports while its model repository is pulled and its warm-up requests are
+replayed: the shape the processor writes, the runtimes publish in a replica's status
+(``progress`` in ``Replicas`` of a describe) and ``eascmd`` (and the console) render with
+:func:`describe`. Pure."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 # pulling -> pulled (the pull's last word) -> loading (the runtime's: pulled, not ready yet)
-Phase = Literal["pulling", "pulled", "loading"]
+# -> warming up (Triton ready, ``warm_up_data_path`` being replayed) -> warmed up (the
+# replica's last word before it reports ready; it carries ``warm_up_seconds``).
+Phase = Literal["pulling", "pulled", "loading", "warming up", "warmed up"]
+WARMING_UP: Phase = "warming up"
+WARMED_UP: Phase = "warmed up"
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,12 @@ class Progress:
     bytes_total: int
     rate: float = 0.0  # bytes/s fetched by this pull so far
     eta_s: float | None = None  # None until a rate is known
+    # Warm-up: requests replayed so far and in all, when the phase began (Unix seconds) and,
+    # once warmed up, how long the replay took (the cold-start breakdown's "warm-up").
+    requests_done: int = 0
+    requests_total: int = 0
+    started_at: float | None = None
+    warm_up_seconds: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -34,6 +45,11 @@ def describe(p: Progress | Mapping[str, Any]) -> str:
     """``pulling 1.2 GB of 4.0 GB (30%), 3/10 files, 25.0 MB/s, ETA 1m52s``."""
     if not isinstance(p, Progress):
         p = Progress.from_dict(p)
+    if p.phase == WARMING_UP:
+        return f"warming up: {p.requests_done}/{p.requests_total} requests replayed"
+    if p.phase == WARMED_UP:
+        took = duration(p.warm_up_seconds or 0.0)
+        return f"warmed up: {p.requests_total} requests replayed in {took}"
     if p.phase != "pulling":
         done = f"pulled {size(p.bytes_total)}, {p.files_total} files"
         return f"loading models ({done})" if p.phase == "loading" else done

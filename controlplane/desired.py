@@ -36,6 +36,7 @@ def desired(state: ServiceState) -> DesiredReplicaSet:
         "processor": spec.processor,
         "params": spec.processor_params,
         "oss_endpoint": spec.oss_endpoint,
+        **({"warm_up": spec.warm_up_data_path} if spec.warm_up_data_path else {}),
         "resources": [resources.cpu, resources.gpu, resources.memory_mb, resources.resource_group],
     }
     replicas = 0 if state.stopped or state.deleting else metadata.instance
@@ -50,6 +51,7 @@ def desired(state: ServiceState) -> DesiredReplicaSet:
         oss_endpoint=spec.oss_endpoint,
         resources=resources,
         template_hash=_hash(template),
+        warm_up=spec.warm_up_data_path,
     )
 
 

@@ -26,6 +26,7 @@ from pydantic import (
 from controlplane.errors import FieldProblem, InvalidSpec
 from processors import registry
 from processors.base import ProcessorError
+from processors.storage import OssLocation, StorageError, parse_uri
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,61}[a-z0-9]$|^[a-z]$")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-+/=.]{16,128}$")
@@ -162,6 +163,8 @@ class StoredSpec(_Strict):
     processor_params: list[str] = Field(default_factory=list, max_length=64)
     model_path: str | None = Field(default=None, max_length=2048)
     oss_endpoint: str | None = Field(default=None, max_length=256)
+    # EAS's key: request files replayed to each new replica before it is ready (docs/spec.md).
+    warm_up_data_path: str | None = Field(default=None, max_length=2048)
     metadata: Metadata = Field(default_factory=Metadata)
     autoscaler: Autoscaler | None = None
 
@@ -242,6 +245,7 @@ def validate_spec(data: Any, checks: Sequence[Check] = ()) -> ServiceSpec:
     except ProcessorError as e:
         raise InvalidSpec([FieldProblem(e.field, str(e), e.fix)]) from e
     problems = [p for check in checks for p in check(spec)] + _metrics_off(spec, params)
+    problems += _warm_up_problems(spec.warm_up_data_path)
     if problems:
         raise InvalidSpec(problems)
     return spec.model_copy(update={"processor_params": params})
@@ -262,6 +266,31 @@ def _metrics_off(spec: ServiceSpec, params: list[str]) -> list[FieldProblem]:
                     "remove --allow-metrics=false, or scale on qps or concurrency",
                 )
             ]
+    return []
+
+
+def _warm_up_problems(path: str | None) -> list[FieldProblem]:
+    """warm_up_data_path names request files the way --model-repository names models."""
+    if path is None:
+        return []
+    fix = (
+        "use oss://<bucket>/<prefix> (a folder of request files), an absolute path "
+        "or file:///abs/path to a file or folder of <model>/<n>.json or .bin files"
+    )
+    try:
+        location = parse_uri(path)
+    except StorageError as e:
+        return [
+            FieldProblem("warm_up_data_path", f"{path!r} is not a path or oss:// URI ({e})", fix)
+        ]
+    if isinstance(location, OssLocation) and location.prefix.endswith((".json/", ".bin/")):
+        return [
+            FieldProblem(
+                "warm_up_data_path",
+                f"{path!r} names one file, but an oss:// warm_up_data_path names a folder",
+                "give the folder holding it, e.g. oss://<bucket>/warm-up",
+            )
+        ]
     return []
 
 

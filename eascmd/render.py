@@ -77,7 +77,12 @@ def replica_number(replica: dict[str, Any]) -> str:
 def progress(svc: dict[str, Any]) -> tuple[str, str]:
     """What the pending replicas are doing, e.g. ``replica 0: pulling 1.2 GB of 4.0 GB
     (30%), …``, and the kind of it (its phases) — empty when none reports progress."""
-    reports = [(r, r["progress"]) for r in svc.get("Replicas") or [] if r.get("progress")]
+    # A ready replica keeps its warm-up's result (desc shows it), which is not news here.
+    reports = [
+        (r, r["progress"])
+        for r in svc.get("Replicas") or []
+        if r.get("progress") and r.get("state") != "Running"
+    ]
     text = "; ".join(f"replica {replica_number(r)}: {describe_progress(p)}" for r, p in reports)
     return text, ",".join(p.get("phase", "") for _, p in reports)
 

@@ -13,8 +13,14 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 _PR_SET_PDEATHSIG = 1
+
+# A file the runtime names for a replica with warm-up requests: the replica creates it once
+# they are replayed, and the runtime's readiness gate waits for it (local: its probe;
+# Kubernetes: the startup probe), so no user request reaches an unwarmed replica.
+READY_FILE_ENV = "OPENEAS_READY_FILE"
 
 
 class ProcessorError(ValueError):
@@ -64,12 +70,29 @@ class ReplicaPlan:
     # The same command as arguments of the ``openeas`` entry point, for a container whose
     # image provides it (kubernetes runtime); empty when the command is not an openeas one.
     openeas_args: list[str] = field(default_factory=list)
+    # Warm-up requests to replay before ready: the runtime gates readiness on the ready file
+    # (READY_FILE_ENV). ``warm_up_pull``: remote request files the runtime pulls first.
+    warms_up: bool = False
+    warm_up_pull: Pull | None = None
 
 
-# (normalised params, ports, oss_endpoint, model_dir) -> plan. ``model_dir``: a local folder
-# the runtime pulls a remote repository into before the replica starts (None: the replica
-# makes the repository local itself).
-Plan = Callable[[Sequence[str], Ports, str | None, str | None], ReplicaPlan]
+class Plan(Protocol):
+    """(normalised params, ports, oss_endpoint, model_dir) -> plan. ``model_dir``: a local
+    folder the runtime pulls a remote repository into before the replica starts (None: the
+    replica makes the repository local itself). ``warm_up``: the spec's
+    ``warm_up_data_path``; with ``warm_up_dir`` a remote one is pulled there by the runtime."""
+
+    def __call__(
+        self,
+        params: Sequence[str],
+        ports: Ports,
+        oss_endpoint: str | None,
+        model_dir: str | None,
+        /,
+        *,
+        warm_up: str | None = None,
+        warm_up_dir: str | None = None,
+    ) -> ReplicaPlan: ...
 
 
 @dataclass(frozen=True)
@@ -78,9 +101,10 @@ class Processor:
     # Returns the normalised params (``--flag=value`` form) or raises ProcessorError.
     validate: Callable[[Sequence[str]], list[str]]
     plan: Plan
-    # Inside the replica: (params, ports, model cache dir or None) -> exit code.
-    # ``openeas processor run <name>`` calls it; None for processors without a runner.
-    run: Callable[[Sequence[str], Ports, Path | None], int] | None = None
+    # Inside the replica: (params, ports, model cache dir or None, warm-up data path or None)
+    # -> exit code. ``openeas processor run <name>`` calls it; None for processors without
+    # a runner.
+    run: Callable[[Sequence[str], Ports, Path | None, str | None], int] | None = None
 
 
 def die_with(parent: int) -> Callable[[], None]:

@@ -1,6 +1,7 @@
 """``openeas processor …``: the commands a replica (or an operator) runs.
 
 ``openeas.cli`` dispatches here. ``pull <uri> <dest>`` fetches a model repository;
+``model-cache`` serves a node's model cache (:mod:`processors.model_cache.server`);
 ``run <processor> [--http-port …] -- <processor_params…>`` is every replica's command (see
 ``processors.exits`` for the exit codes). Processor params follow ``--`` verbatim, so
 argparse never sees (or rewrites) the tenant's flags.
@@ -13,8 +14,9 @@ import logging
 from pathlib import Path
 
 from processors import exits, progress, registry, repository
-from processors.base import Ports, ProcessorError
+from processors.base import READY_FILE_ENV, Ports, ProcessorError
 from processors.exits import fail
+from processors.model_cache import server
 
 
 def main(argv: list[str]) -> int:
@@ -31,6 +33,15 @@ def main(argv: list[str]) -> int:
             if params is not None:
                 parser.error("pull takes no processor params (nothing after --)")
             return _pull(args.uri, Path(args.dest), args.endpoint)
+        if args.command == "model-cache":
+            server.serve(
+                args.dir,
+                max_bytes=args.max_bytes,
+                max_age_days=args.max_age_days,
+                host=args.host,
+                port=args.port,
+            )
+            return 0
         return _run(args, params)
     except KeyboardInterrupt:
         return exits.INTERRUPTED
@@ -49,7 +60,9 @@ def _parser() -> argparse.ArgumentParser:
         description="What a replica runs. OSS credentials come from OSS_ACCESS_KEY_ID and "
         "OSS_ACCESS_KEY_SECRET.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{pull,run}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{pull,run,model-cache}"
+    )
 
     pull = commands.add_parser(
         "pull",
@@ -60,6 +73,23 @@ def _parser() -> argparse.ArgumentParser:
     pull.add_argument("uri", help="oss://bucket/prefix, or a local directory to copy")
     pull.add_argument("dest", help="local directory (created; updated in place if present)")
     pull.add_argument("--endpoint", help="OSS endpoint (default: $OSS_ENDPOINT)")
+
+    cache = commands.add_parser(
+        "model-cache",
+        help="serve a node's model cache to the pulls on that node",
+        description="Serve cached model files over HTTP (GET/PUT /objects/<address>), "
+        "bounded by --max-bytes (least recently used go first) and --max-age-days.",
+    )
+    cache.add_argument("--dir", type=Path, required=True, help="where the objects are kept")
+    cache.add_argument("--max-bytes", type=_positive, required=True, help="size bound")
+    cache.add_argument(
+        "--max-age-days",
+        type=float,
+        default=14.0,
+        help="drop objects unused this long (default 14)",
+    )
+    cache.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    cache.add_argument("--port", type=int, default=8090, help="port (default 8090)")
 
     run = commands.add_parser(
         "run",
@@ -78,7 +108,21 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="where remote repositories are pulled (default: $OPENEAS_MODEL_CACHE or a temp dir)",
     )
+    run.add_argument(
+        "--warm-up-data-path",
+        metavar="PATH_OR_URI",
+        help="request files replayed once the server is ready, before the replica reports "
+        f"ready (${READY_FILE_ENV} is created then): a file or folder, or oss://bucket/prefix "
+        "(default: none, ready as soon as the server is)",
+    )
     return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"give a positive number of bytes, not {text}")
+    return value
 
 
 def _run(args: argparse.Namespace, params: list[str] | None) -> int:
@@ -95,7 +139,7 @@ def _run(args: argparse.Namespace, params: list[str] | None) -> int:
     if processor.run is None:
         return fail(exits.BAD_PARAMS, f"processor {processor.name!r} has no runner")
     ports = Ports(args.http_port, args.grpc_port, args.metrics_port, host=args.host)
-    return processor.run(params, ports, args.model_cache)
+    return processor.run(params, ports, args.model_cache, args.warm_up_data_path)
 
 
 def _pull(uri: str, dest: Path, endpoint: str | None) -> int:
@@ -106,6 +150,6 @@ def _pull(uri: str, dest: Path, endpoint: str | None) -> int:
     print(
         f"pulled {uri} into {report.dest}: {report.files} files, "
         f"{report.bytes_downloaded} bytes downloaded, {report.bytes_reused} reused, "
-        f"{report.seconds:.2f} s"
+        f"{report.bytes_from_cache} from the node cache, {report.seconds:.2f} s"
     )
     return 0

@@ -12,6 +12,8 @@ line on stderr, ``openeas: <reason>`` (retry warnings may precede a temporary on
       access denied, bad signature, local path missing (mark the service Failed)
 75    temporary pull failure after bounded retries: network, 5xx (``EX_TEMPFAIL``: retry)
 4     the server has no backend for a model of the repository (the line names the fix)
+5     a warm-up request (``warm_up_data_path``) is malformed or Triton refused it: the
+      replica never reports ready (the line names the file and Triton's answer)
 127   the server binary is missing (the line names every way to provide it)
 130   interrupted (Ctrl-C) before the server started
 ====  ===================================================================================
@@ -24,6 +26,7 @@ import sys
 BAD_PARAMS = 2
 PULL_PERMANENT = 3
 BACKEND_MISSING = 4
+WARM_UP_FAILED = 5
 PULL_TEMPORARY = 75
 NO_SERVER_BINARY = 127
 INTERRUPTED = 130
@@ -34,6 +37,7 @@ PERMANENT = {
     BAD_PARAMS: "BadProcessorParams",
     PULL_PERMANENT: "ModelPullFailed",
     BACKEND_MISSING: "BackendMissing",
+    WARM_UP_FAILED: "WarmUpFailed",
     NO_SERVER_BINARY: "ServerBinaryMissing",
 }
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from processors import exits, progress, storage
+from processors.storage.node_cache import NodeCache
 
 ENV_MODEL_CACHE = "OPENEAS_MODEL_CACHE"
 
@@ -76,7 +77,8 @@ def pull(uri: str, dest: Path, *, endpoint: str | None) -> storage.PullReport:
     # read here so the run and the pull command both report it.
     sink = progress.sink_from(os.environ)
     try:
-        return storage.pull(uri, dest, endpoint=endpoint, progress=sink)
+        node_cache = NodeCache.from_env(os.environ)  # the node's model cache, on Kubernetes
+        return storage.pull(uri, dest, endpoint=endpoint, progress=sink, node_cache=node_cache)
     except storage.PermanentStorageError as e:
         raise PullFailed(str(e), temporary=False) from e
     except storage.TemporaryStorageError as e:

@@ -58,6 +58,7 @@ class DesiredReplicaSet:
     oss_endpoint: str | None
     resources: Resources
     template_hash: str
+    warm_up: str | None = None  # the spec's warm_up_data_path
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import aiohttp
 
-from contract.progress import Progress
+from contract.progress import WARMED_UP, Progress
 from controlplane.runtime.base import (
     DesiredReplicaSet,
     Notify,
@@ -35,7 +35,7 @@ from controlplane.runtime.base import (
 )
 from controlplane.runtime.proc_cpu import CpuRates
 from processors import exits, progress, registry
-from processors.base import Ports, die_with
+from processors.base import READY_FILE_ENV, Ports, die_with
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,15 @@ class Replica:
             message=self.message,
             permanent=self.permanent,
             metrics=self.metrics_url if self.state == "Running" and not self.stopping else None,
-            progress=self.progress if self.state == "Pending" else None,
+            progress=self.progress if self._progress_shown() else None,
         )
+
+    def _progress_shown(self) -> bool:
+        # A pending replica's pull or warm-up; a ready one keeps only its warm-up's result
+        # (how long it took, for the cold-start breakdown).
+        if self.state == "Pending":
+            return True
+        return self.progress is not None and self.progress.phase == WARMED_UP
 
     @property
     def progress_path(self) -> Path:
@@ -277,7 +284,7 @@ class LocalRuntime:
         http, grpc, metrics = _free_ports(3, self.host)
         ports = Ports(http=http, grpc=grpc, metrics=metrics, host=self.host)
         plan = registry.get(desired.processor).plan(
-            desired.params, ports, desired.oss_endpoint, None
+            desired.params, ports, desired.oss_endpoint, None, warm_up=desired.warm_up
         )
         env = dict(os.environ, **plan.env)
         env["OPENEAS_MODEL_CACHE"] = str(self.data_dir / "models")
@@ -285,6 +292,10 @@ class LocalRuntime:
         env[progress.ENV_FILE] = str(replica.progress_path)
         replica.progress_path.unlink(missing_ok=True)  # a restart pulls (or skips) anew
         replica.progress = None
+        gate = replica.log_path.with_suffix(".ready") if plan.warms_up else None
+        if gate is not None:
+            gate.unlink(missing_ok=True)  # a restart warms up anew
+            env[READY_FILE_ENV] = str(gate)
         replica.state, replica.reason = "Pending", "Starting"
         replica.base_url = f"http://{self.host}:{http}"
         replica.metrics_url = f"http://{self.host}:{metrics}"
@@ -301,7 +312,9 @@ class LocalRuntime:
                 preexec_fn=die_with(os.getpid()),  # no orphan even if we are SIGKILLed
             )
         self.notify(replica.service)
-        probe = asyncio.create_task(self._probe(replica, replica.base_url + plan.readiness_path))
+        probe = asyncio.create_task(
+            self._probe(replica, replica.base_url + plan.readiness_path, gate)
+        )
         try:
             return await replica.process.wait()
         finally:
@@ -310,8 +323,10 @@ class LocalRuntime:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(replica.process.pid, signal.SIGKILL)
 
-    async def _probe(self, replica: Replica, url: str) -> None:
-        """Follow readiness: Pending ↔ Running, notifying on every flip."""
+    async def _probe(self, replica: Replica, url: str, gate: Path | None) -> None:
+        """Follow readiness: Pending ↔ Running, notifying on every flip. With warm-up
+        requests, ready also waits for the ``gate`` file the replica creates once they are
+        replayed (Triton is ready before that)."""
         if self._http is None:
             # No keep-alive: Triton waits for open HTTP connections before it exits.
             self._http = aiohttp.ClientSession(
@@ -325,8 +340,12 @@ class LocalRuntime:
                     ready = response.status == 200
             except (aiohttp.ClientError, TimeoutError):
                 ready = False
+            if ready and gate is not None and not gate.exists():
+                ready = False
             state: ReplicaState = "Running" if ready else "Pending"
             if state != replica.state:
+                if gate is not None and ready:
+                    watch.changed(replica, force=True)  # its last word: the warm-up's duration
                 replica.state = state
                 replica.reason = "" if ready else "NotReady"
                 self.notify(replica.service)
@@ -362,7 +381,7 @@ class _ProgressWatch:
         self._mtime = 0
         self._notified = float("-inf")
 
-    def changed(self, replica: Replica) -> bool:
+    def changed(self, replica: Replica, *, force: bool = False) -> bool:
         try:
             mtime = self.path.stat().st_mtime_ns
         except OSError:
@@ -377,7 +396,7 @@ class _ProgressWatch:
         if seen.phase == "pulled":  # pulled, not ready: the server is loading the models
             seen = dataclasses.replace(seen, phase="loading")
         new_phase = old is None or old.phase != seen.phase
-        if not new_phase and now - self._notified < PROGRESS_NOTIFY:
+        if not (new_phase or force) and now - self._notified < PROGRESS_NOTIFY:
             return False  # read again next probe: the newest numbers win
         self._mtime = mtime
         self._notified = now

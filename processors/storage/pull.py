@@ -26,6 +26,7 @@ from processors.progress import Meter, Sink
 from processors.storage.crc64 import Crc64
 from processors.storage.errors import PermanentStorageError, TemporaryStorageError
 from processors.storage.manifest import Entry, Manifest
+from processors.storage.node_cache import NodeCache
 from processors.storage.oss import OssBucket, RemoteObject
 from processors.storage.partial import Partial
 from processors.storage.plan import LocalStat, RemoteFile, plan, remote_files
@@ -47,6 +48,7 @@ class PullReport:
     bytes_downloaded: int  # fetched (or copied, for a local URI) by this pull
     bytes_reused: int  # linked from the previous copy or resumed from an interrupted pull
     seconds: float
+    bytes_from_cache: int = 0  # taken from the node's model cache instead of OSS
 
 
 def pull(
@@ -57,6 +59,7 @@ def pull(
     workers: int = 8,
     part_size: int = 8 * 2**20,
     progress: Sink | None = None,
+    node_cache: NodeCache | None = None,
 ) -> PullReport:
     """Make ``dest`` an exact, verified copy of the repository at ``uri``.
 
@@ -64,6 +67,7 @@ def pull(
     :class:`~processors.storage.errors.PermanentStorageError` when the user must fix something
     and :class:`~processors.storage.errors.TemporaryStorageError` when a later retry may work.
     ``progress`` hears how far an ``oss://`` pull is, at most twice a second and at the end.
+    ``node_cache``: asked for each file before OSS, and offered what came from OSS.
     """
     if workers < 1 or part_size < 1:
         raise ValueError(f"workers and part_size must be positive, not {workers}, {part_size}")
@@ -78,25 +82,30 @@ def pull(
     with Workspace(dest).locked() as work:
         tree = work.new_tree()
         try:
+            cached = 0
             if bucket is None:
                 assert isinstance(location, LocalLocation)
                 files, downloaded, reused = _copy_local(location, work, tree)
             else:
                 sink = progress or _ignore
-                files, downloaded, reused = _pull_oss(bucket, work, tree, workers, part_size, sink)
+                files, downloaded, reused, cached = _pull_oss(
+                    bucket, work, tree, workers, part_size, sink, node_cache
+                )
             work.commit(tree)
         except OSError as e:  # network errors were translated at the OSS boundary: this is disk
             raise PermanentStorageError(f"cannot write the repository beside {dest}: {e}") from e
         finally:
             shutil.rmtree(tree, ignore_errors=True)
-    report = PullReport(dest, files, downloaded, reused, time.monotonic() - started)
+    report = PullReport(dest, files, downloaded, reused, time.monotonic() - started, cached)
     log.info(
-        "pulled %s into %s: %d files, %d bytes downloaded, %d reused, %.2fs",
+        "pulled %s into %s: %d files, %d bytes downloaded, %d reused, %d from the node "
+        "cache, %.2fs",
         location,
         dest,
         files,
         downloaded,
         reused,
+        cached,
         report.seconds,
     )
     return report
@@ -107,13 +116,21 @@ def _ignore(_progress: object) -> None:
 
 
 def _pull_oss(
-    bucket: OssBucket, work: Workspace, tree: Path, workers: int, part_size: int, sink: Sink
-) -> tuple[int, int, int]:
+    bucket: OssBucket,
+    work: Workspace,
+    tree: Path,
+    workers: int,
+    part_size: int,
+    sink: Sink,
+    node_cache: NodeCache | None,
+) -> tuple[int, int, int, int]:
     files = remote_files(bucket.location, _list(bucket))
     previous = Manifest.load(work.dest)
     entries = previous.files if previous else {}
     todo = plan(files, entries, _local_stats(work.dest, entries))
-    partials = [Partial(work.partials, f, part_size) for f in todo.fetch]
+    hits = _from_cache(node_cache, todo.fetch, work.partials, workers)
+    cached = sum(f.size for f in todo.fetch if f.path in hits)
+    partials = [Partial(work.partials, f, part_size) for f in todo.fetch if f.path not in hits]
     log.info(
         "%s: %d files, %d to fetch (%d bytes), %d unchanged",
         bucket.location,
@@ -127,22 +144,52 @@ def _pull_oss(
         sink,
         files_total=len(files),
         bytes_total=sum(f.size for f in files),
-        files_done=len(files) - len(todo.fetch),
-        bytes_done=reused,
+        files_done=len(files) - len(partials),
+        bytes_done=reused + cached,
         interval=PROGRESS_INTERVAL,
     )
     downloaded = _download(bucket, partials, workers, meter)
     crcs: dict[str, int] = {f.path: entries[f.path].crc for f in todo.reuse}
     for f in todo.reuse:
         _place(work.dest / f.path, tree / f.path)
+    for path, (data, crc) in hits.items():
+        crcs[path] = crc
+        _place(data, tree / path)
     for p in partials:
         crcs[p.file.path] = p.verify()
         _place(p.data, tree / p.file.path)
+    if node_cache is not None:
+        _offer(node_cache, [(p.file, p.data, crcs[p.file.path]) for p in partials], workers)
     Manifest(str(bucket.location), {f.path: _entry(f, crcs[f.path], tree) for f in files}).save(
         tree
     )
     meter.finish()
-    return len(files), downloaded, reused
+    return len(files), downloaded, reused, cached
+
+
+def _from_cache(
+    node_cache: NodeCache | None, files: list[RemoteFile], into: Path, workers: int
+) -> dict[str, tuple[Path, int]]:
+    """Files the node cache had, checked: path -> (local copy, CRC-64)."""
+    if node_cache is None or not files:
+        return {}
+
+    def one(numbered: tuple[int, RemoteFile]) -> tuple[str, Path, int | None]:
+        i, f = numbered
+        data = into / f"cached-{i}"
+        return f.path, data, node_cache.fetch(f, data)
+
+    with ThreadPoolExecutor(max(1, min(workers, len(files))), "cache-fetch") as pool:
+        found = pool.map(one, enumerate(files))
+        return {path: (data, crc) for path, data, crc in found if crc is not None}
+
+
+def _offer(
+    node_cache: NodeCache, fetched: list[tuple[RemoteFile, Path, int]], workers: int
+) -> None:
+    if fetched:
+        with ThreadPoolExecutor(max(1, min(workers, len(fetched))), "cache-offer") as pool:
+            list(pool.map(lambda item: node_cache.offer(*item), fetched))
 
 
 def _list(bucket: OssBucket) -> list[RemoteObject]:

@@ -14,17 +14,22 @@ Exit codes: :mod:`processors.exits` (tritonserver's own code passes through).
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from processors import exits, repository
+from processors import exits, progress, repository, storage
 from processors.base import Ports, ProcessorError
 from processors.exits import fail, say
-from processors.triton import backends, binary, fences, flags, supervisor
+from processors.triton import backends, binary, fences, flags, supervisor, warmup, warmup_files
 
 
-def run(params: Sequence[str], ports: Ports, model_cache: Path | None) -> int:
-    """Pull if needed, then run tritonserver to its end; the process's exit code."""
+def run(
+    params: Sequence[str], ports: Ports, model_cache: Path | None, warm_up: str | None = None
+) -> int:
+    """Pull if needed, then run tritonserver to its end; the process's exit code. With
+    ``warm_up`` (``warm_up_data_path``), its requests are replayed once tritonserver is
+    ready, before the ready file tells the runtime so."""
     try:
         checked = flags.parse(params)
     except ProcessorError as e:
@@ -45,12 +50,49 @@ def run(params: Sequence[str], ports: Ports, model_cache: Path | None) -> int:
     problem = backends.missing(local, backends.directory(server.args))
     if problem is not None:
         return fail(exits.BACKEND_MISSING, problem)
+    replay: warmup.WarmUp | None = None
+    if warm_up:
+        try:
+            requests = warmup_files.load(_local_files(warm_up, cache))
+        except repository.PullFailed as e:
+            return fail(e.exit_code, f"warm-up files pull failed: {e}")
+        except (warmup_files.WarmUpFileError, OSError) as e:
+            return fail(exits.WARM_UP_FAILED, f"warm_up_data_path: {e}")
+        url = f"http://{_loopback(ports.host)}:{ports.http}"
+        sink = progress.sink_from(os.environ)
+        replay = warmup.WarmUp(requests, url, sink, warmup.ready_file(os.environ))
     say(f"serving {checked.model_repository} from {local} with {server.binary}")
     argv = tritonserver_argv(server, checked, local, ports, fences.new_key())
+    failed: list[str] = []
+
+    def warm(child: subprocess.Popen[bytes]) -> None:
+        assert replay is not None
+        reason = replay.run(child)
+        if reason is not None:
+            failed.append(reason)
+            child.terminate()  # a replica that cannot warm up never serves
+
     try:
-        return supervisor.supervise(argv, server.environ(os.environ))
+        code = supervisor.supervise(argv, server.environ(os.environ), warm if replay else None)
     except OSError as e:  # exec failed: not a binary for this machine, no permission
         return fail(exits.NO_SERVER_BINARY, f"cannot start {server.binary}: {e.strerror}")
+    return fail(exits.WARM_UP_FAILED, failed[0]) if failed else code
+
+
+def _local_files(uri: str, cache: Path) -> Path:
+    """The warm-up files as a local file or folder: a local path in place, ``oss://``
+    pulled into the model cache like a repository (same code, same credentials)."""
+    try:
+        local = storage.resolve_local(uri)
+    except storage.StorageError as e:
+        raise warmup_files.WarmUpFileError(str(e)) from e
+    if local is not None:
+        return local
+    return repository.local_repository(uri, cache, endpoint=os.environ.get("OSS_ENDPOINT") or None)
+
+
+def _loopback(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "") else host
 
 
 def tritonserver_argv(

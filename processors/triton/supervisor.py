@@ -14,7 +14,8 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 
 from processors.base import die_with
@@ -27,8 +28,12 @@ def exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
-def supervise(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """Start ``argv``, forward signals to it, wait, and return :func:`exit_code` of it."""
+Beside = Callable[[subprocess.Popen[bytes]], None]
+
+
+def supervise(argv: Sequence[str], env: Mapping[str, str], beside: Beside | None = None) -> int:
+    """Start ``argv``, forward signals to it, wait, and return :func:`exit_code` of it.
+    ``beside`` runs in a daemon thread once the child is up (the warm-up replay)."""
     child: subprocess.Popen[bytes] | None = None
     pending: list[int] = []  # signals that arrived before the child existed
 
@@ -45,6 +50,8 @@ def supervise(argv: Sequence[str], env: Mapping[str, str]) -> int:
         child = subprocess.Popen(list(argv), env=dict(env), preexec_fn=die_with(os.getpid()))
         for signum in pending:
             os.kill(child.pid, signum)
+        if beside is not None:
+            threading.Thread(target=beside, args=(child,), name="beside", daemon=True).start()
         return exit_code(_wait(child))
     finally:
         for sig, handler in previous.items():

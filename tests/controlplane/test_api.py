@@ -80,6 +80,10 @@ def test_duplicate_name_is_a_conflict(client: TestClient) -> None:
         ({"processor": "tensorflow"}, "processor", "triton"),
         ({"processor_params": "--x"}, "processor_params", "use a list"),
         ({"token": "short"}, "token", "16-128"),
+        ({"warm_up_data_path": "warm-up/"}, "warm_up_data_path", "is relative"),
+        ({"warm_up_data_path": "https://h/x"}, "warm_up_data_path", "use oss://<bucket>"),
+        ({"warm_up_data_path": "oss://B/x"}, "warm_up_data_path", "<model>/<n>.json"),
+        ({"warm_up_data_path": "oss://b-1/w/m.json"}, "warm_up_data_path", "give the folder"),
     ],
 )
 def test_bad_specs_name_the_field_and_the_fix_and_store_nothing(
@@ -91,6 +95,15 @@ def test_bad_specs_name_the_field_and_the_fix_and_store_nothing(
     assert field in errors, errors
     assert words in errors[field]
     assert client.get("/api/v2/services").json()["TotalCount"] == 0
+
+
+def test_warm_up_data_path_is_kept_and_shown(client: TestClient) -> None:
+    r = client.post(
+        "/api/v2/services", json=seed_spec(warm_up_data_path="oss://triton-model-repo/warm-up")
+    )
+    assert r.status_code == 200, r.text
+    desc = client.get(SVC).json()
+    assert desc["ServiceConfig"]["warm_up_data_path"] == "oss://triton-model-repo/warm-up"
 
 
 def test_missing_name_and_processor_are_reported_together(client: TestClient) -> None:

@@ -29,10 +29,19 @@ SCRIPT = Path(__file__).resolve().parents[1] / "data" / "fake_replica.py"
 
 
 def fake_plan(
-    params: Sequence[str], ports: Ports, _endpoint: str | None, _model_dir: str | None
+    params: Sequence[str],
+    ports: Ports,
+    _endpoint: str | None,
+    _model_dir: str | None,
+    /,
+    *,
+    warm_up: str | None = None,
+    warm_up_dir: str | None = None,
 ) -> ReplicaPlan:
     return ReplicaPlan(
-        command=[sys.executable, str(SCRIPT), str(ports.http), params[0]], http_port=ports.http
+        command=[sys.executable, str(SCRIPT), str(ports.http), params[0]],
+        http_port=ports.http,
+        warms_up=warm_up is not None,
     )
 
 
@@ -255,7 +264,8 @@ async def test_pull_progress_is_published_until_the_replica_is_ready(
     assert (await runtime.observe("svc")).replicas[0].progress == pulling
     assert (await runtime.observe("svc")).replicas[0].as_dict(current=True)["progress"] == {
         "phase": "pulling", "files_done": 1, "files_total": 3, "bytes_done": 400,
-        "bytes_total": 1000, "rate": 200.0, "eta_s": 3.0,
+        "bytes_total": 1000, "rate": 200.0, "eta_s": 3.0, "requests_done": 0,
+        "requests_total": 0, "started_at": None, "warm_up_seconds": None,
     }  # fmt: skip
     assert notified == ["svc"]  # the reconciler writes it (once: the file did not change)
 
@@ -265,6 +275,45 @@ async def test_pull_progress_is_published_until_the_replica_is_ready(
     ready.touch()
     await until(states_are(runtime, ["Running"]))
     assert (await runtime.observe("svc")).replicas[0].progress is None
+
+
+async def test_a_replica_with_warm_up_is_ready_only_once_it_says_it_is_warmed_up(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    await runtime.apply(replace(want(behaviour=f"warm-when:{go}"), warm_up="/warm"))
+
+    async def triton_ready() -> bool:
+        replicas = runtime._replicas.get("svc") or []
+        if not replicas or replicas[0].base_url is None:
+            return False
+        url = replicas[0].base_url + "/v2/health/ready"
+        return await asyncio.to_thread(_status, url) == 200
+
+    await until(triton_ready)
+    # The server answers ready, but the replica has not replayed its warm-up: no endpoint.
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        assert await states(runtime) == ["Pending"]
+        await asyncio.sleep(0.05)
+    go.touch()
+    await until(states_are(runtime, ["Running"]))
+    (replica,) = (await runtime.observe("svc")).replicas
+    assert replica.endpoint is not None
+    # It keeps its warm-up's result: the cold-start breakdown reads the duration there.
+    assert replica.progress is not None and replica.progress.phase == "warmed up"
+    assert replica.progress.warm_up_seconds == 0.5
+
+
+def _status(url: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return int(response.status)
+    except (urllib.error.URLError, OSError):
+        return 0
 
 
 async def test_what_a_crashed_replica_leaves_in_its_group_goes_with_it(tmp_path: Path) -> None:

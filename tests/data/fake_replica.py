@@ -23,6 +23,23 @@ if behaviour.startswith("exit:"):
     time.sleep(0.2)
     print("openeas: model pull failed: oss://b/models is empty", file=sys.stderr, flush=True)
     sys.exit(int(behaviour.split(":")[1]))
+if behaviour.startswith("warm-when:"):  # like a warm-up: progress, then the ready file
+    go = behaviour.removeprefix("warm-when:")
+
+    def warm() -> None:
+        while not os.path.exists(go):
+            time.sleep(0.05)
+        with open(os.environ["OPENEAS_PROGRESS_FILE"], "w") as f:
+            f.write(
+                '{"phase": "warmed up", "files_done": 0, "files_total": 0, "bytes_done": 0, '
+                '"bytes_total": 0, "requests_done": 2, "requests_total": 2, '
+                '"started_at": 1.0, "warm_up_seconds": 0.5}'
+            )
+        open(os.environ["OPENEAS_READY_FILE"], "w").close()
+
+    import threading
+
+    threading.Thread(target=warm, daemon=True).start()
 ready_at = time.monotonic() + float(os.environ.get("FAKE_READY_AFTER", "0"))
 # "until:<path>": ready once that file exists (the test says when loading is over)
 ready_file = behaviour.removeprefix("until:") if behaviour.startswith("until:") else None

@@ -84,6 +84,7 @@ VALUE_SETS: dict[str, Obj] = {
         },
         "imagePullSecrets": ["regcred"],
     },
+    "model cache": {"modelCache": {"enabled": True}},
 }
 
 

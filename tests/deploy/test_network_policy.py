@@ -21,7 +21,7 @@ SERVING = "openeas-serving"
 POLICY = "openeas-replicas"
 
 
-def replica_pod(gpu: int = 1) -> Obj:
+def replica_pod(gpu: int = 1, **settings_: Any) -> Obj:
     """The pod template of a service's Deployment, from the runtime's own manifests."""
     spec = {
         "name": "triton_test",
@@ -30,7 +30,7 @@ def replica_pod(gpu: int = 1) -> Obj:
         "metadata": {"instance": 2, "cpu": 4, "gpu": gpu, "memory": 10000},
     }
     state = ServiceState("triton_test", "u1", 1, StoredSpec.model_validate(spec), False, False)
-    settings = KubernetesSettings(namespace=SERVING, kubeconfig="/nonexistent")
+    settings = KubernetesSettings(namespace=SERVING, kubeconfig="/nonexistent", **settings_)
     deployment = desired_objects(desired(state), settings)[0]
     return deployment["spec"]["template"]  # type: ignore[no-any-return]
 
@@ -151,8 +151,11 @@ ALLOWED_VOLUMES |= {"persistentVolumeClaim", "secret"}
 
 @pytest.mark.parametrize("gpu", [0, 1])
 def test_replicas_meet_pod_security_restricted(gpu: int) -> None:
+    check_restricted(replica_pod(gpu)["spec"])
+
+
+def check_restricted(spec: dict[str, Any]) -> None:
     """The checks of the `restricted` profile (Kubernetes Pod Security Standards)."""
-    spec: dict[str, Any] = replica_pod(gpu)["spec"]
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
     assert not {"hostNetwork", "hostPID", "hostIPC"} & set(spec)

@@ -123,6 +123,34 @@ def test_wait_goes_from_waiting_through_pulling_and_loading_to_running(
     ]
 
 
+WARMING = Progress("warming up", 0, 0, 0, 0, requests_done=1, requests_total=2, started_at=9.0)
+WARMED = Progress("warmed up", 0, 0, 0, 0, requests_done=2, requests_total=2, started_at=9.0,
+                  warm_up_seconds=1.2)  # fmt: skip
+
+
+def test_wait_shows_the_warm_up_and_desc_keeps_its_duration(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client = FakeClient(
+        [
+            service("Waiting", replica(0, "Pending", LOADING)),
+            service("Waiting", replica(0, "Pending", WARMING)),
+            service("Running", replica(0, "Running", WARMED)),
+        ]
+    )
+    assert cli.wait(client, "svc", timeout=30, interval=0) == 0  # type: ignore[arg-type]
+    assert capsys.readouterr().out.splitlines()[3:] == [
+        "[..] replica 0: loading models (pulled 4.0 GB, 10 files)",
+        "[..] replica 0: warming up: 1/2 requests replayed",
+        "[OK] Running [Total: 1, Pending: 0, Running: 1]",
+        "[OK] Service is running",
+    ]
+    scaling = service("Waiting", replica(0, "Running", WARMED), replica(1, "Pending", PULLING))
+    assert render.progress(scaling)[0].startswith("replica 1: pulling")
+    out = render.describe(service("Running", replica(0, "Running", WARMED)))
+    assert "warmed up: 2 requests replayed in 1s" in out
+
+
 def test_bash_completion_offers_commands_and_their_options(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

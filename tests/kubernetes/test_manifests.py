@@ -20,11 +20,14 @@ from controlplane.runtime.base import DesiredReplicaSet, PermanentRuntimeError
 from controlplane.runtime.kubernetes.manifests import (
     HASH_ANNOTATION,
     MODEL_REPOSITORY,
+    READY_FILE,
+    WARM_UP_DIR,
     check_resource_group,
     desired_objects,
 )
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.spec import ServiceSpec, StoredSpec, split_token
+from processors.base import READY_FILE_ENV
 from tests.kubernetes.conftest import RESOURCE_GROUPS
 
 OLDEST = Version("1.29")
@@ -111,6 +114,10 @@ CASES: dict[str, tuple[dict[str, Any], KubernetesSettings]] = {
         settings(resource_groups={**RESOURCE_GROUPS, "eas-r-mig": MIG_GROUP}),
     ),
     "gpu, 2 instances": (spec(instance=2), settings(runtime_class_name="nvidia")),
+    "warm-up from oss, node cache": (
+        {**spec(), "warm_up_data_path": "oss://triton-model-repo/warm-up"},
+        settings(model_cache_url="http://openeas-model-cache.openeas.svc:8090"),
+    ),
     "no budget, spread, prestop or bound": (
         spec(),
         settings(
@@ -298,6 +305,42 @@ def test_the_oss_endpoint_reaches_the_pull() -> None:
     default, _ = objects(s=settings(oss_endpoint="oss-cn-hangzhou.aliyuncs.com"))
     env = {e["name"]: e.get("value") for e in container(default, "model-pull")["env"]}
     assert env["OSS_ENDPOINT"] == "oss-cn-hangzhou.aliyuncs.com"
+
+
+def test_warm_up_files_are_pulled_beside_the_models_and_gate_the_startup_probe() -> None:
+    deployment, _ = objects({**spec(), "warm_up_data_path": "oss://triton-model-repo/warm-up"})
+    pull = container(deployment, "warm-up-pull")
+    assert pull["args"] == ["processor", "pull", "oss://triton-model-repo/warm-up", WARM_UP_DIR]
+    assert pull["volumeMounts"] == container(deployment, "model-pull")["volumeMounts"]
+    assert "secretKeyRef" in json.dumps(pull["env"])  # the model pull's credentials
+    processor = container(deployment)
+    args = processor["args"]
+    assert args[args.index("--warm-up-data-path") + 1] == WARM_UP_DIR
+    assert {"name": READY_FILE_ENV, "value": READY_FILE} in processor["env"]
+    # Readiness is probed only after the startup probe passed: after the warm-up.
+    assert processor["startupProbe"]["exec"] == {"command": ["test", "-e", READY_FILE]}
+    assert "httpGet" not in processor["startupProbe"]
+    assert processor["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    # A local path is used in place (it is in the image): nothing to pull.
+    local, _ = objects({**spec(), "warm_up_data_path": "/opt/warm-up"})
+    assert [c["name"] for c in pod(local)["initContainers"]] == ["model-pull"]
+    assert "/opt/warm-up" in container(local)["args"]
+    # Without warm-up the startup probe is Triton's liveness, as before.
+    plain, _ = objects()
+    assert "httpGet" in container(plain)["startupProbe"]
+    assert READY_FILE_ENV not in json.dumps(container(plain))
+
+
+def test_pulls_ask_the_node_cache_when_there_is_one() -> None:
+    url = "http://openeas-model-cache.openeas.svc:8090"
+    body = {**spec(), "warm_up_data_path": "oss://triton-model-repo/warm-up"}
+    deployment, _ = objects(body, settings(model_cache_url=url))
+    for name in ("model-pull", "warm-up-pull"):
+        env = {e["name"]: e.get("value") for e in container(deployment, name)["env"]}
+        assert env["OPENEAS_MODEL_CACHE_URL"] == url
+    assert "OPENEAS_MODEL_CACHE_URL" not in json.dumps(container(deployment))
+    plain, _ = objects(body)
+    assert "OPENEAS_MODEL_CACHE_URL" not in json.dumps(plain)
 
 
 def test_params_the_processor_rejects_are_permanent() -> None:

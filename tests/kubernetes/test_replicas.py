@@ -58,6 +58,14 @@ def test_pod_states(status: dict[str, Any], state: str, reason: str, permanent: 
     assert replica.template_hash == "t1"
 
 
+def test_a_failed_warm_up_fails_the_replica_with_its_message() -> None:
+    said = "openeas: warm-up request m/1.json to model 'm' failed: Triton answered 400 ..."
+    replica = replica_status(pod(status=ks.status_crash_loop(exit_code=5, message=said)))
+    assert (replica.state, replica.permanent) == ("Failed", True)
+    assert replica.message.startswith(said)
+    assert "exited with code 5" in replica.message
+
+
 def test_a_ready_replica_has_its_pod_endpoint() -> None:
     status = ks.status_ready()
     status["podIP"] = "10.244.1.7"

@@ -54,7 +54,9 @@ def test_missing_local_repository_is_permanent(tmp_path: Path) -> None:
 def test_pull_errors_keep_their_kind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, temporary: bool
 ) -> None:
-    def failing_pull(uri: str, dest: Path, *, endpoint: str | None, progress: object) -> None:
+    def failing_pull(
+        uri: str, dest: Path, *, endpoint: str | None, progress: object, node_cache: object
+    ) -> None:
         raise error
 
     monkeypatch.setattr(storage, "pull", failing_pull)
@@ -70,7 +72,9 @@ def test_remote_repository_is_pulled_into_its_slot(
 ) -> None:
     calls: list[tuple[str, Path, str | None]] = []
 
-    def fake_pull(uri: str, dest: Path, *, endpoint: str | None, progress: object) -> None:
+    def fake_pull(
+        uri: str, dest: Path, *, endpoint: str | None, progress: object, node_cache: object
+    ) -> None:
         calls.append((uri, dest, endpoint))
 
     monkeypatch.setattr(storage, "pull", fake_pull)

@@ -27,7 +27,8 @@ from controlplane.runtime.kubernetes.settings import (
     Rollout,
 )
 from processors import registry
-from processors.base import Ports, ProcessorError, Pull, ReplicaPlan
+from processors.base import READY_FILE_ENV, Ports, ProcessorError, Pull, ReplicaPlan
+from processors.storage.node_cache import ENV_URL as NODE_CACHE_ENV
 
 Manifest = dict[str, Any]
 
@@ -44,6 +45,11 @@ PROCESSOR_CONTAINER = "processor"
 PULL_CONTAINER = "model-pull"
 MODEL_DIR = "/models"
 MODEL_REPOSITORY = MODEL_DIR + "/repository"  # what the init container pulls into
+WARM_UP_PULL_CONTAINER = "warm-up-pull"
+WARM_UP_DIR = MODEL_DIR + "/warm-up"  # remote warm_up_data_path files, pulled beside it
+# Created by the processor once its warm-up requests are replayed; the startup probe waits
+# for it, and readiness is only probed after the startup probe passed.
+READY_FILE = "/tmp/openeas-ready"
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 POD_PORTS = Ports(HTTP_PORT, GRPC_PORT, METRICS_PORT, host="0.0.0.0")  # on the pod's own IP
 
@@ -167,10 +173,16 @@ def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manif
     volumes: list[Manifest] = []
     mounts: list[Manifest] = []
     init: list[Manifest] = []
-    if plan.pull is not None:
+    pulls = [
+        (name, pull)
+        for name, pull in ((PULL_CONTAINER, plan.pull), (WARM_UP_PULL_CONTAINER, plan.warm_up_pull))
+        if pull is not None
+    ]
+    if pulls:
         volumes.append(_empty_dir("models", settings.model_volume_size))
         mounts.append({"name": "models", "mountPath": MODEL_DIR, "readOnly": True})
-        init.append(_pull_container(plan.pull, plan.env, image, desired, settings))
+    for name, pull in pulls:
+        init.append(_pull_container(name, pull, plan.env, image, desired, settings))
     if settings.shm_size:  # counts against the memory limit as it fills
         volumes.append(_empty_dir("dshm", settings.shm_size, medium="Memory"))
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
@@ -225,7 +237,14 @@ def _plan(desired: DesiredReplicaSet, settings: KubernetesSettings) -> ReplicaPl
     endpoint = desired.oss_endpoint or settings.oss_endpoint or None
     try:
         processor = registry.get(desired.processor)
-        plan = processor.plan(desired.params, POD_PORTS, endpoint, MODEL_REPOSITORY)
+        plan = processor.plan(
+            desired.params,
+            POD_PORTS,
+            endpoint,
+            MODEL_REPOSITORY,
+            warm_up=desired.warm_up,
+            warm_up_dir=WARM_UP_DIR,
+        )
     except ProcessorError as e:
         raise PermanentRuntimeError("InvalidProcessorParams", e.one_line()) from e
     if not plan.openeas_args:
@@ -245,6 +264,15 @@ def _processor_container(
 ) -> Manifest:
     resources = _resources(desired)
     env = [{"name": k, "value": v} for k, v in sorted(plan.env.items())]
+    startup = _probe(
+        plan.liveness_path,
+        period=STARTUP_PERIOD_SECONDS,
+        failures=math.ceil(settings.startup_timeout_seconds / STARTUP_PERIOD_SECONDS),
+    )
+    if plan.warms_up:
+        env.append({"name": READY_FILE_ENV, "value": READY_FILE})
+        del startup["httpGet"]
+        startup["exec"] = {"command": ["test", "-e", READY_FILE]}
     if desired.resources.gpu > 0:
         group = _group(desired, settings)
         gpu = (group and group.gpu_resource) or settings.gpu_resource
@@ -267,11 +295,7 @@ def _processor_container(
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
         "resources": resources,
-        "startupProbe": _probe(
-            plan.liveness_path,
-            period=STARTUP_PERIOD_SECONDS,
-            failures=math.ceil(settings.startup_timeout_seconds / STARTUP_PERIOD_SECONDS),
-        ),
+        "startupProbe": startup,
         "readinessProbe": _probe(plan.readiness_path, period=5, failures=3),
         # A replica busy with long inferences may answer slowly; restart only when it is
         # clearly gone.
@@ -294,6 +318,7 @@ def _processor_container(
 
 
 def _pull_container(
+    name: str,
     pull: Pull,
     plan_env: dict[str, str],
     image: str,
@@ -305,6 +330,8 @@ def _pull_container(
     env.append(NO_GPUS)  # the pull needs none, whatever the replica holds
     if settings.oss_region:
         env.append({"name": "OSS_REGION", "value": settings.oss_region})
+    if settings.model_cache_url:
+        env.append({"name": NODE_CACHE_ENV, "value": settings.model_cache_url})
     if settings.oss_secret:
         env += [
             {
@@ -316,7 +343,7 @@ def _pull_container(
             for key, optional in OSS_SECRET_KEYS
         ]
     return {
-        "name": PULL_CONTAINER,
+        "name": name,
         "image": image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": list(settings.entrypoint),

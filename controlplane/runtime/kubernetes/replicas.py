@@ -17,6 +17,7 @@ from controlplane.runtime.kubernetes.manifests import (
     METRICS_PORT,
     PULL_CONTAINER,
     TEMPLATE_HASH_LABEL,
+    WARM_UP_PULL_CONTAINER,
 )
 from processors import exits
 
@@ -123,7 +124,7 @@ def _container_problem(
     message = _exit_message(name, code, ended, pod)
     if ended.get("reason") == "OOMKilled":
         why = "OOMKilled"
-    elif name == PULL_CONTAINER:
+    elif name in (PULL_CONTAINER, WARM_UP_PULL_CONTAINER):
         why = "ModelPullFailed"
     else:
         why = reason or ended.get("reason") or "Error"

@@ -140,6 +140,9 @@ class KubernetesSettings(BaseSettings):
     # ephemeral-storage request, so the scheduler places it on a node with that much disk
     # and a runaway pull evicts only itself. Empty: unbounded (not recommended).
     model_volume_size: str = "20Gi"
+    # The node-local model cache (the chart's modelCache DaemonSet, through its Service with
+    # internalTrafficPolicy Local): pull init containers ask it before OSS. Empty: none.
+    model_cache_url: str = ""
     # Memory-backed /dev/shm: Triton's python backend exchanges tensors through it and the
     # container runtime's default (64Mi) is too small. Empty: no mount.
     shm_size: str = "1Gi"
