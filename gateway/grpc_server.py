@@ -1,0 +1,309 @@
+"""The gateway's gRPC door: Triton's ``inference.GRPCInferenceService`` on its own port,
+forwarded to a ready replica's gRPC port. ``openeas gateway --grpc-port`` and ``openeas up``
+call :func:`start_grpc` beside :func:`gateway.app.start_gateway`, on the same route state,
+balancer, limits, load reports and metrics as the HTTP door.
+
+Messages stay bytes: the server's handlers and the upstream channels use identity
+(de)serializers, so a 1 MB tensor costs a copy, not a protobuf parse. The one grpcio module
+of the gateway (grpcio's asyncio server and client, in the gateway's event loop); what a call
+may do is decided in :mod:`gateway.grpc_rules`.
+
+A call names its service by its token (tokens are unique per cluster; the route table keeps
+a digest → service index), since grpcio's server does not expose ``:authority``. Refusals:
+UNAUTHENTICATED (no or unknown token), PERMISSION_DENIED (admin API), UNAVAILABLE (no
+ready replica), RESOURCE_EXHAUSTED (rate limit, max in flight, message over the body
+limit), DEADLINE_EXCEEDED (the route's timeout). A replica's own status passes unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import grpc
+
+from gateway.balancer import Endpoint
+from gateway.grpc_rules import (
+    ADMIN_METHODS,
+    SERVICE,
+    TENANT_METHODS,
+    Refusal,
+    admin_refusal,
+    credential,
+    deadline_s,
+    forwarded_metadata,
+)
+from gateway.route_table import RouteChange, ServiceRoute
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+_UNLIMITED = -1
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+async def _abort(
+    context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusCode, details: str
+) -> NoReturn:
+    await context.abort(code, details)
+    raise AssertionError("ServicerContext.abort returns by raising")  # pragma: no cover
+
+
+class GrpcProxy:
+    """Admission and forwarding of one gRPC call; one per gateway."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.settings = gateway.settings
+        self.routes = gateway.routes
+        self.balancer = gateway.balancer
+        self.metrics = gateway.metrics
+        self.activity = gateway.activity
+        self._channels: dict[Endpoint, grpc.aio.Channel] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        gateway.routes.listeners.append(self._on_change)
+
+    # -- replicas' channels -----------------------------------------------------------------
+
+    def _channel(self, endpoint: Endpoint) -> grpc.aio.Channel:
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            target = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
+            channel = self._channels[endpoint] = grpc.aio.insecure_channel(
+                f"{target}:{endpoint.port}",
+                options=[
+                    ("grpc.max_send_message_length", _UNLIMITED),
+                    ("grpc.max_receive_message_length", _UNLIMITED),
+                ],
+            )
+        return channel
+
+    def _on_change(self, change: RouteChange) -> None:
+        """Close channels to replicas no route lists any more, letting their calls finish:
+        Triton waits for open connections before it exits."""
+        for endpoint in change.released:
+            channel = self._channels.pop(endpoint, None)
+            if channel is not None:
+                task = asyncio.get_running_loop().create_task(channel.close(grace=None))
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.close(grace=None)
+        for task in list(self._closing):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- admission --------------------------------------------------------------------------
+
+    def _admit(self, metadata: Any, method: str) -> ServiceRoute:
+        """The service the call is for, its place taken in the service's in-flight count
+        (the caller must ``leave()``); raises the :class:`Refusal` otherwise."""
+        token = credential(metadata)
+        if token is None:
+            raise Refusal(
+                "UNAUTHENTICATED", "missing authorization metadata with the service token"
+            )
+        entry = self.routes.by_token(token)
+        if entry is None:
+            raise Refusal("UNAUTHENTICATED", "the token matches no service")
+        name = entry.route.service
+        if method in ADMIN_METHODS:
+            raise admin_refusal(method, name)
+        if not entry.grpc_endpoints:
+            raise Refusal(
+                "UNAVAILABLE",
+                f"service {name!r} has no ready replica with a gRPC port "
+                f"(status: {entry.route.status})",
+                name,
+            )
+        bucket = entry.bucket
+        if bucket is not None and not bucket.try_acquire():
+            raise Refusal(
+                "RESOURCE_EXHAUSTED",
+                f"service {name!r} is over its rate limit of {entry.route.rate_limit} requests/s",
+                name,
+            )
+        if not entry.in_flight.try_enter():
+            raise Refusal(
+                "RESOURCE_EXHAUSTED",
+                f"service {name!r} already has {entry.in_flight.limit} requests in flight",
+                name,
+            )
+        if not entry.in_flight.active:
+            self.activity.touch(name, entry.in_flight)
+        return entry
+
+    def _count(self, service: str, code: grpc.StatusCode, started: float) -> None:
+        self.metrics.grpc_requests.inc((service, code.name))
+        self.metrics.grpc_duration.observe((service,), time.perf_counter() - started)
+
+    async def _refuse(
+        self, context: grpc.aio.ServicerContext[Any, Any], refusal: Refusal, started: float
+    ) -> NoReturn:
+        code = grpc.StatusCode[refusal.code]
+        self._count(refusal.service, code, started)
+        await _abort(context, code, refusal.details)
+
+    def _upstream_failed(
+        self, entry: ServiceRoute, error: grpc.aio.AioRpcError, ours: bool
+    ) -> tuple[grpc.StatusCode, str]:
+        """What the caller sees of a replica's failure: its status as is, but a deadline
+        that was the route's says which one."""
+        code = error.code()
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED and ours:
+            return code, f"the replica did not answer within {entry.timeout_s * 1000:.0f} ms"
+        return code, error.details() or code.name
+
+    # -- the two call shapes ------------------------------------------------------------------
+
+    def unary(self, method: str) -> Callable[..., Any]:
+        path = f"/{SERVICE}/{method}"
+
+        async def handle(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+            started = time.perf_counter()
+            metadata = context.invocation_metadata() or ()
+            try:
+                entry = self._admit(metadata, method)
+            except Refusal as refusal:
+                await self._refuse(context, refusal, started)
+            name = entry.route.service
+            endpoint = self.balancer.choose(entry.grpc_endpoints)
+            assert endpoint is not None  # admitted: it has one
+            timeout, ours = deadline_s(entry.timeout_s, context.time_remaining())
+            endpoint.outstanding += 1
+            code = grpc.StatusCode.OK
+            try:
+                call = self._channel(endpoint).unary_unary(
+                    path, request_serializer=_identity, response_deserializer=_identity
+                )
+                reply: bytes = await call(
+                    request, timeout=timeout, metadata=forwarded_metadata(metadata)
+                )
+                return reply
+            except grpc.aio.AioRpcError as e:
+                code, details = self._upstream_failed(entry, e, ours)
+                await _abort(context, code, details)
+            except asyncio.CancelledError:
+                code = grpc.StatusCode.CANCELLED
+                raise
+            finally:
+                endpoint.outstanding -= 1
+                entry.in_flight.leave()
+                self._count(name, code, started)
+
+        return handle
+
+    def stream(self, method: str) -> Callable[..., Any]:
+        path = f"/{SERVICE}/{method}"
+
+        async def handle(
+            requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[bytes]:
+            started = time.perf_counter()
+            metadata = context.invocation_metadata() or ()
+            try:
+                entry = self._admit(metadata, method)
+            except Refusal as refusal:
+                await self._refuse(context, refusal, started)
+            name = entry.route.service
+            endpoint = self.balancer.choose(entry.grpc_endpoints)
+            assert endpoint is not None
+            timeout, ours = deadline_s(entry.timeout_s, context.time_remaining())
+            endpoint.outstanding += 1
+            code = grpc.StatusCode.OK
+            call = self._channel(endpoint).stream_stream(
+                path, request_serializer=_identity, response_deserializer=_identity
+            )(requests, timeout=timeout, metadata=forwarded_metadata(metadata))
+            try:
+                async for reply in call:
+                    yield reply
+            except grpc.aio.AioRpcError as e:
+                code, details = self._upstream_failed(entry, e, ours)
+                await _abort(context, code, details)
+            except (asyncio.CancelledError, GeneratorExit):
+                code = grpc.StatusCode.CANCELLED
+                call.cancel()
+                raise
+            finally:
+                endpoint.outstanding -= 1
+                entry.in_flight.leave()
+                self._count(name, code, started)
+
+        return handle
+
+    def handlers(self) -> grpc.GenericRpcHandler:
+        """Every tenant method forwarded; admin ones refused after the token check (as the
+        HTTP door does); anything else UNIMPLEMENTED by grpcio itself."""
+        table: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+        for method, shape in TENANT_METHODS.items():
+            if shape == "stream":
+                table[method] = grpc.stream_stream_rpc_method_handler(
+                    self.stream(method), _identity, _identity
+                )
+            else:
+                table[method] = grpc.unary_unary_rpc_method_handler(
+                    self.unary(method), _identity, _identity
+                )
+        for method in ADMIN_METHODS:
+            table[method] = grpc.unary_unary_rpc_method_handler(
+                self.unary(method), _identity, _identity
+            )
+        return grpc.method_handlers_generic_handler(SERVICE, table)
+
+
+class GrpcRunner:
+    """A started gRPC door; :meth:`close` stops it."""
+
+    def __init__(self, server: grpc.aio.Server, proxy: GrpcProxy, host: str, port: int) -> None:
+        self.server = server
+        self.proxy = proxy
+        self.host = host
+        self.port = port
+
+    @property
+    def address(self) -> str:
+        """``host:port``, what ``tritonclient.grpc`` takes as its url."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    async def close(self, grace_s: float = 10.0) -> None:
+        """Stop accepting; calls in progress get ``grace_s`` to finish."""
+        await self.server.stop(grace_s)
+        await self.proxy.close()
+
+
+async def start_grpc(
+    gateway: Gateway, *, host: str | None = None, port: int | None = None, reuse_port: bool = False
+) -> GrpcRunner:
+    """Serve ``gateway``'s routes over gRPC on ``host:port`` (default: the settings';
+    ``port=0`` picks a free one). ``reuse_port`` lets forked workers share the port."""
+    settings = gateway.settings
+    host = settings.host if host is None else host
+    port = settings.grpc_port if port is None else port
+    if port is None:
+        raise ValueError("no gRPC port: set OPENEAS_GATEWAY_GRPC_PORT or --grpc-port")
+    proxy = GrpcProxy(gateway)
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", settings.max_body_bytes),
+            ("grpc.max_send_message_length", _UNLIMITED),
+            # grpcio turns SO_REUSEPORT on by default: a second gateway would then share a
+            # port silently instead of failing to bind.
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
+        ]
+    )
+    server.add_generic_rpc_handlers([proxy.handlers()])
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(target)
+    except RuntimeError as e:
+        raise OSError(f"cannot bind the gRPC port {target}: {e}") from e
+    await server.start()
+    return GrpcRunner(server, proxy, host, bound)
