@@ -127,7 +127,9 @@ def test_streaming_decoupled_model(door: Door) -> None:
     """ModelStreamInfer both ways: two requests on one stream, each answered three times."""
     client = door.client()
     answers: queue.Queue[Any] = queue.Queue()
-    client.start_stream(callback=lambda result, error: answers.put((result, error)), headers=bearer())
+    client.start_stream(
+        callback=lambda result, error: answers.put((result, error)), headers=bearer()
+    )
     try:
         for n, data in enumerate(([1.0, 2.0], [3.0, 4.0, 5.0])):
             values = np.array(data, dtype=np.float32)

@@ -14,7 +14,10 @@ class TritonPythonModel:
                 index = np.array([i], dtype=np.int32)
                 sender.send(
                     pb_utils.InferenceResponse(
-                        output_tensors=[pb_utils.Tensor("OUT", data), pb_utils.Tensor("INDEX", index)]
+                        output_tensors=[
+                            pb_utils.Tensor("OUT", data),
+                            pb_utils.Tensor("INDEX", index),
+                        ]
                     )
                 )
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
