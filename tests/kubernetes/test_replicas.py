@@ -61,7 +61,9 @@ def test_pod_states(status: dict[str, Any], state: str, reason: str, permanent: 
 def test_a_ready_replica_has_its_pod_endpoint() -> None:
     status = ks.status_ready()
     status["podIP"] = "10.244.1.7"
-    assert replica_status(pod(status=status)).endpoint == "http://10.244.1.7:8000"
+    replica = replica_status(pod(status=status))
+    assert replica.endpoint == "http://10.244.1.7:8000"
+    assert replica.grpc_endpoint == "http://10.244.1.7:8001"  # the pod's gRPC port
 
 
 def test_messages_say_what_happened() -> None:
