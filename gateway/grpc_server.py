@@ -65,10 +65,25 @@ class GrpcProxy:
         self.metrics = gateway.metrics
         self.activity = gateway.activity
         self._channels: dict[Endpoint, grpc.aio.Channel] = {}
+        # replica → method path → its callable on the replica's channel, made once.
+        self._calls: dict[Endpoint, dict[str, Any]] = {}
         self._closing: set[asyncio.Task[None]] = set()
         gateway.routes.listeners.append(self._on_change)
 
     # -- replicas' channels -----------------------------------------------------------------
+
+    def _call(self, endpoint: Endpoint, path: str, shape: str) -> Any:
+        calls = self._calls.get(endpoint)
+        if calls is None:
+            calls = self._calls[endpoint] = {}
+        call = calls.get(path)
+        if call is None:
+            channel = self._channel(endpoint)
+            make = channel.stream_stream if shape == "stream" else channel.unary_unary
+            call = calls[path] = make(
+                path, request_serializer=_identity, response_deserializer=_identity
+            )
+        return call
 
     def _channel(self, endpoint: Endpoint) -> grpc.aio.Channel:
         channel = self._channels.get(endpoint)
@@ -88,6 +103,7 @@ class GrpcProxy:
         Triton waits for open connections before it exits."""
         for endpoint in change.released:
             channel = self._channels.pop(endpoint, None)
+            self._calls.pop(endpoint, None)
             if channel is not None:
                 task = asyncio.get_running_loop().create_task(channel.close(grace=None))
                 self._closing.add(task)
@@ -95,6 +111,7 @@ class GrpcProxy:
 
     async def close(self) -> None:
         channels, self._channels = self._channels, {}
+        self._calls.clear()
         for channel in channels.values():
             await channel.close(grace=None)
         for task in list(self._closing):
@@ -181,10 +198,7 @@ class GrpcProxy:
             endpoint.outstanding += 1
             code = grpc.StatusCode.OK
             try:
-                call = self._channel(endpoint).unary_unary(
-                    path, request_serializer=_identity, response_deserializer=_identity
-                )
-                reply: bytes = await call(
+                reply: bytes = await self._call(endpoint, path, "unary")(
                     request, timeout=timeout, metadata=forwarded_metadata(metadata)
                 )
                 return reply
@@ -219,9 +233,9 @@ class GrpcProxy:
             timeout, ours = deadline_s(entry.timeout_s, context.time_remaining())
             endpoint.outstanding += 1
             code = grpc.StatusCode.OK
-            call = self._channel(endpoint).stream_stream(
-                path, request_serializer=_identity, response_deserializer=_identity
-            )(requests, timeout=timeout, metadata=forwarded_metadata(metadata))
+            call = self._call(endpoint, path, "stream")(
+                requests, timeout=timeout, metadata=forwarded_metadata(metadata)
+            )
             try:
                 async for reply in call:
                     yield reply
