@@ -318,6 +318,9 @@ async def start_grpc(
     try:
         bound = server.add_insecure_port(target)
     except RuntimeError as e:
-        raise OSError(f"cannot bind the gRPC port {target}: {e}") from e
+        # grpcio's message sends the reader to GRPC_VERBOSITY; the likely causes are these.
+        raise OSError(
+            f"cannot bind the gRPC port {target} (in use, or not an address of this machine)"
+        ) from e
     await server.start()
     return GrpcRunner(server, proxy, host, bound)

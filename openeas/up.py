@@ -83,9 +83,13 @@ def main(argv: list[str]) -> int:
         )
         try:
             door = await start_grpc(gateway.gateway, host=args.host)
-        except BaseException:
+        except BaseException as e:
             await gateway.close(0)
             plane.stop()
+            await serving
+            if isinstance(e, OSError):
+                fix = "pass --grpc-port with a free port (0 picks one)"
+                raise SystemExit(f"openeas up: {e}; {fix}") from e
             raise
         announce_admin_token(settings, created)
         if not args.no_profile:
