@@ -17,6 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from contract.wire import Route, RouteTable
 from gateway.grpc_server import GrpcRunner, start_grpc
+from testing.waiting import wait_until
 from tests.fixtures_triton import TritonServer
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import SERVICE, TOKEN, Gateway, LoopThread, route, table
@@ -147,6 +148,11 @@ def test_streaming_decoupled_model(door: Door) -> None:
     finally:
         client.stop_stream()
         client.close()
+    # The stream held one place in the service's in-flight count, given back at its end.
+    gateway = door.gw.runner.gateway
+    in_flight = door.gw.lt.call(lambda: gateway.routes.services[SERVICE].in_flight)
+    wait_until(lambda: in_flight.count == 0, 10, what="the stream leaves the in-flight count")
+    assert in_flight.requests == 1
 
 
 def test_one_mib_outputs_equal_http(door: Door, triton_server: TritonServer) -> None:
@@ -181,6 +187,9 @@ def test_token_selects_the_service(open_door: Any, triton_server: TritonServer) 
     metrics = door.metrics()
     assert 'openeas_gateway_grpc_requests_total{service="other",code="OK"} 2' in metrics
     assert 'openeas_gateway_grpc_requests_total{service="svc",code="OK"} 1' in metrics
+    # and the autoscaler's load report counts them as the HTTP door's
+    touched = door.gw.lt.call(lambda: door.gw.runner.gateway.activity.drain())
+    assert {name: f.take(1.0)[0] for name, f in touched.items()} == {"other": 2, "svc": 1}
 
 
 ADMIN_CALLS = {
