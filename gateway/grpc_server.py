@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
@@ -53,6 +54,17 @@ async def _abort(
 ) -> NoReturn:
     await context.abort(code, details)
     raise AssertionError("ServicerContext.abort returns by raising")  # pragma: no cover
+
+
+@dataclass(frozen=True, slots=True)
+class _Forward:
+    """One admitted call on its way to a replica."""
+
+    entry: ServiceRoute
+    endpoint: Endpoint
+    timeout_s: float
+    ours: bool  # the deadline is the route's (not the caller's own)
+    metadata: tuple[tuple[str, str | bytes], ...]
 
 
 class GrpcProxy:
@@ -169,13 +181,36 @@ class GrpcProxy:
         self._count(refusal.service, code, started)
         await _abort(context, code, refusal.details)
 
+    async def _begin(
+        self, context: grpc.aio.ServicerContext[Any, Any], method: str, started: float
+    ) -> _Forward:
+        """Admit the call (or answer it with its refusal) and pick its replica."""
+        metadata = context.invocation_metadata() or ()
+        try:
+            entry = self._admit(metadata, method)
+        except Refusal as refusal:
+            await self._refuse(context, refusal, started)
+        endpoint = self.balancer.choose(entry.grpc_endpoints)
+        assert endpoint is not None  # admitted: the service has one
+        timeout, ours = deadline_s(entry.timeout_s, context.time_remaining())
+        endpoint.outstanding += 1
+        return _Forward(entry, endpoint, timeout, ours, forwarded_metadata(metadata))
+
+    def _end(self, forward: _Forward, code: grpc.StatusCode, started: float) -> None:
+        forward.endpoint.outstanding -= 1
+        forward.entry.in_flight.leave()
+        self._count(forward.entry.route.service, code, started)
+
     def _upstream_failed(
-        self, entry: ServiceRoute, error: grpc.aio.AioRpcError, ours: bool
+        self, forward: _Forward, error: grpc.aio.AioRpcError
     ) -> tuple[grpc.StatusCode, str]:
         """What the caller sees of a replica's failure: its status as is, but a deadline
-        that was the route's says which one."""
-        code = error.code()
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED and ours:
+        that was the route's says which one. A replica that cannot be reached is tried
+        last for a moment, as on the HTTP door."""
+        code, entry = error.code(), forward.entry
+        if code == grpc.StatusCode.UNAVAILABLE:
+            self.balancer.mark_down(forward.endpoint)
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED and forward.ours:
             return code, f"the replica did not answer within {entry.timeout_s * 1000:.0f} ms"
         return code, error.details() or code.name
 
@@ -186,32 +221,21 @@ class GrpcProxy:
 
         async def handle(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
             started = time.perf_counter()
-            metadata = context.invocation_metadata() or ()
-            try:
-                entry = self._admit(metadata, method)
-            except Refusal as refusal:
-                await self._refuse(context, refusal, started)
-            name = entry.route.service
-            endpoint = self.balancer.choose(entry.grpc_endpoints)
-            assert endpoint is not None  # admitted: it has one
-            timeout, ours = deadline_s(entry.timeout_s, context.time_remaining())
-            endpoint.outstanding += 1
+            forward = await self._begin(context, method, started)
             code = grpc.StatusCode.OK
             try:
-                reply: bytes = await self._call(endpoint, path, "unary")(
-                    request, timeout=timeout, metadata=forwarded_metadata(metadata)
+                reply: bytes = await self._call(forward.endpoint, path, "unary")(
+                    request, timeout=forward.timeout_s, metadata=forward.metadata
                 )
                 return reply
             except grpc.aio.AioRpcError as e:
-                code, details = self._upstream_failed(entry, e, ours)
+                code, details = self._upstream_failed(forward, e)
                 await _abort(context, code, details)
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED
                 raise
             finally:
-                endpoint.outstanding -= 1
-                entry.in_flight.leave()
-                self._count(name, code, started)
+                self._end(forward, code, started)
 
         return handle
 
@@ -222,34 +246,26 @@ class GrpcProxy:
             requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
         ) -> AsyncIterator[bytes]:
             started = time.perf_counter()
-            metadata = context.invocation_metadata() or ()
-            try:
-                entry = self._admit(metadata, method)
-            except Refusal as refusal:
-                await self._refuse(context, refusal, started)
-            name = entry.route.service
-            endpoint = self.balancer.choose(entry.grpc_endpoints)
-            assert endpoint is not None
-            timeout, ours = deadline_s(entry.timeout_s, context.time_remaining())
-            endpoint.outstanding += 1
+            forward = await self._begin(context, method, started)
             code = grpc.StatusCode.OK
-            call = self._call(endpoint, path, "stream")(
-                requests, timeout=timeout, metadata=forwarded_metadata(metadata)
-            )
+            call = None
             try:
+                # The route's timeout bounds the whole stream, as it bounds one HTTP call.
+                call = self._call(forward.endpoint, path, "stream")(
+                    requests, timeout=forward.timeout_s, metadata=forward.metadata
+                )
                 async for reply in call:
                     yield reply
             except grpc.aio.AioRpcError as e:
-                code, details = self._upstream_failed(entry, e, ours)
+                code, details = self._upstream_failed(forward, e)
                 await _abort(context, code, details)
             except (asyncio.CancelledError, GeneratorExit):
                 code = grpc.StatusCode.CANCELLED
-                call.cancel()
+                if call is not None:
+                    call.cancel()
                 raise
             finally:
-                endpoint.outstanding -= 1
-                entry.in_flight.leave()
-                self._count(name, code, started)
+                self._end(forward, code, started)
 
         return handle
 

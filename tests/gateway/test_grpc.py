@@ -18,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 from contract.wire import Route, RouteTable
 from gateway.grpc_server import GrpcRunner, start_grpc
 from testing.waiting import wait_until
-from tests.fixtures_triton import TritonServer
+from tests.fixtures_triton import TritonServer, free_port
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import SERVICE, TOKEN, Gateway, LoopThread, route, table
 
@@ -238,6 +238,21 @@ def test_no_ready_replica_is_unavailable(door: Door) -> None:
         )
     finally:
         client.close()
+
+
+def test_a_replica_refusing_connections_is_unavailable(open_door: Any) -> None:
+    closed = route([]).model_copy(update={"grpc_endpoints": [f"http://127.0.0.1:{free_port()}"]})
+    door: Door = open_door(table(closed))
+    client = door.client()
+    try:
+        assert status_of(lambda: client.is_server_ready(headers=bearer())) == (
+            "StatusCode.UNAVAILABLE"
+        )
+    finally:
+        client.close()
+    gateway = door.gw.runner.gateway
+    entry = door.gw.lt.call(lambda: gateway.routes.services[SERVICE])
+    assert entry.grpc_endpoints[0].down_until > 0  # tried last for a moment
 
 
 def test_limits_are_resource_exhausted(open_door: Any, triton_server: TritonServer) -> None:
