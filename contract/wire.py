@@ -42,6 +42,9 @@ class Route(BaseModel):
     service: str
     token_sha256: str
     endpoints: list[str]  # base URLs of ready replicas, e.g. "http://127.0.0.1:41233"
+    # The same replicas' gRPC ports, as http:// base URLs (cleartext HTTP/2); empty from a
+    # control plane that predates gRPC, so an old peer's table still parses.
+    grpc_endpoints: list[str] = []
     timeout_ms: int  # upstream timeout (metadata.rpc.keepalive or the platform default)
     rate_limit: int | None = None  # requests per second, None = unlimited
     max_queue_size: int | None = None  # in-flight requests per service, None = unlimited

@@ -29,6 +29,26 @@ class InvalidSpec(ControlPlaneError):
         super().__init__("; ".join(f"{p.field}: {p.message}" for p in problems))
 
 
+class TokenInUse(InvalidSpec):
+    """Tokens are unique per cluster: the gateway's gRPC door selects a service by its
+    token alone."""
+
+    status = 409
+    title = "Token already in use"
+
+    def __init__(self) -> None:
+        super().__init__(
+            [
+                FieldProblem(
+                    "token",
+                    "another service in this cluster already uses this token "
+                    "(tokens are unique per cluster)",
+                    "pick another token, or omit it to get a generated one",
+                )
+            ]
+        )
+
+
 class ServiceNotFound(ControlPlaneError):
     status = 404
     title = "Service not found"

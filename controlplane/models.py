@@ -79,6 +79,8 @@ class ServiceRow(Base):
         Index("ix_services_updated", "cluster", "updated_at", "id"),
         Index("ix_services_status", "cluster", "status", "id"),
         Index("ix_services_group", "cluster", "group_name"),
+        # Tokens are unique per cluster: the gateway's gRPC door selects a service by its token.
+        Index("uq_services_cluster_token", "cluster", "token_sha256", unique=True),
         # Only services with work pending: the reconciler's poll reads this, not the table.
         Index(
             "ix_services_pending",

@@ -71,6 +71,7 @@ def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
         service=row.name,
         token_sha256=row.token_sha256,
         endpoints=_endpoints(row.replicas),
+        grpc_endpoints=_endpoints(row.replicas, "grpc_endpoint"),
         timeout_ms=rpc.keepalive or default_timeout_ms,
         rate_limit=rpc.rate_limit,
         max_queue_size=rpc.max_queue_size,
@@ -92,9 +93,10 @@ def _group(row: GroupRow) -> GroupRoute:
     )
 
 
-def _endpoints(replicas: list[dict[str, Any]] | None) -> list[str]:
+def _endpoints(replicas: list[dict[str, Any]] | None, key: str = "endpoint") -> list[str]:
     # Old replicas still serve during a rolling update; stopping ones carry no endpoint.
-    return [r["endpoint"] for r in replicas or [] if r["state"] == "Running" and r["endpoint"]]
+    # ``.get``: replicas stored before gRPC was published carry no "grpc_endpoint".
+    return [r[key] for r in replicas or [] if r["state"] == "Running" and r.get(key)]
 
 
 Routed = ServiceRow | GroupRow

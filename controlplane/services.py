@@ -27,6 +27,7 @@ from controlplane.errors import (
     PreconditionFailed,
     ServiceExists,
     ServiceNotFound,
+    TokenInUse,
 )
 from controlplane.models import EventRow, ServiceRow, utcnow
 from controlplane.sealing import TokenSealer
@@ -136,6 +137,8 @@ class Services:
             row.add_event("Created", f"service created with {stored.metadata.instance} instance(s)")
             with self._sessions() as s:
                 _check_mirror(s, self.cluster, stored, None)
+                if custom_token and store.token_taken(s, self.cluster, row.token_sha256):
+                    raise TokenInUse()
                 s.add(row)
                 try:
                     s.flush()
@@ -149,6 +152,8 @@ class Services:
                             f"a service named {spec.name!r} already exists: pick another name, "
                             f"or change it with 'eascmd modify {spec.name} -s <file>'"
                         ) from e
+                    if store.token_taken(s, self.cluster, row.token_sha256):
+                        raise TokenInUse() from e  # a concurrent create with the same token
         raise Conflict(f"group {spec.metadata.group!r} is being created concurrently: try again")
 
     def update(
@@ -302,6 +307,8 @@ class Services:
             else:
                 stored = _owned(stored, asked)
             if token and token_digest(token) != row.token_sha256:
+                if store.token_taken(s, cluster, token_digest(token), by=row.id):
+                    raise TokenInUse()
                 self._set_token(row, token)
                 row.add_event("TokenChanged", "service token replaced by the spec's token")
             if stored != row.spec:
@@ -362,6 +369,12 @@ class Services:
                     return row
                 except StaleDataError:
                     s.rollback()  # someone else wrote first: re-read and re-apply
+                except IntegrityError as e:
+                    s.rollback()
+                    # SQLite names the columns, PostgreSQL the index.
+                    if "token_sha256" in str(e.orig) or "uq_services_cluster_token" in str(e.orig):
+                        raise TokenInUse() from e  # a concurrent write took the token first
+                    raise
         raise Conflict(f"service {name!r} is being changed concurrently: try again")
 
 

@@ -25,6 +25,16 @@ def find(s: Session, cluster: str, name: str) -> ServiceRow | None:
     )
 
 
+def token_taken(s: Session, cluster: str, digest: str, by: int | None = None) -> bool:
+    """Whether a service of ``cluster`` other than the row ``by`` has the token ``digest``."""
+    query = select(ServiceRow.id).where(
+        ServiceRow.cluster == cluster, ServiceRow.token_sha256 == digest
+    )
+    if by is not None:
+        query = query.where(ServiceRow.id != by)
+    return s.scalar(query.limit(1)) is not None
+
+
 def routable(s: Session, cluster: str) -> Sequence[ServiceRow]:
     """The services the gateway routes to (all but those being deleted)."""
     return s.scalars(

@@ -32,8 +32,12 @@ def digest_bytes(token_sha256: str) -> bytes:
     return token_sha256.strip().lower().encode("ascii")
 
 
+def token_digest_of(token: bytes) -> bytes:
+    """``token``'s digest in the form :func:`digest_bytes` gives the stored one; the bytes
+    are hashed as sent, which is UTF-8 for any token the platform issues."""
+    return hashlib.sha256(token).hexdigest().encode("ascii")
+
+
 def token_matches(token: bytes, expected_digest: bytes) -> bool:
-    """Whether ``token`` hashes to ``expected_digest`` (as made by :func:`digest_bytes`);
-    the bytes are hashed as sent, which is UTF-8 for any token the platform issues."""
-    presented = hashlib.sha256(token).hexdigest().encode("ascii")
-    return hmac.compare_digest(presented, expected_digest)
+    """Whether ``token`` hashes to ``expected_digest`` (as made by :func:`digest_bytes`)."""
+    return hmac.compare_digest(token_digest_of(token), expected_digest)

@@ -1,4 +1,6 @@
-"""``openeas gateway [--host H] [--port P] [--workers N]``: the gateway as its own deployable.
+"""``openeas gateway [--host H] [--port P] [--grpc-port G] [--workers N]``: the gateway as its
+own deployable (``--grpc-port`` opens the gRPC door beside the HTTP one, see
+:mod:`gateway.grpc_server`).
 
 Settings come from ``OPENEAS_*`` environment variables (:class:`GatewaySettings`); flags
 override them. The route table is long-polled from ``OPENEAS_CONTROLPLANE_URL`` with
@@ -24,6 +26,7 @@ from pydantic import ValidationError
 
 from contract.helptext import settings_epilog
 from gateway.app import start_gateway
+from gateway.grpc_server import start_grpc
 from gateway.route_table import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
 
@@ -41,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", help="address to bind (OPENEAS_GATEWAY_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to bind (OPENEAS_GATEWAY_PORT, default 8080)")
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        help="port of the gRPC door for tritonclient.grpc (OPENEAS_GATEWAY_GRPC_PORT; "
+        "default: no gRPC)",
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -64,10 +73,18 @@ async def serve(settings: GatewaySettings, *, reuse_port: bool = False) -> None:
         backoff_max_s=settings.poll_backoff_max_s,
     )
     runner = await start_gateway(settings, source, reuse_port=reuse_port)
+    door = None
+    if settings.grpc_port is not None:
+        try:
+            door = await start_grpc(runner.gateway, reuse_port=reuse_port)
+        except BaseException:
+            await runner.close(0)
+            raise
     log.info(
-        "gateway %d listening on %s, routes from %s",
+        "gateway %d listening on %s%s, routes from %s",
         os.getpid(),
         runner.url,
+        f" and gRPC {door.address}" if door is not None else "",
         settings.controlplane_url,
     )
     stop = asyncio.Event()
@@ -78,7 +95,8 @@ async def serve(settings: GatewaySettings, *, reuse_port: bool = False) -> None:
         await stop.wait()
     finally:
         log.info("gateway %d stopping", os.getpid())
-        await runner.close(settings.shutdown_grace_s)
+        grace = settings.shutdown_grace_s
+        await asyncio.gather(runner.close(grace), *([door.close(grace)] if door else []))
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:
@@ -125,7 +143,12 @@ def _supervise(settings: GatewaySettings, log_level: str) -> int:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    flags = {"host": args.host, "port": args.port, "workers": args.workers}
+    flags = {
+        "host": args.host,
+        "port": args.port,
+        "grpc_port": args.grpc_port,
+        "workers": args.workers,
+    }
     try:
         settings = GatewaySettings(**{k: v for k, v in flags.items() if v is not None})
     except ValidationError as e:
@@ -141,8 +164,8 @@ def main(argv: list[str]) -> int:
         else:
             log.warning("OPENEAS_ROUTES_TOKEN is empty: the control plane will refuse routes")
     if settings.workers > 1:
-        if settings.port == 0:
-            print("openeas gateway: --workers > 1 needs a fixed --port", file=sys.stderr)
+        if settings.port == 0 or settings.grpc_port == 0:
+            print("openeas gateway: --workers > 1 needs fixed ports", file=sys.stderr)
             return 2
         return _supervise(settings, args.log_level.upper())
     with contextlib.suppress(KeyboardInterrupt):

@@ -163,6 +163,16 @@ class GatewayMetrics:
             "Replica failures: connect (refused, skipped to another), timeout, broken.",
             ("service", "kind"),
         )
+        self.grpc_requests = Counter(
+            p + "grpc_requests_total",
+            "gRPC calls answered (a stream counts once), by service and gRPC status code.",
+            ("service", "code"),
+        )
+        self.grpc_duration = Histogram(
+            p + "grpc_request_duration_seconds",
+            "gRPC call latency as seen by the gateway, call start to status sent.",
+            ("service",),
+        )
         self.route_version = Gauge(p + "route_table_version", "Version of the route table in use.")
         self.control_plane_up = Gauge(
             p + "control_plane_up", "1 when the last route sync with the control plane worked."
@@ -185,6 +195,8 @@ class GatewayMetrics:
             self.upstream_duration,
             self.in_flight,
             self.upstream_errors,
+            self.grpc_requests,
+            self.grpc_duration,
             self.route_version,
             self.control_plane_up,
             self.mirror_requests,

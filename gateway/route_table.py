@@ -30,7 +30,7 @@ import aiohttp
 from pydantic import ValidationError
 
 from contract.wire import ROUTES_PATH, GroupRoute, Route, RouteTable
-from gateway.auth import digest_bytes
+from gateway.auth import digest_bytes, token_digest_of
 from gateway.balancer import Endpoint, EndpointPool
 from gateway.limits import InFlight, TokenBucket
 from gateway.traffic import MirrorState, SmoothWeighted
@@ -59,6 +59,7 @@ class ServiceRoute:
     # The last Authorization value that passed, compared in constant time before hashing
     # (a hash per request cost more than the comparison). Never carried to a new table.
     accepted: bytes | None = None
+    grpc_endpoints: tuple[Endpoint, ...] = ()  # the same replicas' gRPC ports
 
 
 @dataclass(slots=True)
@@ -94,6 +95,14 @@ class RouteState:
         self._refs: Counter[Endpoint] = Counter()  # how many services list each endpoint
         self.groups: dict[str, GroupEntry] = {}
         self.members: dict[str, set[str]] = {}  # group → its members' service names
+        # Token digest → service, for callers that name their service by its token alone
+        # (gRPC clients that only have the gateway's address); tokens are unique per cluster.
+        self.by_digest: dict[bytes, str] = {}
+
+    def by_token(self, token: bytes) -> ServiceRoute | None:
+        """The service whose token ``token`` is (one hash, one lookup)."""
+        name = self.by_digest.get(token_digest_of(token))
+        return None if name is None else self.services.get(name)
 
     def get(self, service: str) -> ServiceRoute | None:
         return self.services.get(service)
@@ -137,6 +146,7 @@ class RouteState:
             old_groups, self.groups = self.groups, {}
             self._refs.clear()
             self.members.clear()
+            self.by_digest.clear()
             for route in table.routes:
                 self._put(route, old.get(route.service))
             for group in table.groups:
@@ -179,8 +189,11 @@ class RouteState:
                 if not members:
                     del self.members[entry.route.group]
         if entry is not None:
-            self._refs.subtract(entry.endpoints)
-            for endpoint in entry.endpoints:
+            if self.by_digest.get(entry.digest) == name:
+                del self.by_digest[entry.digest]
+            both = entry.endpoints + entry.grpc_endpoints
+            self._refs.subtract(both)
+            for endpoint in both:
                 if self._refs[endpoint] <= 0:
                     del self._refs[endpoint]
         return entry
@@ -200,18 +213,22 @@ class RouteState:
         in_flight.limit = route.max_queue_size if route.max_queue_size else None
         timeout_ms = route.timeout_ms if route.timeout_ms > 0 else self.default_timeout_ms
         endpoints = self.pool.resolve(route.endpoints)
-        self._refs.update(endpoints)
+        grpc_endpoints = self.pool.resolve(route.grpc_endpoints)
+        self._refs.update(endpoints + grpc_endpoints)
+        digest = digest_bytes(route.token_sha256)
+        self.by_digest[digest] = route.service
         if route.group is not None:
             self.members.setdefault(route.group, set()).add(route.service)
             self._forget_accepted(route.group)
         self.services[route.service] = ServiceRoute(
             route=route,
-            digest=digest_bytes(route.token_sha256),
+            digest=digest,
             endpoints=endpoints,
             timeout_s=timeout_ms / 1000.0,
             bucket=bucket,
             in_flight=in_flight,
             mirror=MirrorState.of(route.mirror, prev.mirror if prev is not None else None),
+            grpc_endpoints=grpc_endpoints,
         )
 
 

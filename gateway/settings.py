@@ -44,6 +44,13 @@ class GatewaySettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    grpc_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port of the gRPC door (tritonclient.grpc with the service token; 0 picks "
+        "a free one); unset: no gRPC. `openeas up` defaults it to 8001.",
+    )
     workers: int = Field(default=1, ge=1, le=256)
 
     shutdown_grace_s: float = Field(

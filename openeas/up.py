@@ -22,8 +22,12 @@ from controlplane.settings import Settings, ensure_admin_token
 from eascmd import profile
 from gateway import cli as gateway_cli
 from gateway.app import start_gateway
+from gateway.grpc_server import start_grpc
 from gateway.route_table import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
+
+# Triton's own gRPC port number: what tritonclient.grpc users reach for first.
+DEFAULT_GRPC_PORT = 8001
 
 
 def main(argv: list[str]) -> int:
@@ -36,6 +40,12 @@ def main(argv: list[str]) -> int:
         type=int,
         default=8080,
         help="the public port: API, gateway, console (default 8080)",
+    )
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        help="the gateway's gRPC port for tritonclient.grpc (OPENEAS_GATEWAY_GRPC_PORT, "
+        f"default {DEFAULT_GRPC_PORT}; 0 picks a free one)",
     )
     parser.add_argument(
         "--no-profile",
@@ -63,20 +73,34 @@ def main(argv: list[str]) -> int:
             routes_token=SecretStr(settings.routes_token),
             default_timeout_ms=settings.default_timeout_ms,
         )
+        if args.grpc_port is not None or gateway_settings.grpc_port is None:
+            grpc_port = DEFAULT_GRPC_PORT if args.grpc_port is None else args.grpc_port
+            gateway_settings = gateway_settings.model_copy(update={"grpc_port": grpc_port})
         source = ControlPlaneRouteSource(internal, settings.routes_token)
         serving = asyncio.create_task(plane.serve(internal_sock))
         gateway = await start_gateway(
             gateway_settings, source, sock=public_sock, fallback_upstream=internal
         )
+        try:
+            door = await start_grpc(gateway.gateway, host=args.host)
+        except BaseException as e:
+            await gateway.close(0)
+            plane.stop()
+            await serving
+            if isinstance(e, OSError):
+                fix = "pass --grpc-port with a free port (0 picks one)"
+                raise SystemExit(f"openeas up: {e}; {fix}") from e
+            raise
         announce_admin_token(settings, created)
         if not args.no_profile:
             where = profile.save(profile.Profile(public, settings.admin_token, settings.cluster_id))
             print(f"openeas: eascmd profile written to {where}")
-        print(f"openeas: up on {public} (console at {public}/, Ctrl-C stops)", flush=True)
+        print(f"openeas: up on {public} (console at {public}/, Ctrl-C stops)")
+        print(f"openeas: gRPC (tritonclient.grpc) on {door.address}", flush=True)
         await asyncio.wait(
             [serving, asyncio.create_task(stopping.wait())], return_when=asyncio.FIRST_COMPLETED
         )
-        await gateway.close()
+        await asyncio.gather(door.close(), gateway.close())
         plane.stop()
         await serving
         print("openeas: stopped", flush=True)

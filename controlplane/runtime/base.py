@@ -73,6 +73,7 @@ class ReplicaStatus:
     permanent: bool = False  # failed in a way that restarting cannot fix (bad model repo)
     metrics: str | None = None  # base URL of the replica's metrics port, when ready
     progress: Progress | None = None  # how far its model pull is, while it has one
+    grpc_endpoint: str | None = None  # its gRPC port as http://host:port, when ready
 
     def as_dict(self, *, current: bool) -> dict[str, object]:
         """As stored for describe and the route table; ``current``: of the desired template."""
@@ -80,6 +81,7 @@ class ReplicaStatus:
             "name": self.name,
             "state": self.state,
             "endpoint": self.endpoint,
+            "grpc_endpoint": self.grpc_endpoint,
             "restarts": self.restarts,
             "reason": self.reason,
             "message": self.message,

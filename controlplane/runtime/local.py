@@ -55,6 +55,7 @@ class Replica:
     state: ReplicaState = "Pending"
     base_url: str | None = None  # of the current process; an endpoint only while ready
     metrics_url: str | None = None  # its metrics port (the autoscaler's queue time)
+    grpc_url: str | None = None  # its gRPC port (the gateway's gRPC door)
     restarts: int = 0
     reason: str = "Starting"
     message: str = ""
@@ -80,6 +81,7 @@ class Replica:
             permanent=self.permanent,
             metrics=self.metrics_url if self.state == "Running" and not self.stopping else None,
             progress=self.progress if self._progress_shown() else None,
+            grpc_endpoint=self.grpc_url if self.state == "Running" and not self.stopping else None,
         )
 
     def _progress_shown(self) -> bool:
@@ -299,6 +301,7 @@ class LocalRuntime:
         replica.state, replica.reason = "Pending", "Starting"
         replica.base_url = f"http://{self.host}:{http}"
         replica.metrics_url = f"http://{self.host}:{metrics}"
+        replica.grpc_url = f"http://{self.host}:{grpc}"
         with replica.log_path.open("ab") as out:
             out.write(f"--- openeas: start #{replica.restarts} on port {http}\n".encode())
             out.flush()

@@ -57,6 +57,23 @@ def test_custom_token_is_kept_out_of_the_stored_spec(client: TestClient) -> None
     assert client.get(SVC + "/token").json()["Token"] == "my-own-token-0123456789"
 
 
+def test_a_token_in_use_is_a_conflict_naming_the_field(client: TestClient) -> None:
+    """Tokens are unique per cluster (the gateway's gRPC door selects by token): on create,
+    on a spec update, and whoever set the first one (a custom or a generated token)."""
+    generated = create(client)["Token"]
+    r = client.post("/api/v2/services", json=seed_spec(name="other", token=generated))
+    assert r.status_code == 409, r.text
+    assert r.json()["title"] == "Token already in use"
+    assert "unique per cluster" in errors_of(r)["token"]
+    assert client.get("/api/v2/services/local/other").status_code == 404  # nothing written
+    create(client, name="other", token="custom-token-0123456789")
+    r = client.put(SVC, json={"token": "custom-token-0123456789"})
+    assert r.status_code == 409 and "token" in errors_of(r)
+    assert client.get(SVC + "/token").json()["Token"] == generated  # unchanged
+    same = client.put("/api/v2/services/local/other", json={"token": "custom-token-0123456789"})
+    assert same.status_code == 200, same.text  # its own token again is no clash
+
+
 def test_duplicate_name_is_a_conflict(client: TestClient) -> None:
     create(client)
     r = client.post("/api/v2/services", json=seed_spec())

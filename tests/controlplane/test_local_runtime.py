@@ -102,6 +102,10 @@ async def test_replica_becomes_ready_with_an_endpoint(runtime: LocalRuntime) -> 
     await until(states_are(runtime, ["Running"]))
     (replica,) = (await runtime.observe("svc")).replicas
     assert replica.endpoint is not None and replica.endpoint.startswith("http://127.0.0.1:")
+    assert replica.grpc_endpoint is not None and replica.grpc_endpoint.startswith(
+        "http://127.0.0.1:"
+    )
+    assert replica.grpc_endpoint != replica.endpoint
     assert "svc" in notified
     assert "fake replica on" in await runtime.logs("svc", None, 10)
 

@@ -94,7 +94,12 @@ class FakeRuntime:
     def set_all(self, service: str, state: str, **kw: Any) -> None:
         self.replicas[service] = [
             ReplicaStatus(
-                r.name, r.template_hash, state, endpoint=f"http://127.0.0.1:{9000 + i}", **kw
+                r.name,
+                r.template_hash,
+                state,
+                endpoint=f"http://127.0.0.1:{9000 + i}",
+                grpc_endpoint=f"http://127.0.0.1:{9100 + i}",
+                **kw,
             )  # type: ignore[arg-type]
             for i, r in enumerate(self.replicas[service])
         ]
@@ -161,6 +166,7 @@ async def test_create_waits_then_runs_and_publishes_endpoints(
     after = route_feed.table(h.sessions, "local", 1000)
     assert after.version > before.version
     assert after.routes[0].endpoints == ["http://127.0.0.1:9000", "http://127.0.0.1:9001"]
+    assert after.routes[0].grpc_endpoints == ["http://127.0.0.1:9100", "http://127.0.0.1:9101"]
     assert h.reasons() == ["Created", "Waiting", "Running"]
 
 

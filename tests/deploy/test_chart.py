@@ -122,6 +122,26 @@ def test_the_control_plane_runs_the_kubernetes_runtime_with_one_replica(
     assert env["OPENEAS_K8S_NAMESPACE"]["value"] == "openeas-serving"
 
 
+def test_the_gateway_serves_grpc_beside_http_and_replicas_let_it_in(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    objects = rendered["defaults"]
+    gw = container(objects, "Deployment", GW, "gateway")
+    assert {"name": "grpc", "containerPort": 8001, "protocol": "TCP"} in gw["ports"]
+    assert _env(gw)["OPENEAS_GATEWAY_GRPC_PORT"]["value"] == "8001"
+    ports = {p["name"]: p for p in find(objects, "Service", GW)["spec"]["ports"]}
+    assert (ports["grpc"]["port"], ports["grpc"]["targetPort"]) == (8001, "grpc")
+    policy = find(objects, "NetworkPolicy", "openeas-replicas")
+    assert {"port": "grpc", "protocol": "TCP"} in policy["spec"]["ingress"][0]["ports"]
+    assert "tritonclient.grpc" in notes(VALUE_SETS["defaults"])
+
+    off = render({**VALUE_SETS["defaults"], "gateway": {"grpc": {"enabled": False, "port": 1}}})
+    gw = container(off, "Deployment", GW, "gateway")
+    assert [p["name"] for p in gw["ports"]] == ["http"]
+    assert "OPENEAS_GATEWAY_GRPC_PORT" not in _env(gw)
+    assert [p["name"] for p in find(off, "Service", GW)["spec"]["ports"]] == ["http"]
+
+
 def test_the_gateway_has_no_kubernetes_api_token(rendered: dict[str, list[Obj]]) -> None:
     pod = find(rendered["defaults"], "Deployment", GW)["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False

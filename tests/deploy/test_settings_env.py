@@ -34,8 +34,9 @@ CHART_OWNED: dict[str, tuple[type[BaseSettings], set[str]]] = {
     # admin_token: the chart gives the gateway none (it reads routes with routes_token).
     "gateway": (
         GatewaySettings,
-        {"controlplane_url", "routes_token", "admin_token", "host", "port", "workers",
-         "route_snapshot"},
+        # grpc_port: gateway.grpc.enabled (its Service port is gateway.grpc.port).
+        {"controlplane_url", "routes_token", "admin_token", "host", "port", "grpc_port",
+         "workers", "route_snapshot"},
     ),
     "serving": (
         KubernetesSettings,

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from testing.waiting import WaitTimeout, seconds_until, wait_until
@@ -31,6 +32,7 @@ class Platform:
         self.tmp = tmp
         self.env = env
         self.port = free_port()
+        self.grpc_port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[str] | None = None
 
@@ -38,7 +40,10 @@ class Platform:
         print(f"{time.monotonic():.1f} start", flush=True)
         log = (self.tmp / "up.log").open("a")
         self.proc = subprocess.Popen(
-            [str(BIN / "openeas"), "up", "--port", str(self.port)],
+            [
+                str(BIN / "openeas"),
+                *("up", "--port", str(self.port), "--grpc-port", str(self.grpc_port)),
+            ],
             cwd=self.tmp,
             env=self.env,
             stdout=log,
@@ -176,6 +181,19 @@ def test_seed_journey(platform: Platform, oss_model_repo: str) -> None:
     check_example_models(endpoint, {"Authorization": token})
     replica = platform.describe()["Replicas"][0]["endpoint"]
     check_example_models(replica.removeprefix("http://"))
+    # the gRPC door: the printed address, the official client, the same token
+    grpc_address = f"127.0.0.1:{platform.grpc_port}"
+    assert f"gRPC (tritonclient.grpc) on {grpc_address}" in (platform.tmp / "up.log").read_text()
+    grpc = grpcclient.InferenceServerClient(url=grpc_address)
+    try:
+        a = np.array([1.5, 2.0, -3.0, 4.25], dtype=np.float32)
+        inputs = [grpcclient.InferInput(n, [4], "FP32") for n in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(a)
+        result: Any = grpc.infer("add_sub", inputs, headers={"authorization": f"Bearer {token}"})
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+    finally:
+        grpc.close()
     replica_log = platform.eascmd("logs", "triton_test", "--tail", "200")
     assert "Started HTTPService at" in replica_log, replica_log[-2000:]
 

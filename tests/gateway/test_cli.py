@@ -38,7 +38,9 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENEAS_GATEWAY_PORT", "9999")
     monkeypatch.setenv("OPENEAS_GATEWAY_MAX_BODY_BYTES", "1234")
     monkeypatch.setenv("OPENEAS_GATEWAY_DEFAULT_TIMEOUT_MS", "5000")
+    monkeypatch.setenv("OPENEAS_GATEWAY_GRPC_PORT", "9001")
     s = GatewaySettings()
+    assert s.grpc_port == 9001
     assert s.controlplane_url == "http://cp.internal:9000"
     assert s.admin_token.get_secret_value() == "s3cr3t-adm"
     assert "s3cr3t" not in repr(s)
@@ -50,6 +52,7 @@ def test_defaults() -> None:
     s = GatewaySettings()
     assert s.max_body_bytes >= 64 * 1024 * 1024
     assert s.health_path == "/gateway/healthz" and s.host == "127.0.0.1"
+    assert s.grpc_port is None  # the gRPC door opens only when asked
 
 
 def test_invalid_settings_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
@@ -81,12 +84,30 @@ def get(url: str, token: str | None = None) -> tuple[int, bytes]:
         return 0, b""
 
 
+def log_bytes_count(path: Path, needle: bytes) -> int:
+    return path.read_bytes().count(needle)
+
+
+def grpc_status(port: int, token: str | None) -> str:
+    """The status of a ServerReady call on the gateway's gRPC door (one connection each)."""
+    import grpc
+
+    metadata = [("authorization", f"Bearer {token}")] if token else None
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ServerReady")
+        try:
+            call(b"", metadata=metadata, timeout=10)
+        except grpc.RpcError as e:
+            return str(e.code().name)
+    return "OK"
+
+
 @pytest.mark.slow
 def test_gateway_process_with_workers(
     services: tuple[LoopThread, Echo, FakeControlPlane], tmp_path: Path
 ) -> None:
     lt, echo, cp = services
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     env = {
         **os.environ,
         "OPENEAS_CONTROLPLANE_URL": cp.url,
@@ -94,7 +115,10 @@ def test_gateway_process_with_workers(
     }
     log = (tmp_path / "gateway.log").open("wb")
     proc = subprocess.Popen(
-        [str(OPENEAS), "gateway", "--port", str(port), "--workers", "2"],
+        [
+            str(OPENEAS),
+            *("gateway", "--port", str(port), "--grpc-port", str(grpc_port), "--workers", "2"),
+        ],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -127,6 +151,11 @@ def test_gateway_process_with_workers(
             15,
             what="every worker serves the new token",
         )
+        # The gRPC door of both workers: the echo replica publishes no gRPC port.
+        assert log_bytes_count(log_path, f"and gRPC 127.0.0.1:{grpc_port}".encode()) == 2
+        for _ in range(10):
+            assert grpc_status(grpc_port, None) == "UNAUTHENTICATED"
+            assert grpc_status(grpc_port, "t2") == "UNAVAILABLE"
         log_bytes = log_path.read_bytes()
         assert b"adm-token" not in log_bytes and TOKEN.encode() not in log_bytes
     finally:  # no assertion here: it would hide the one that failed in the body

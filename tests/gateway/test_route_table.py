@@ -73,6 +73,39 @@ def test_swap_keeps_live_state() -> None:
     assert state.get(SERVICE) is None and state.version == 4
 
 
+def test_the_token_index_follows_deltas() -> None:
+    """Digest → service, for the gRPC door: kept by each change, never rebuilt."""
+    state = RouteState(EndpointPool(), default_timeout_ms=1000)
+    state.apply(table(route([], service="a", token="token-a"), route([], service="b")))
+    found = state.by_token(b"token-a")
+    assert found is not None and found.route.service == "a"
+    assert state.by_token(TOKEN.encode()) is state.get("b")
+    assert state.by_token(b"nobody") is None
+    # a rotates to a new token and b takes a's old one, in one delta
+    swap = [route([], service="a", token="token-a2"), route([], service="b", token="token-a")]
+    state.apply(RouteTable(version=2, routes=swap, full=False))
+    assert state.by_token(b"token-a") is state.get("b")
+    assert state.by_token(b"token-a2") is state.get("a")
+    assert state.by_token(TOKEN.encode()) is None
+    state.apply(RouteTable(version=3, routes=[], full=False, removed=["b"]))
+    assert state.by_token(b"token-a") is None and len(state.by_digest) == 1
+    state.apply(table(route([], service="c", token="token-c"), version=4))  # whole table
+    assert list(state.by_digest.values()) == ["c"]
+
+
+def test_grpc_endpoints_are_routed_and_released_like_http_ones() -> None:
+    state = RouteState(EndpointPool(), default_timeout_ms=1000)
+    changes: list[RouteChange] = []
+    state.listeners.append(changes.append)
+    both = route(["http://h:8000"]).model_copy(update={"grpc_endpoints": ["http://h:8001"]})
+    state.apply(table(both))
+    entry = state.get(SERVICE)
+    assert entry is not None and [ep.port for ep in entry.grpc_endpoints] == [8001]
+    assert {ep.port for ep in changes[-1].added} == {8000, 8001}
+    state.apply(RouteTable(version=2, routes=[route([])], full=False))
+    assert {ep.port for ep in changes[-1].released} == {8000, 8001}
+
+
 def test_a_delta_touches_only_its_services_and_releases_unlisted_replicas() -> None:
     state = RouteState(EndpointPool(), default_timeout_ms=1000)
     changes: list[RouteChange] = []

@@ -69,7 +69,9 @@ def test_a_failed_warm_up_fails_the_replica_with_its_message() -> None:
 def test_a_ready_replica_has_its_pod_endpoint() -> None:
     status = ks.status_ready()
     status["podIP"] = "10.244.1.7"
-    assert replica_status(pod(status=status)).endpoint == "http://10.244.1.7:8000"
+    replica = replica_status(pod(status=status))
+    assert replica.endpoint == "http://10.244.1.7:8000"
+    assert replica.grpc_endpoint == "http://10.244.1.7:8001"  # the pod's gRPC port
 
 
 def test_messages_say_what_happened() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from controlplane.runtime.base import Observation, ReplicaState, ReplicaStatus, ReplicaSummary
 from controlplane.runtime.kubernetes.manifests import (
+    GRPC_PORT,
     HTTP_PORT,
     METRICS_PORT,
     PULL_CONTAINER,
@@ -81,7 +82,10 @@ def replica_status(pod: Object) -> ReplicaStatus:
     if _phase(pod) == "Running" and _condition(pod, "Ready").get("status") == "True":
         ip = status.get("podIP")
         return replica(
-            "Running", endpoint=f"http://{ip}:{HTTP_PORT}", metrics=f"http://{ip}:{METRICS_PORT}"
+            "Running",
+            endpoint=f"http://{ip}:{HTTP_PORT}",
+            metrics=f"http://{ip}:{METRICS_PORT}",
+            grpc_endpoint=f"http://{ip}:{GRPC_PORT}",
         )
     for container in init + main:
         problem = _container_problem(container, pod)

@@ -1,0 +1,285 @@
+"""Benchmark of the gateway's gRPC door against direct Triton gRPC, in one run.
+
+Run by hand (``python bench/grpc.py``) for the figures quoted in the gRPC closing note. It
+starts ``tritonserver`` on ``examples/models`` and the gateway (``--serve-gateway``: a static
+route to that Triton, gRPC door open), both pinned to ``--server-cpu``, the load on
+``--client-cpu``, so the gateway's cost shows as throughput Triton loses. For ``add_sub``
+(two 16-byte inputs) and ``identity`` (a 1 MiB input echoed back) it prints:
+
+1. sequential latency p50/p95 with the official ``tritonclient.grpc`` client, and the p50
+   the gateway adds (target: at most 0.3 ms for the small model);
+2. throughput of ``ModelInfer`` at 1, 8 and 64 concurrent calls (HTTP/2 streams on one
+   connection; a grpc.aio client sending one pre-encoded request as bytes, so the client's
+   own cost stays small), as calls/s and as the ratio gateway/direct (target: 0.8 at 64).
+
+Throughput points run ``--repeat`` interleaved rounds (direct, gateway, direct, …) and
+report the median. Every call must succeed; a run with failures says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import os
+import secrets
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+# Run as a script, this file's folder comes first on sys.path, where this very file would
+# shadow the grpc package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+SERVICE = "bench"
+METHOD = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def _http_bench() -> ModuleType:
+    """bench/gateway.py's process helpers (free ports, start/stop, pinning, percentiles)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_gateway", Path(__file__).parent / "gateway.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+hb = _http_bench()
+
+
+# --- workloads -------------------------------------------------------------------------
+
+
+def inputs_for(model: str) -> list[Any]:
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    if model == "add_sub":
+        tensors = [grpcclient.InferInput(n, [4], "FP32") for n in ("INPUT0", "INPUT1")]
+        tensors[0].set_data_from_numpy(np.arange(4, dtype=np.float32))
+        tensors[1].set_data_from_numpy(np.ones(4, dtype=np.float32))
+        return tensors
+    payload = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
+    tensor = grpcclient.InferInput("INPUT0", [payload.size], "UINT8")
+    tensor.set_data_from_numpy(payload)
+    return [tensor]
+
+
+def encoded_request(model: str) -> bytes:
+    """One ModelInferRequest, serialized once (what tritonclient.grpc would send)."""
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for tensor in inputs_for(model):
+        request.inputs.extend([tensor._get_tensor()])
+        request.raw_input_contents.extend([tensor._get_content()])
+    return bytes(request.SerializeToString())
+
+
+def sequential_latency(address: str, model: str, token: str | None, n: int) -> list[float]:
+    """Per-call latency (ms) of ``n`` infers with tritonclient.grpc (after a warm-up)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url=address)
+    inputs = inputs_for(model)
+    headers = {"authorization": f"Bearer {token}"} if token else None
+    samples = []
+    try:
+        for i in range(n + 20):
+            t = time.perf_counter()
+            client.infer(model, inputs, headers=headers)
+            if i >= 20:
+                samples.append((time.perf_counter() - t) * 1000.0)
+    finally:
+        client.close()
+    return samples
+
+
+async def _throughput(
+    address: str, body: bytes, token: str | None, concurrency: int, seconds: float
+) -> tuple[float, int]:
+    import grpc
+
+    metadata = (("authorization", f"Bearer {token}"),) if token else None
+    options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+    async with grpc.aio.insecure_channel(address, options=options) as channel:
+        call = channel.unary_unary(METHOD)  # bytes in, bytes out
+        await call(body, metadata=metadata)  # connected and warm
+        done = failed = 0
+        stop_at = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            nonlocal done, failed
+            while time.perf_counter() < stop_at:
+                try:
+                    await call(body, metadata=metadata)
+                    done += 1
+                except grpc.aio.AioRpcError:
+                    failed += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return done / (time.perf_counter() - started), failed
+
+
+def throughput(
+    address: str, body: bytes, token: str | None, concurrency: int, seconds: float
+) -> tuple[float, int]:
+    """Calls/s over ``seconds`` with ``concurrency`` calls in flight, and failures."""
+    return asyncio.run(_throughput(address, body, token, concurrency, seconds))
+
+
+# --- the gateway under test, as its own process -----------------------------------------
+
+
+def serve_gateway(grpc_port: int, http_upstream: str, grpc_upstream: str, token: str) -> None:
+    """``--serve-gateway``: a gateway with one static route and its gRPC door open."""
+    sys.path.insert(0, str(ROOT))
+    from contract.wire import Route, RouteTable, token_digest
+    from gateway.app import start_gateway
+    from gateway.cli import run
+    from gateway.grpc_server import start_grpc
+    from gateway.route_table import StaticRouteSource
+    from gateway.settings import GatewaySettings
+
+    route = Route(
+        service=SERVICE,
+        token_sha256=token_digest(token),
+        endpoints=[http_upstream],
+        grpc_endpoints=[grpc_upstream],
+        timeout_ms=60_000,
+        status="Running",
+    )
+
+    async def main() -> None:
+        settings = GatewaySettings(report_interval_s=0)
+        runner = await start_gateway(
+            settings, StaticRouteSource(RouteTable(version=1, routes=[route])), port=0
+        )
+        door = await start_grpc(runner.gateway, host="127.0.0.1", port=grpc_port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        await stop.wait()
+        await door.close(0)
+        await runner.close(0)
+
+    run(main())
+
+
+# --- orchestration ----------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--duration", type=float, default=4.0, help="seconds per throughput run")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per point")
+    ap.add_argument("--concurrency", default="1,8,64")
+    ap.add_argument("--sequential-small", type=int, default=1000)
+    ap.add_argument("--sequential-large", type=int, default=100)
+    ap.add_argument("--server-cpu", type=int, default=0)
+    ap.add_argument("--client-cpu", type=int, default=1)
+    ap.add_argument("--models", default="add_sub,identity")
+    ap.add_argument(
+        "--serve-gateway", nargs=4, metavar=("GRPC_PORT", "HTTP_UP", "GRPC_UP", "TOKEN")
+    )
+    args = ap.parse_args(argv)
+    if args.serve_gateway:
+        port, http_up, grpc_up, token = args.serve_gateway
+        serve_gateway(int(port), http_up, grpc_up, token)
+        return 0
+    sys.path.insert(0, str(ROOT))
+    from processors.triton import binary
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    os.sched_setaffinity(0, {args.client_cpu})
+    token = secrets.token_hex(16)
+    server = binary.locate()
+    http_port, grpc_port, gateway_port = hb.free_port(), hb.free_port(), hb.free_port()
+    triton_argv = [
+        str(server.binary),
+        f"--model-repository={ROOT / 'examples' / 'models'}",
+        f"--http-port={http_port}",
+        f"--grpc-port={grpc_port}",
+        f"--metrics-port={hb.free_port()}",
+        "--http-address=127.0.0.1",
+        "--grpc-address=127.0.0.1",
+        "--allow-metrics=false",
+        "--log-verbose=0",
+        *server.args,
+    ]
+    gateway_argv = [
+        sys.executable,
+        __file__,
+        "--serve-gateway",
+        str(gateway_port),
+        f"http://127.0.0.1:{http_port}",
+        f"http://127.0.0.1:{grpc_port}",
+        token,
+    ]
+    direct, through = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{gateway_port}"
+    with tempfile.TemporaryDirectory(prefix="openeas-bench-grpc-") as tmpdir:
+        tmp = Path(tmpdir)
+        triton = hb.process(
+            hb.pinned(args.server_cpu, triton_argv),
+            tmp / "triton.log",
+            env=server.environ(os.environ),
+        )
+        with triton as triton_proc:
+            hb.wait_http(f"http://127.0.0.1:{http_port}/v2/health/ready", triton_proc)
+            gateway = hb.process(hb.pinned(args.server_cpu, gateway_argv), tmp / "gateway.log")
+            with gateway:
+                ready_deadline = time.monotonic() + 30
+                while True:
+                    try:
+                        sequential_latency(through, "add_sub", token, 0)
+                        break
+                    except Exception:
+                        if time.monotonic() > ready_deadline:
+                            print((tmp / "gateway.log").read_text()[-2000:], file=sys.stderr)
+                            raise
+                        time.sleep(0.2)
+                report(args, direct, through, token)
+    return 0
+
+
+def report(args: argparse.Namespace, direct: str, through: str, token: str) -> None:
+    models = args.models.split(",")
+    print(f"# gRPC: direct Triton vs the gateway's door (server cpu {args.server_cpu})")
+    print("\n## sequential latency, tritonclient.grpc (ms)")
+    print(f"{'model':<10} {'target':<8} {'p50':>8} {'p95':>8} {'added p50':>10}")
+    for model in models:
+        n = args.sequential_small if model == "add_sub" else args.sequential_large
+        base = sequential_latency(direct, model, None, n)
+        gw = sequential_latency(through, model, token, n)
+        b50, g50 = statistics.median(base), statistics.median(gw)
+        print(f"{model:<10} {'direct':<8} {b50:8.3f} {hb.pct(base, 95):8.3f}")
+        print(f"{model:<10} {'gateway':<8} {g50:8.3f} {hb.pct(gw, 95):8.3f} {g50 - b50:10.3f}")
+    print("\n## throughput, ModelInfer calls/s (median of interleaved runs)")
+    print(f"{'model':<10} {'streams':>7} {'direct':>9} {'gateway':>9} {'ratio':>7}")
+    failures = 0
+    for model in models:
+        body = encoded_request(model)
+        for concurrency in (int(c) for c in args.concurrency.split(",")):
+            runs: dict[str, list[float]] = {"direct": [], "gateway": []}
+            for _ in range(args.repeat):
+                for target, address, tok in (("direct", direct, None), ("gateway", through, token)):
+                    rate, failed = throughput(address, body, tok, concurrency, args.duration)
+                    runs[target].append(rate)
+                    failures += failed
+            d, g = statistics.median(runs["direct"]), statistics.median(runs["gateway"])
+            print(f"{model:<10} {concurrency:>7} {d:9.0f} {g:9.0f} {hb.ratio(g, d):>7}")
+    print(f"\nfailed calls: {failures}" if failures else "\nevery call succeeded")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

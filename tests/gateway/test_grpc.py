@@ -1,0 +1,287 @@
+"""gRPC through the gateway against real Triton, with the official ``tritonclient.grpc``
+client unchanged: every tenant RPC (unary and the decoupled model's stream), every refusal
+status, 1 MB outputs equal to the HTTP door's, service selection by token, metrics."""
+
+from __future__ import annotations
+
+import queue
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from contract.wire import Route, RouteTable
+from gateway.grpc_server import GrpcRunner, start_grpc
+from testing.waiting import wait_until
+from tests.fixtures_triton import TritonServer, free_port
+from tests.gateway.conftest import GatewayFactory
+from tests.gateway.harness import SERVICE, TOKEN, Gateway, LoopThread, route, table
+
+pytestmark = pytest.mark.slow
+
+OTHER_TOKEN = "other-" + "y" * 26
+
+
+def grpc_route(triton: TritonServer | None, **kw: Any) -> Route:
+    """The harness's route with the replica's gRPC port published (none when ``triton`` is
+    None)."""
+    base = route([triton.base_url] if triton else [], **kw)
+    grpc = [f"http://127.0.0.1:{triton.grpc_port}"] if triton else []
+    return base.model_copy(update={"grpc_endpoints": grpc})
+
+
+class Door:
+    """A gateway with its gRPC door open, in the test loop thread."""
+
+    def __init__(self, gw: Gateway, runner: GrpcRunner) -> None:
+        self.gw = gw
+        self.runner = runner
+
+    def client(self) -> grpcclient.InferenceServerClient:
+        return grpcclient.InferenceServerClient(url=self.runner.address)
+
+    def publish(self, new: RouteTable) -> None:
+        self.gw.publish(new)
+
+    def metrics(self) -> str:
+        return self.gw.lt.call(lambda: self.gw.runner.gateway.render_metrics().decode())
+
+
+@pytest.fixture
+def open_door(make_gateway: GatewayFactory, lt: LoopThread) -> Iterator[Any]:
+    opened: list[GrpcRunner] = []
+
+    def factory(routes: RouteTable, **settings: Any) -> Door:
+        gw = make_gateway(routes, **settings)
+        runner = lt.run(start_grpc(gw.runner.gateway, host="127.0.0.1", port=0))
+        opened.append(runner)
+        return Door(gw, runner)
+
+    yield factory
+    for runner in opened:
+        lt.run(runner.close(grace_s=1.0))
+
+
+@pytest.fixture
+def door(open_door: Any, triton_server: TritonServer) -> Door:
+    result: Door = open_door(table(grpc_route(triton_server)))
+    return result
+
+
+def bearer(token: str = TOKEN) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+def add_sub_inputs() -> tuple[list[grpcclient.InferInput], np.ndarray, np.ndarray]:
+    a = np.array([1.5, 2.0, -3.0, 4.25], dtype=np.float32)
+    b = np.array([0.5, -1.0, 2.0, 8.0], dtype=np.float32)
+    inputs = [grpcclient.InferInput(n, [4], "FP32") for n in ("INPUT0", "INPUT1")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    return inputs, a, b
+
+
+def status_of(call: Any) -> str:
+    with pytest.raises(InferenceServerException) as e:
+        call()
+    status = e.value.status()
+    assert isinstance(status, str)
+    return status
+
+
+def test_unary_rpcs(door: Door, triton_server: TritonServer) -> None:
+    client = door.client()
+    direct = grpcclient.InferenceServerClient(url=f"127.0.0.1:{triton_server.grpc_port}")
+    try:
+        for headers in (bearer(), {"authorization": TOKEN}):  # Bearer or EAS's bare token
+            assert client.is_server_live(headers=headers)
+            assert client.is_server_ready(headers=headers)
+            assert client.is_model_ready("add_sub", headers=headers)
+            inputs, a, b = add_sub_inputs()
+            result: Any = client.infer("add_sub", inputs, headers=headers)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+        meta: Any = client.get_server_metadata(headers=bearer(), as_json=True)
+        assert meta == direct.get_server_metadata(as_json=True)
+        model: Any = client.get_model_metadata("add_sub", headers=bearer(), as_json=True)
+        assert model == direct.get_model_metadata("add_sub", as_json=True)
+        config: Any = client.get_model_config("add_sub", headers=bearer(), as_json=True)
+        assert config == direct.get_model_config("add_sub", as_json=True)
+        stats: Any = client.get_inference_statistics("add_sub", headers=bearer(), as_json=True)
+        assert stats["model_stats"][0]["name"] == "add_sub"
+        # Triton's own answers pass unchanged: an unknown model is its NOT_FOUND... or its
+        # INVALID_ARGUMENT, whichever it says directly.
+        want = status_of(lambda: direct.get_model_metadata("nope"))
+        assert status_of(lambda: client.get_model_metadata("nope", headers=bearer())) == want
+    finally:
+        client.close()
+        direct.close()
+    assert 'openeas_gateway_grpc_requests_total{service="svc",code="OK"}' in door.metrics()
+
+
+def test_streaming_decoupled_model(door: Door) -> None:
+    """ModelStreamInfer both ways: two requests on one stream, each answered three times."""
+    client = door.client()
+    answers: queue.Queue[Any] = queue.Queue()
+    client.start_stream(
+        callback=lambda result, error: answers.put((result, error)), headers=bearer()
+    )
+    try:
+        for n, data in enumerate(([1.0, 2.0], [3.0, 4.0, 5.0])):
+            values = np.array(data, dtype=np.float32)
+            tensor = grpcclient.InferInput("IN", [len(data)], "FP32")
+            tensor.set_data_from_numpy(values)
+            count = grpcclient.InferInput("COUNT", [1], "INT32")
+            count.set_data_from_numpy(np.array([3], dtype=np.int32))
+            client.async_stream_infer("repeat", [tensor, count], request_id=str(n))
+            for i in range(3):
+                result, error = answers.get(timeout=30)
+                assert error is None
+                np.testing.assert_array_equal(result.as_numpy("OUT"), values)
+                assert result.as_numpy("INDEX").tolist() == [i]
+                assert result.get_response().id == str(n)
+    finally:
+        client.stop_stream()
+        client.close()
+    # The stream held one place in the service's in-flight count, given back at its end.
+    gateway = door.gw.runner.gateway
+    in_flight = door.gw.lt.call(lambda: gateway.routes.services[SERVICE].in_flight)
+    wait_until(lambda: in_flight.count == 0, 10, what="the stream leaves the in-flight count")
+    assert in_flight.requests == 1
+
+
+def test_one_mib_outputs_equal_http(door: Door, triton_server: TritonServer) -> None:
+    payload = np.random.default_rng(3).integers(0, 256, 1 << 20, dtype=np.uint8)
+    client = door.client()
+    http = httpclient.InferenceServerClient(url=f"{door.gw.hostport}/api/predict/{SERVICE}")
+    try:
+        g = grpcclient.InferInput("INPUT0", [payload.size], "UINT8")
+        g.set_data_from_numpy(payload)
+        got: Any = client.infer("identity", [g], headers=bearer())
+        h = httpclient.InferInput("INPUT0", [payload.size], "UINT8")
+        h.set_data_from_numpy(payload, binary_data=True)
+        want: Any = http.infer("identity", [h], headers={"Authorization": TOKEN})
+        assert got.as_numpy("OUTPUT0").tobytes() == want.as_numpy("OUTPUT0").tobytes()
+        assert got.as_numpy("OUTPUT0").tobytes() == payload.tobytes()
+    finally:
+        client.close()
+        http.close()
+
+
+def test_token_selects_the_service(open_door: Any, triton_server: TritonServer) -> None:
+    """Two services behind one address: each token reaches its own (per metrics)."""
+    other = grpc_route(triton_server, service="other", token=OTHER_TOKEN)
+    door: Door = open_door(table(grpc_route(triton_server), other))
+    client = door.client()
+    try:
+        assert client.is_server_ready(headers=bearer(OTHER_TOKEN))
+        assert client.is_server_ready(headers=bearer(OTHER_TOKEN))
+        assert client.is_server_ready(headers=bearer())
+    finally:
+        client.close()
+    metrics = door.metrics()
+    assert 'openeas_gateway_grpc_requests_total{service="other",code="OK"} 2' in metrics
+    assert 'openeas_gateway_grpc_requests_total{service="svc",code="OK"} 1' in metrics
+    # and the autoscaler's load report counts them as the HTTP door's
+    touched = door.gw.lt.call(lambda: door.gw.runner.gateway.activity.drain())
+    assert {name: f.take(1.0)[0] for name, f in touched.items()} == {"other": 2, "svc": 1}
+
+
+ADMIN_CALLS = {
+    "RepositoryIndex": lambda c, h: c.get_model_repository_index(headers=h),
+    "RepositoryModelLoad": lambda c, h: c.load_model("add_sub", headers=h),
+    "RepositoryModelUnload": lambda c, h: c.unload_model("add_sub", headers=h),
+    "SystemSharedMemoryStatus": lambda c, h: c.get_system_shared_memory_status(headers=h),
+    "SystemSharedMemoryRegister": lambda c, h: c.register_system_shared_memory(
+        "r", "/k", 8, headers=h
+    ),
+    "SystemSharedMemoryUnregister": lambda c, h: c.unregister_system_shared_memory(headers=h),
+    "CudaSharedMemoryStatus": lambda c, h: c.get_cuda_shared_memory_status(headers=h),
+    "CudaSharedMemoryUnregister": lambda c, h: c.unregister_cuda_shared_memory(headers=h),
+    "TraceSetting": lambda c, h: c.get_trace_settings(headers=h),
+    "LogSettings": lambda c, h: c.get_log_settings(headers=h),
+}
+
+
+def test_refusals(door: Door) -> None:
+    client = door.client()
+    try:
+        assert status_of(lambda: client.is_server_ready()) == "StatusCode.UNAUTHENTICATED"
+        wrong = bearer("wrong-" + "z" * 26)
+        assert status_of(lambda: client.is_server_ready(headers=wrong)) == (
+            "StatusCode.UNAUTHENTICATED"
+        )
+        for name, call in ADMIN_CALLS.items():
+            assert status_of(lambda call=call: call(client, bearer())) == (
+                "StatusCode.PERMISSION_DENIED"
+            ), name
+            # The token is checked first, as on the HTTP door.
+            assert status_of(lambda call=call: call(client, {})) == "StatusCode.UNAUTHENTICATED"
+    finally:
+        client.close()
+    metrics = door.metrics()
+    assert 'openeas_gateway_grpc_requests_total{service="",code="UNAUTHENTICATED"}' in metrics
+    assert 'openeas_gateway_grpc_requests_total{service="svc",code="PERMISSION_DENIED"}' in metrics
+
+
+def test_no_ready_replica_is_unavailable(door: Door) -> None:
+    door.publish(table(grpc_route(None, status="Waiting"), version=2))
+    client = door.client()
+    try:
+        assert status_of(lambda: client.is_server_ready(headers=bearer())) == (
+            "StatusCode.UNAVAILABLE"
+        )
+    finally:
+        client.close()
+
+
+def test_a_replica_refusing_connections_is_unavailable(open_door: Any) -> None:
+    closed = route([]).model_copy(update={"grpc_endpoints": [f"http://127.0.0.1:{free_port()}"]})
+    door: Door = open_door(table(closed))
+    client = door.client()
+    try:
+        assert status_of(lambda: client.is_server_ready(headers=bearer())) == (
+            "StatusCode.UNAVAILABLE"
+        )
+    finally:
+        client.close()
+    gateway = door.gw.runner.gateway
+    entry = door.gw.lt.call(lambda: gateway.routes.services[SERVICE])
+    assert entry.grpc_endpoints[0].down_until > 0  # tried last for a moment
+
+
+def test_limits_are_resource_exhausted(open_door: Any, triton_server: TritonServer) -> None:
+    door: Door = open_door(table(grpc_route(triton_server, rate_limit=1)))
+    client = door.client()
+    try:
+        assert client.is_server_ready(headers=bearer())
+        assert status_of(lambda: client.is_server_ready(headers=bearer())) == (
+            "StatusCode.RESOURCE_EXHAUSTED"
+        )
+    finally:
+        client.close()
+
+
+def test_route_timeout_is_deadline_exceeded(open_door: Any) -> None:
+    """A replica that accepts the connection and never answers: the route's timeout."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        stuck = route([], timeout_ms=300).model_copy(
+            update={"grpc_endpoints": [f"http://127.0.0.1:{port}"]}
+        )
+        door: Door = open_door(table(stuck))
+        client = door.client()
+        try:
+            with pytest.raises(InferenceServerException) as e:
+                client.is_server_ready(headers=bearer())
+            assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+            assert "300 ms" in str(e.value.message())
+        finally:
+            client.close()
