@@ -85,6 +85,12 @@ class ServiceLoad(BaseModel):
     service: str = Field(max_length=63)
     requests: int = Field(ge=0)  # admitted during the interval
     concurrency: float = Field(ge=0)  # mean in-flight requests over the interval
+    # For the console's charts (defaulted: a gateway that does not send them still parses).
+    completed: int = Field(default=0, ge=0)  # answered during the interval
+    errors: int = Field(default=0, ge=0)  # of those, answered with a 5xx
+    # Answered requests per latency bucket: counts[i] took at most the report's
+    # ``latency_bounds_s[i]``; the last count is above the largest bound.
+    latency: list[int] = Field(default=[], max_length=64)
 
 
 class LoadReport(BaseModel):
@@ -97,3 +103,4 @@ class LoadReport(BaseModel):
     reporter: str = Field(min_length=1, max_length=64)
     interval_s: float = Field(gt=0, le=60)
     services: list[ServiceLoad] = Field(max_length=100_000)
+    latency_bounds_s: list[float] = Field(default=[], max_length=63)  # upper bounds, ascending
