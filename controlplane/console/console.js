@@ -102,12 +102,14 @@ function problemView(e) {
   const errors = (e.body && e.body.errors) || [];
   box.append(h("p", { class: "error", text: e.body.title ? `${e.body.title}: ` + (errors.length ? `${errors.length} problem(s)` : e.message) : e.message }));
   if (errors.length) {
+    const fixed = new Set(); // a line's correction once, after its last problem
+    const lastOfLine = errors.map((p, i) => !p.line || !errors.slice(i + 1).some((q) => q.line === p.line));
     box.append(
-      h("ul", {}, errors.map((p) =>
+      h("ul", {}, errors.map((p, i) =>
         h("li", {},
           h("code", { class: "where", text: p.line ? `${p.line}:${p.column}` : p.field }),
           " ", p.message,
-          p.fix ? h("div", { class: "fix" }, h("code", { text: p.fix })) : null,
+          p.fix && lastOfLine[i] && !fixed.has(p.fix) && fixed.add(p.fix) ? h("div", { class: "fix" }, h("code", { text: p.fix })) : null,
         ),
       )),
     );
@@ -124,7 +126,7 @@ function every(ms, fn) {
 
 function signOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
-  location.hash = "#/";
+  history.replaceState(null, "", "#/"); // no hashchange: it would re-render without the message
   route(message);
 }
 
@@ -319,7 +321,7 @@ function chart(title, points, series, unit) {
     });
     if (d) svg.append(svgEl("path", { d, class: `line ${s.cls}` }));
     const last = [...points].reverse().map(s.get).find((v) => v !== null && v !== undefined);
-    latest.push(`${s.label} ${last === undefined ? "–" : fmt(last)}${unit}`);
+    latest.push(`${s.label ? s.label + " " : ""}${last === undefined ? "–" : fmt(last)}${unit}`);
   }
   const summary = latest.join(", ");
   svg.setAttribute("aria-label", `${title} over the last hour; latest: ${summary}`);
@@ -440,7 +442,7 @@ function serviceView(cluster, name) {
   }
 
   function askDelete() {
-    const typed = h("input", { id: "delete-confirm", autocomplete: "off" });
+    const typed = h("input", { id: "delete-confirm", autocomplete: "off", oninput: () => typed.setCustomValidity("") });
     const form = h("form", { class: "card confirm", onsubmit: async (e) => {
       e.preventDefault();
       if (typed.value !== name) { typed.setCustomValidity("type the service name"); typed.reportValidity(); return; }
