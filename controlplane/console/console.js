@@ -95,25 +95,33 @@ async function api(path, { method = "GET", body, headers = {}, text = false } = 
 
 const servicePath = (s) => `/api/v2/services/${encodeURIComponent(s.Region)}/${encodeURIComponent(s.ServiceName)}`;
 
-// Problems as the API answers them: JSON damage with line, column and the line as it should
-// read (as eascmd prints it), or spec fields with their fix.
+// Problems as the API answers them: JSON damage by line (column, what to type instead, the
+// line as it should read — what eascmd prints), or spec fields with their fix.
 function problemView(e) {
   const box = h("div", { class: "problems", role: "alert" });
   const errors = (e.body && e.body.errors) || [];
-  box.append(h("p", { class: "error", text: e.body.title ? `${e.body.title}: ` + (errors.length ? `${errors.length} problem(s)` : e.message) : e.message }));
-  if (errors.length) {
-    const fixed = new Set(); // a line's correction once, after its last problem
-    const lastOfLine = errors.map((p, i) => !p.line || !errors.slice(i + 1).some((q) => q.line === p.line));
-    box.append(
-      h("ul", {}, errors.map((p, i) =>
-        h("li", {},
-          h("code", { class: "where", text: p.line ? `${p.line}:${p.column}` : p.field }),
-          " ", p.message,
-          p.fix && lastOfLine[i] && !fixed.has(p.fix) && fixed.add(p.fix) ? h("div", { class: "fix" }, h("code", { text: p.fix })) : null,
-        ),
-      )),
-    );
+  const title = e.body.title ? `${e.body.title}: ` : "";
+  box.append(h("p", { class: "error", text: title + (errors.length ? `${errors.length} problem(s)` : e.message) }));
+  const items = [];
+  const lines = new Map(); // line -> its problems, in order
+  for (const p of errors) {
+    if (!p.line) items.push(h("li", {}, h("code", { class: "where", text: p.field }), " ", p.message, p.fix ? h("div", { class: "fix", text: p.fix }) : null));
+    else if (lines.has(p.line)) lines.get(p.line).push(p);
+    else lines.set(p.line, [p]);
   }
+  for (const [line, ps] of lines) {
+    const quotes = ps.filter((p) => p.message.startsWith("typographic quote "));
+    const said = ps.filter((p) => !quotes.includes(p)).map((p) => `column ${p.column}: ${p.message}`);
+    if (quotes.length) {
+      const chars = [...new Set(quotes.map((p) => p.message.slice(-1)))].join(" ");
+      said.unshift(`typographic quotes ${chars} (columns ${quotes.map((p) => p.column).join(", ")}): type straight quotes " instead`);
+    }
+    const fix = ps.find((p) => p.fix);
+    items.push(h("li", {},
+      h("code", { class: "where", text: `line ${line}` }), " ", said.join("; "),
+      fix ? h("div", { class: "fix" }, h("code", { text: fix.fix })) : null));
+  }
+  if (items.length) box.append(h("ul", {}, items));
   return box;
 }
 
@@ -225,7 +233,7 @@ function listView() {
 // -- create --------------------------------------------------------------------------------
 
 function createView() {
-  const text = h("textarea", { id: "spec-text", rows: 16, spellcheck: "false", "aria-describedby": "spec-help" });
+  const text = h("textarea", { id: "spec-text", rows: 12, spellcheck: "false", "aria-describedby": "spec-help" });
   text.value = EXAMPLE;
   const out = h("div", { id: "create-result" });
   const submit = h("button", { type: "submit", text: "Create" });

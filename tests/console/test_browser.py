@@ -99,7 +99,7 @@ def test_create_shows_the_blogs_problems_inline_then_a_clean_one_appears(
     page.get_by_role("button", name="Create", exact=True).click()
     problems = page.locator(".problems")
     expect(problems).to_contain_text("Malformed JSON")
-    expect(problems).to_contain_text("2:1")
+    expect(problems).to_contain_text("line 2 typographic quotes “ ” (columns 1, 6, 9, 21)")
     expect(problems).to_contain_text('should read: "name": "triton_test",')
     expect(problems).to_contain_text('should read: "--model-repository=oss://triton-model-repo')
     expect(problems).to_contain_text("trailing comma")
@@ -196,8 +196,9 @@ def test_service_page_charts_replicas_logs_and_scale(
     expect(charts).to_have_count(4)
     requests = page.get_by_role("img", name=re.compile(r"^Requests\/s over the last hour"))
     expect(requests.locator("path.line")).to_have_count(1)
-    label = requests.get_attribute("aria-label") or ""
-    assert float(label.rsplit(" ", 1)[-1]) > 0  # the live report's rate
+    expect(requests).to_have_attribute("aria-label", re.compile(r"latest: [\d.]+$"))
+    recent = seeded.api.get("/api/v2/services/local/resnet50_v2/metrics?window=30").json()
+    assert any(p["RequestsPerSecond"] > 0 for p in recent["Points"])  # the live report
     latency = page.get_by_role("img", name=re.compile("^Latency"))
     expect(latency.locator("path.line")).to_have_count(2)  # p50 and p99
     replicas = page.get_by_role("img", name=re.compile("^Ready replicas"))
@@ -211,6 +212,7 @@ def test_service_page_charts_replicas_logs_and_scale(
     ).to_be_visible()
     page.get_by_role("button", name="Show log").click()
     expect(page.get_by_label("replica log")).to_contain_text("successfully loaded")
+    page.evaluate("window.scrollTo(0, 0)")
     shot(page, "service", tmp_path)
 
     page.get_by_label("Instances").fill("3")
