@@ -34,6 +34,7 @@ from controlplane.settings import Settings
 from testing.waiting import wait_until
 from tests.controlplane.conftest import ADMIN
 from tests.controlplane.test_reconciler import FakeRuntime
+from tests.gateway.conftest import echo, echo_server, lt, make_gateway  # noqa: F401 (fixtures)
 
 CHROMIUM = Path("/usr/bin/chromium")
 INSTALL_TIMEOUT_S = 900
