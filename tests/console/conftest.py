@@ -32,9 +32,10 @@ from controlplane.sealing import from_settings
 from controlplane.services import Services
 from controlplane.settings import Settings
 from testing.waiting import wait_until
-from tests.controlplane.conftest import ADMIN
+from tests.controlplane.conftest import ADMIN, live_api, settings  # noqa: F401 (fixtures)
+from tests.controlplane.test_eascmd_cli import eascmd  # noqa: F401
 from tests.controlplane.test_reconciler import FakeRuntime
-from tests.gateway.conftest import echo, echo_server, lt, make_gateway  # noqa: F401 (fixtures)
+from tests.gateway.conftest import echo, echo_server, lt, make_gateway  # noqa: F401
 
 CHROMIUM = Path("/usr/bin/chromium")
 INSTALL_TIMEOUT_S = 900
