@@ -198,6 +198,7 @@ function listView() {
   });
   status.addEventListener("change", () => { state.status = status.value; state.page = 1; load(); });
 
+  let shown = ""; // what the table shows: an unchanged answer leaves the DOM (and focus) alone
   async function load() {
     const q = new URLSearchParams({ pageNumber: state.page, pageSize: state.size, sort: "createTime", order: "desc" });
     if (state.name) q.set("name", state.name);
@@ -210,6 +211,9 @@ function listView() {
       error.textContent = e.message;
       return;
     }
+    const key = JSON.stringify([state, data.TotalCount, data.Services]);
+    if (key === shown) return;
+    shown = key;
     body.replaceChildren(...data.Services.map((s) => h("tr", {},
       h("td", {}, h("a", { href: `#/services/${encodeURIComponent(s.Region)}/${encodeURIComponent(s.ServiceName)}`, text: s.ServiceName })),
       h("td", {}, statusBadge(s)),
@@ -305,7 +309,7 @@ function createdView(made) {
 function chart(title, points, series, unit) {
   const W = 320, H = 120, L = 38, B = 16, T = 8;
   const values = series.flatMap((s) => points.map(s.get)).filter((v) => v !== null && v !== undefined);
-  const top = Math.max(niceMax(Math.max(0, ...values)), unit === "" ? 1 : 0.001);
+  const top = niceMax(Math.max(1, ...values));
   const x = (i) => L + ((W - L - 4) * i) / Math.max(1, points.length - 1);
   const y = (v) => T + (H - T - B) * (1 - v / top);
   const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img" });
@@ -493,7 +497,7 @@ function serviceView(cluster, name) {
     const text = h("textarea", { id: "autoscaler-text", rows: 5, spellcheck: "false" });
     const out = h("div");
     api(`${path}/autoscaler`).then((a) => { text.value = JSON.stringify(a, null, 2); }).catch(() => {
-      text.value = '{\n  "min": 1,\n  "max": 4,\n  "strategies": {"qps": 100}\n}\n';
+      text.value = '{\n  "min": 1,\n  "max": 4,\n  "scaleStrategies": [{"metricName": "qps", "threshold": 100}]\n}\n';
     });
     const send = async (method) => {
       try {
@@ -550,11 +554,15 @@ function serviceView(cluster, name) {
     logs.replicas(s.Replicas);
   }
 
+  let shown = ""; // the describe and events last rendered: unchanged ones leave focus alone
   async function load() {
     try {
       current = await api(path);
-      render();
       const ev = await api(`${path}/events`);
+      const key = JSON.stringify([current, ev.Events]);
+      if (key === shown) return;
+      shown = key;
+      render();
       events.replaceChildren(eventTable(ev.Events));
     } catch (e) {
       if (e.status === 404) {

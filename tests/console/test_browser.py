@@ -55,7 +55,9 @@ def sign_in(page: Page, url: str, token: str = ADMIN) -> None:
 def test_sign_in_live_list_filters_and_sign_out(
     seeded: Platform, page: Page, tmp_path: Path
 ) -> None:
-    sign_in(page, seeded.url, "not-the-token")
+    page.goto(seeded.url + "/")  # by keyboard: the field has focus, Enter submits
+    page.keyboard.type("not-the-token")
+    page.keyboard.press("Enter")
     expect(page.get_by_role("alert")).to_contain_text("not accepted")
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
 
@@ -257,6 +259,45 @@ def test_modify_stop_and_delete_with_confirmation(seeded: Platform, page: Page) 
         30,
         what="deleted",
     )
+
+
+def test_autoscaler_and_group_settings(seeded: Platform, page: Page) -> None:
+    seeded.api.put("/api/v2/services/local/bert_base", json={"metadata": {"group": "bert"}})
+    sign_in(page, seeded.url)
+    page.goto(seeded.url + "/#/services/local/bert_base")
+    auto = page.get_by_label("Autoscaler (as eascmd autoscale sets it)")
+    expect(auto).to_have_value(re.compile('"metricName": "qps"'))  # a template to edit
+    page.get_by_role("button", name="Set autoscaler").click()
+    expect(page.get_by_text("Autoscaler set.")).to_be_visible()
+    got = seeded.api.get("/api/v2/services/local/bert_base/autoscaler").json()
+    assert (got["min"], got["max"], got["scaleStrategies"][0]["threshold"]) == (1, 4, 100)
+    page.get_by_role("button", name="Remove").click()
+    expect(page.get_by_text("Autoscaler removed")).to_be_visible()
+    assert seeded.api.get("/api/v2/services/local/bert_base/autoscaler").status_code == 404
+
+    page.get_by_label("Weight (0–1000)").fill("5000")  # the browser keeps it in range
+    page.get_by_role("button", name="Save").click()
+    assert page.get_by_label("Weight (0–1000)").evaluate("e => e.validity.rangeOverflow")
+    page.get_by_label("Weight (0–1000)").fill("250")
+    page.get_by_label("Traffic").select_option("grouping")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_text("Group settings saved.")).to_be_visible()
+    spec = seeded.api.get("/api/v2/services/local/bert_base").json()["ServiceConfig"]
+    assert (spec["metadata"]["weight"], spec["metadata"]["traffic_state"]) == (250, "grouping")
+
+
+def test_list_pages(seeded: Platform, page: Page) -> None:
+    for i in range(21):
+        seeded.create(f"page_{i:02d}", 0)
+    sign_in(page, seeded.url)
+    pager = page.locator(".pager")
+    expect(pager).to_contain_text(re.compile(r"Page 1 of 2 · 2\d service\(s\)"))
+    expect(page.locator("table.services tbody tr")).to_have_count(20)
+    pager.get_by_role("button", name="Next").click()
+    expect(pager).to_contain_text("Page 2 of 2")
+    expect(pager.get_by_role("button", name="Next")).to_be_disabled()
+    pager.get_by_role("button", name="Previous").click()
+    expect(pager).to_contain_text("Page 1 of 2")
 
 
 def test_phone_width_keeps_everything_on_screen(seeded: Platform, page: Page) -> None:

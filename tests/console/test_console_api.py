@@ -164,3 +164,21 @@ def test_metrics_answers_bad_calls_with_a_4xx(client: TestClient, path: str, sta
     r = client.get(path)
     assert r.status_code == status and r.headers["content-type"] == "application/problem+json"
     assert client.get(path, headers={"Authorization": ""}).status_code == 401
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"services": [{"service": "a", "requests": 1, "concurrency": 0, "latency": [-1]}]},
+        {"latency_bounds_s": [0.1, float("inf")]},
+        {"latency_bounds_s": [0.0]},
+        {"services": [{"service": "a", "requests": 1, "concurrency": 0, "errors": -2}]},
+    ],
+)
+def test_a_report_with_impossible_figures_is_refused(
+    client: TestClient, scaling: Autoscaling, change: dict[str, object]
+) -> None:
+    scaling.signals.leading = True
+    body = {"reporter": "gw", "interval_s": 0.5, "services": []} | change
+    r = client.post(SIGNALS_PATH, content=json.dumps(body).replace("Infinity", "1e999"))
+    assert r.status_code == 422, r.text
