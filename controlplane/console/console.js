@@ -179,7 +179,8 @@ function listView() {
   const error = h("p", { class: "error", role: "alert" });
   const table = h("table", { class: "services" },
     h("caption", { class: "visually-hidden", text: "Services" }),
-    h("thead", {}, h("tr", {}, ["Service", "Status", "Running / total", "Endpoint", "Created", "Updated"].map((t) => h("th", { scope: "col", text: t })))),
+    // Endpoint and times give way on a phone (the service page has them).
+    h("thead", {}, h("tr", {}, ["Service", "Status", "Running / total", "Endpoint", "Created", "Updated"].map((t, i) => h("th", { scope: "col", class: i > 2 ? "wide" : null, text: t })))),
     body,
   );
   view.replaceChildren(
@@ -218,9 +219,9 @@ function listView() {
       h("td", {}, h("a", { href: `#/services/${encodeURIComponent(s.Region)}/${encodeURIComponent(s.ServiceName)}`, text: s.ServiceName })),
       h("td", {}, statusBadge(s)),
       h("td", { class: "num", text: `${s.RunningInstance} / ${s.TotalInstance}` }),
-      h("td", {}, h("code", { class: "endpoint", text: s.InternetEndpoint })),
-      h("td", { class: "muted", text: when(s.CreateTime) }),
-      h("td", { class: "muted", text: when(s.UpdateTime) }),
+      h("td", { class: "wide" }, h("code", { class: "endpoint", text: s.InternetEndpoint })),
+      h("td", { class: "muted wide", text: when(s.CreateTime) }),
+      h("td", { class: "muted wide", text: when(s.UpdateTime) }),
     )));
     if (!data.Services.length) body.append(h("tr", {}, h("td", { colspan: 6, class: "muted", text: state.name || state.status ? "No service matches." : "No services yet." })));
     const pages = Math.max(1, Math.ceil(data.TotalCount / state.size));
