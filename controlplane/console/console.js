@@ -99,8 +99,9 @@ const servicePath = (s) => `/api/v2/services/${encodeURIComponent(s.Region)}/${e
 // line as it should read — what eascmd prints), or spec fields with their fix.
 function problemView(e) {
   const box = h("div", { class: "problems", role: "alert" });
-  const errors = (e.body && e.body.errors) || [];
-  const title = e.body.title ? `${e.body.title}: ` : "";
+  const body = e.body || {}; // none when the request itself failed (network)
+  const errors = body.errors || [];
+  const title = body.title ? `${body.title}: ` : "";
   box.append(h("p", { class: "error", text: title + (errors.length ? `${errors.length} problem(s)` : e.message) }));
   const items = [];
   const lines = new Map(); // line -> its problems, in order
@@ -152,7 +153,9 @@ function signIn(message) {
       await api("/api/v2/services?pageSize=1");
       route();
     } catch (e) {
-      if (e.status !== 401) error.textContent = e.message;
+      if (e.status === 401) return; // signOut already asked again, saying why
+      sessionStorage.removeItem(TOKEN_KEY); // unchecked: not signed in
+      error.textContent = e.message;
     }
   });
 }
