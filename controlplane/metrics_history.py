@@ -5,7 +5,7 @@ Fed by the gateways' load reports (:meth:`MetricsHistory.add`, from the ``SIGNAL
 handler of the leading control plane) and by the reconciler's observations
 (:meth:`MetricsHistory.replicas`); read by ``GET /api/v2/services/{cluster}/{name}/metrics``.
 Memory only and bounded: at most ``POINTS`` points per service, and only services that had
-traffic or a replica change within the hour are held (a few tens of KB each); nothing runs
+traffic or a replica change within the hour are held (about 100 KB each); nothing runs
 on a timer. Latency is merged as histograms while a point is open (several gateways report
 into it) and reduced to its quantiles when the next point opens.
 """
@@ -40,7 +40,7 @@ class _Point:
         if self.counts:
             self.p50 = quantile(0.5, self.bounds, self.counts)
             self.p99 = quantile(0.99, self.bounds, self.counts)
-        self.counts = []
+        self.counts, self.bounds = [], ()  # a closed point keeps a few numbers only
 
 
 @dataclass(frozen=True, slots=True)
