@@ -48,7 +48,8 @@ class ConfigSyntaxError(ValueError):
             out += [
                 f"  {filename}:{p.line}:{p.column}: {p.message}" for p in here if p not in quotes
             ]
-            out.append(f"      {lines[number - 1].strip()}")
+            if number <= len(lines):  # not at the end of the text, after its last line
+                out.append(f"      {lines[number - 1].strip()}")
             if number in self.fixed_lines:
                 out.append(f"    should read:\n      {self.fixed_lines[number].strip()}")
         return "\n".join(out)

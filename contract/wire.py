@@ -8,7 +8,7 @@ is the whole contract between them, so keep it small and dependency-light.
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -88,6 +88,12 @@ class ServiceLoad(BaseModel):
     service: str = Field(max_length=63)
     requests: int = Field(ge=0)  # admitted during the interval
     concurrency: float = Field(ge=0)  # mean in-flight requests over the interval
+    # For the console's charts (defaulted: a gateway that does not send them still parses).
+    completed: int = Field(default=0, ge=0)  # answered during the interval
+    errors: int = Field(default=0, ge=0)  # of those, answered with a 5xx
+    # Answered requests per latency bucket: counts[i] took at most the report's
+    # ``latency_bounds_s[i]``; the last count is above the largest bound.
+    latency: list[Annotated[int, Field(ge=0)]] = Field(default=[], max_length=64)
 
 
 class LoadReport(BaseModel):
@@ -100,3 +106,7 @@ class LoadReport(BaseModel):
     reporter: str = Field(min_length=1, max_length=64)
     interval_s: float = Field(gt=0, le=60)
     services: list[ServiceLoad] = Field(max_length=100_000)
+    # Upper bounds of the latency buckets, ascending.
+    latency_bounds_s: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default=[], max_length=63
+    )

@@ -96,12 +96,14 @@ class Autoscaling:
 
     def replicas(self, name: str, seen: Observation) -> None:
         """The replicas as the reconciler just observed them (where queue time is read)."""
+        self.signals.history.replicas(name, sum(r.state == "Running" for r in seen.replicas))
         t = self._tracked.get(name)
         if t is not None:
             t.metrics_urls = tuple(r.metrics for r in seen.replicas if r.metrics)
             t.ready = sum(r.state == "Running" for r in seen.replicas)
 
     def forget(self, name: str) -> None:
+        self.signals.history.forget(name)
         self._tracked.pop(name, None)
         self._plain.discard(name)
         self._cpu_read.pop(name, None)

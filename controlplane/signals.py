@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contract.wire import LoadReport
+from controlplane.metrics_history import MetricsHistory
 
 EXPIRE_INTERVALS = 3.0  # a reporter silent this many of its intervals no longer counts
 MIN_EXPIRY_S = 3.0
@@ -40,8 +41,10 @@ class Signals:
         # Called with the services of each report (the autoscaler wakes on them).
         self.listeners: list[Callable[[list[str]], None]] = []
         self.leading = False  # True while this process leads the autoscaler
+        self.history = MetricsHistory()  # the last hour per service, for the console
 
     def receive(self, report: LoadReport) -> None:
+        self.history.add(report)
         expires = self._clock() + max(MIN_EXPIRY_S, EXPIRE_INTERVALS * report.interval_s)
         names = []
         for load in report.services:

@@ -27,7 +27,10 @@ Generated from the control plane's OpenAPI document by `python docs/gen_api.py`;
 The live document is served at `/openapi.json` (and browsable at `/docs`). Every call except
 the health checks needs `Authorization: Bearer <admin token>`; errors are
 `application/problem+json` (`type`, `title`, `status`, `detail`, and `errors` for invalid
-specs). `{cluster}` is the control plane's `OPENEAS_CLUSTER_ID`.
+specs). A body that is not JSON gets `400` with `errors` naming `line`, `column` and the
+line as it should read, and `corrected`: the whole text with every fixable line corrected
+(typographic quotes, a dash for `--`, trailing commas), as `eascmd` reports a config file.
+`{cluster}` is the control plane's `OPENEAS_CLUSTER_ID`.
 """
 
 

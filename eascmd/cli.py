@@ -212,6 +212,12 @@ def _cmd_logs(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
+def _cmd_metrics(args: argparse.Namespace, client: Client) -> int:
+    path = client.service_path(args.name, "metrics")
+    print(render.metrics(client.call("GET", path, params={"window": args.window})))
+    return 0
+
+
 def _cmd_token(args: argparse.Namespace, client: Client) -> int:
     method = "POST" if args.rotate else "GET"
     print(client.call(method, client.service_path(args.name, "token"))["Token"])
@@ -335,6 +341,11 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--replica", type=int, help="replica number as shown by desc (default newest)")
     c.add_argument("--tail", type=int, default=200, help="last N lines (default 200)")
     c.set_defaults(run=_cmd_logs)
+
+    c = sub.add_parser("metrics", help="requests/s, 5xx/s, p50/p99 latency and replicas per 10 s")
+    c.add_argument("name", help="service name")
+    c.add_argument("--window", type=int, default=300, help="seconds back, 10..3600 (default 300)")
+    c.set_defaults(run=_cmd_metrics)
 
     c = sub.add_parser("token", help="show a service's token (--rotate for a new one)")
     c.add_argument("name", help="service name")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from contract.progress import describe as describe_progress
@@ -156,6 +157,29 @@ def service_list(body: dict[str, Any]) -> str:
 def events(body: dict[str, Any]) -> str:
     rows = [(e["Time"], e["Type"], e["Reason"], e["Message"]) for e in body["Events"]]
     return table(rows, ("Time", "Type", "Reason", "Message")) if rows else "No events."
+
+
+def metrics(body: dict[str, Any]) -> str:
+    """A service's traffic per step, newest last (what the console charts)."""
+
+    def num(value: float | None, unit: str = "") -> str:
+        return "-" if value is None else f"{value:g}{unit}"
+
+    rows = [
+        (
+            datetime.fromtimestamp(p["Time"], UTC).strftime("%H:%M:%S"),
+            num(p["RequestsPerSecond"]),
+            num(p["ErrorsPerSecond"]),
+            num(p["LatencyP50Ms"], " ms"),
+            num(p["LatencyP99Ms"], " ms"),
+            num(p["Replicas"]),
+        )
+        for p in body["Points"]
+    ]
+    out = table(rows, ("Time (UTC)", "Requests/s", "5xx/s", "p50", "p99", "Replicas"))
+    if not body["Leading"]:
+        out += "\n(answered by a control plane that does not lead: traffic is kept by the leader)"
+    return out
 
 
 def group_list(body: dict[str, Any]) -> str:

@@ -76,6 +76,7 @@ class Gateway:
                 settings.controlplane_url,
                 token,
                 self.activity,
+                metrics=self.metrics,
                 interval_s=settings.report_interval_s,
             )
             if token and settings.report_interval_s > 0

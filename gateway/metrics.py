@@ -85,6 +85,21 @@ class Counter(_Metric):
             yield f"{self.name}{_labels(self.labelnames, labels)} {_num(value)}"
 
 
+class RequestCounter(Counter):
+    """Answers by service and status code, plus each service's running total of 5xx answers,
+    so the load report reads a service's errors without scanning every code."""
+
+    def __init__(self, name: str, help_text: str, labelnames: tuple[str, ...]) -> None:
+        super().__init__(name, help_text, labelnames)
+        self.errors: dict[str, int] = {}
+
+    def inc(self, labels: LabelValues = (), amount: float = 1.0) -> None:
+        values = self.values
+        values[labels] = values.get(labels, 0.0) + amount
+        if labels[1][:1] == "5":
+            self.errors[labels[0]] = self.errors.get(labels[0], 0) + int(amount)
+
+
 class Gauge(Counter):
     kind = "gauge"
 
@@ -140,7 +155,7 @@ class GatewayMetrics:
 
     def __init__(self) -> None:
         p = "openeas_gateway_"
-        self.requests = Counter(
+        self.requests = RequestCounter(
             p + "requests_total",
             "Predict requests answered, by service and status code.",
             ("service", "code"),

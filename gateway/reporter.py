@@ -5,7 +5,9 @@ sums the reports of every process and expires a silent one.
 
 Started by :class:`gateway.app.Gateway` when it holds a control-plane credential. A report
 carries only the services the proxy saw traffic for (:class:`gateway.limits.Activity`), plus
-once, with zeros, those that just went quiet; with no traffic nothing is sent.
+once, with zeros, those that just went quiet; with no traffic nothing is sent. Each busy
+service also carries what was answered since its last report (count, 5xx, latency
+histogram), the difference of the gateway's own metrics, for the console's charts.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import aiohttp
 
 from contract.wire import SIGNALS_PATH, LoadReport, ServiceLoad
 from gateway.limits import Activity
+from gateway.metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,7 @@ class LoadReporter:
         token: str,
         activity: Activity,
         *,
+        metrics: GatewayMetrics | None = None,
         interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -42,6 +46,10 @@ class LoadReporter:
         self._clock = clock
         self._last_at = clock()
         self._busy: set[str] = set()  # in the last report with traffic
+        self.metrics = metrics
+        # service → (5xx answers, latency bucket counts) when last reported, to send the
+        # difference; as many entries as the metrics hold children.
+        self._answered: dict[str, tuple[int, list[int]]] = {}
 
     def collect(self) -> LoadReport | None:
         """The report for the time since the last one; None when there is nothing to say."""
@@ -50,7 +58,10 @@ class LoadReporter:
         loads = []
         for name, in_flight in self.activity.drain().items():
             requests, mean = in_flight.take(elapsed)
-            loads.append(ServiceLoad(service=name, requests=requests, concurrency=mean))
+            load = ServiceLoad(service=name, requests=requests, concurrency=mean)
+            if self.metrics is not None:
+                self._add_answers(load, self.metrics)
+            loads.append(load)
             if in_flight.count:  # requests still running: report it next time too
                 self.activity.touch(name, in_flight)
         busy = {load.service for load in loads}
@@ -58,7 +69,21 @@ class LoadReporter:
         self._busy = busy
         if not loads:
             return None
-        return LoadReport(reporter=self.reporter, interval_s=elapsed, services=loads)
+        bounds = list(self.metrics.duration.buckets) if self.metrics is not None else []
+        return LoadReport(
+            reporter=self.reporter, interval_s=elapsed, services=loads, latency_bounds_s=bounds
+        )
+
+    def _add_answers(self, load: ServiceLoad, metrics: GatewayMetrics) -> None:
+        child = metrics.duration.children.get((load.service,))
+        if child is None:
+            return
+        errors, counts = metrics.requests.errors.get(load.service, 0), list(child.counts)
+        last_errors, last_counts = self._answered.get(load.service, (0, [0] * len(counts)))
+        self._answered[load.service] = (errors, counts)
+        load.latency = [now - then for now, then in zip(counts, last_counts, strict=True)]
+        load.completed = sum(load.latency)
+        load.errors = errors - last_errors
 
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=max(2.0, self.interval_s * 2))

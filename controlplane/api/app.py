@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import HTMLResponse
 from sqlalchemy import Engine, text
 
 from controlplane import sealing
+from controlplane.api import console, internal, problems
 from controlplane.api import groups as groups_api
-from controlplane.api import internal, problems
 from controlplane.api import services as services_api
 from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_sessions
@@ -24,8 +22,6 @@ from controlplane.runtime.base import LogSource
 from controlplane.services import Services
 from controlplane.settings import Settings
 from controlplane.spec import Check, ServiceSpec
-
-CONSOLE = Path(__file__).resolve().parents[1] / "console" / "index.html"
 
 
 def deployment_checks(settings: Settings) -> list[Check]:
@@ -66,12 +62,7 @@ def create_app(
     logs = log_source or make_log_source(settings)
     app.include_router(internal.router(sessions, services, settings, logs, scaling.signals))
 
-    console_page = CONSOLE.read_text(encoding="utf-8")
-
-    @app.get("/", include_in_schema=False)
-    def console() -> HTMLResponse:
-        """The console page: services, status, endpoints, tokens (admin token asked)."""
-        return HTMLResponse(console_page)
+    app.include_router(console.router(services, settings, scaling.signals))
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

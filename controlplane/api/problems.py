@@ -3,7 +3,6 @@ request-parsing errors and crashes become HTTP responses. Never a traceback to t
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -13,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from contract.configfile import ConfigSyntaxError, parse, repaired
 from controlplane.errors import ControlPlaneError, InvalidSpec
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,8 @@ def install(app: FastAPI) -> None:
             extra["errors"] = [
                 {"field": p.field, "message": p.message, "fix": p.fix} for p in exc.problems
             ]
+        elif isinstance(exc, MalformedBody):
+            extra = exc.extra
         return problem(exc.status, exc.title, str(exc), **extra)
 
     @app.exception_handler(RequestValidationError)
@@ -75,16 +77,39 @@ def _title(status: int) -> str:
 
 
 def json_body(raw: bytes) -> Any:
-    """Parse a request body, naming line and column when it is not JSON."""
+    """Parse a request body. JSON pasted from a blog or chat (typographic quotes, an en dash
+    for ``--``, trailing commas) is answered as ``eascmd`` answers it: every problem with
+    line and column, each damaged line as it should read, and the whole text corrected."""
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        where = (
-            f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
-        )
-        raise MalformedBody(f"request body is not valid JSON{where}: {e}") from e
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MalformedBody(f"request body is not UTF-8 text (byte {e.start})") from e
+    try:
+        return parse(text)
+    except ConfigSyntaxError as e:
+        errors = [
+            {
+                "field": f"line {p.line} column {p.column}",
+                "line": p.line,
+                "column": p.column,
+                "message": p.message,
+                "fix": f"should read: {e.fixed_lines[p.line].strip()}"
+                if p.line in e.fixed_lines
+                else "",
+            }
+            for p in e.problems
+        ]
+        fixed = repaired(text, e) if e.fixed_lines else None
+        raise MalformedBody(e.render("request body", text), errors=errors, corrected=fixed) from e
 
 
 class MalformedBody(ControlPlaneError):
+    """A body that is not JSON; ``extra`` goes into the problem (``errors`` with line and
+    column, ``corrected``: the text with every fixable line as it should read)."""
+
     status = 400
     title = "Malformed JSON"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.extra = {k: v for k, v in extra.items() if v is not None}
