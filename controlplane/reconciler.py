@@ -89,7 +89,7 @@ class Reconciler:
             while True:
                 if await asyncio.to_thread(self.lease.acquire):
                     await self._lead()
-                await asyncio.sleep(self.lease.ttl / 3)
+                await asyncio.sleep(self.lease.retry_in())
         finally:
             if self.is_leader:
                 await asyncio.to_thread(self.lease.release)

@@ -41,7 +41,8 @@ rolling updates surge and wait for readiness by ``maxSurge``/``maxUnavailable``,
 counts ``updatedReplicas`` of the current template),
 :meth:`set_pod_status` with the status builders below (ready, unschedulable,
 ImagePullBackOff, init container exit 3, CrashLoopBackOff, OOMKilled), :meth:`remove_pods`,
-:meth:`set_log`, :meth:`expire_watches` (compaction), fault injection (:meth:`fail_next`,
+:meth:`set_log`, :meth:`remove_pod`, :meth:`wait_for_change` (for a kubelet beside it:
+``testing/kubelet.py``), :meth:`expire_watches` (compaction), fault injection (:meth:`fail_next`,
 :meth:`touch_before_next_write`); :attr:`writes` lists the clients' successful write
 requests (no-op writes included) and :attr:`requests` every request.
 
@@ -386,9 +387,35 @@ class ApiStandIn:
                 if key[:2] == ("pods", ns) and match(pod):
                     self._remove(key)
 
+    def remove_pod(self, name: str, namespace: str | None = None) -> bool:
+        """The kubelet finished a terminating pod: it vanishes. False if it was gone."""
+        with self._cond:
+            key = ("pods", namespace or self.namespaces[0], name)
+            if key not in self._objects:
+                return False
+            self._remove(key)
+            return True
+
     def set_log(self, pod: str, container: str, text: str) -> None:
         with self._cond:
             self._logs[(pod, container)] = text
+
+    def append_log(self, pod: str, container: str, line: str) -> None:
+        with self._cond:
+            self._logs[(pod, container)] = self._logs.get((pod, container), "") + line + "\n"
+
+    def wait_for_change(self, version: int, timeout: float) -> int:
+        """Block until an object changes after ``version`` (a :attr:`version` read before),
+        the stand-in stops, or ``timeout`` passes; the version now. For a kubelet or a
+        controller living beside it, as watches serve a client."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._rv != version or self._closing, timeout)
+            return self._rv
+
+    @property
+    def version(self) -> int:
+        with self._cond:
+            return self._rv
 
     def set_pod_cpu(self, pod: str, quantity: str, namespace: str | None = None) -> None:
         """What metrics-server would report for the pod's container, e.g. ``"250m"``."""
@@ -1538,6 +1565,21 @@ def status_starting() -> Obj:
     ]
     status["containerStatuses"][0]["ready"] = False
     return status
+
+
+def status_pulling(init: str = "model-pull") -> Obj:
+    """Scheduled, the model pull (init container) running, the server not started yet."""
+    return {
+        "phase": "Pending",
+        "conditions": [
+            _condition("PodScheduled", "True"),
+            _condition("Initialized", "False", "ContainersNotInitialized"),
+            _condition("ContainersReady", "False", "ContainersNotReady"),
+            _condition("Ready", "False", "ContainersNotReady"),
+        ],
+        "initContainerStatuses": [_container(init, {"running": {"startedAt": _now()}})],
+        "containerStatuses": [_container("processor", {"waiting": {"reason": "PodInitializing"}})],
+    }
 
 
 def status_unschedulable(

@@ -9,8 +9,11 @@ no server binary: the exit codes of :mod:`processors.exits`; an invalid image na
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Literal
 
+from contract.progress import Progress
 from controlplane.runtime.base import Observation, ReplicaState, ReplicaStatus, ReplicaSummary
 from controlplane.runtime.kubernetes.manifests import (
     HTTP_PORT,
@@ -31,10 +34,13 @@ CREATE_REASONS = {"CreateContainerConfigError", "CreateContainerError", "RunCont
 MAX_MESSAGE = 2000  # a termination message holds up to 80 log lines; keep the last ones
 
 
-def observation(deployments: list[Object], pods: list[Object]) -> Observation:
-    """The replicas of one service, in :func:`replica_pods` order."""
+def observation(
+    deployments: list[Object], pods: list[Object], pulls: Mapping[str, Progress] | None = None
+) -> Observation:
+    """The replicas of one service, in :func:`replica_pods` order. ``pulls``: the last
+    progress report of each pod (by name) in :func:`pull_phase`, read from its pull's log."""
     live = replica_pods(pods)
-    replicas = [replica_status(p) for p in live]
+    replicas = [replica_status(p, (pulls or {}).get(_name(p))) for p in live]
     for deployment in deployments:
         missing = _not_created(deployment, len(live))
         if missing is not None:
@@ -59,7 +65,28 @@ def replica_pods(pods: list[Object]) -> list[Object]:
     return sorted((p for p in pods if _phase(p) not in ("Succeeded", "Failed")), key=_name)
 
 
-def replica_status(pod: Object) -> ReplicaStatus:
+def pull_phase(pod: Object) -> Literal["pulling", "loading"] | None:
+    """Where a pod's progress comes from: its model pull still running (``pulling``: read
+    the log again while it runs), or done with the server not ready yet (``loading``: the
+    pull's last report, read once). None for every other pod, whose logs are never read."""
+    status = pod.get("status") or {}
+    if pod["metadata"].get("deletionTimestamp") or _phase(pod) not in ("Pending", "Running"):
+        return None
+    pull = next(
+        (c for c in status.get("initContainerStatuses") or [] if c.get("name") == PULL_CONTAINER),
+        None,
+    )
+    state = (pull or {}).get("state") or {}
+    if "running" in state:
+        return "pulling"
+    done = state.get("terminated") or {}
+    if done.get("exitCode") == 0 and _condition(pod, "Ready").get("status") != "True":
+        return "loading"
+    return None
+
+
+def replica_status(pod: Object, pulled: Progress | None = None) -> ReplicaStatus:
+    """``pulled``: the pod's last pull report, if :func:`pull_phase` read one."""
     metadata = pod["metadata"]
     status = pod.get("status") or {}
     name = metadata["name"]
@@ -91,7 +118,10 @@ def replica_status(pod: Object) -> ReplicaStatus:
     if scheduled.get("status") == "False":
         reason = scheduled.get("reason") or "Unschedulable"
         return replica("Pending", reason, scheduled.get("message") or "")
-    return replica("Pending", *_progress(init + main))
+    phase = pull_phase(pod) if pulled is not None else None
+    if phase == "loading" and pulled is not None:
+        pulled = dataclasses.replace(pulled, phase="loading", eta_s=0.0)
+    return replica("Pending", *_progress(init + main), progress=pulled if phase else None)
 
 
 def _container_problem(
