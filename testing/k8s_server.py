@@ -70,6 +70,7 @@ import importlib.resources
 import itertools
 import json
 import re
+import sys
 import threading
 import time
 import uuid
@@ -211,7 +212,7 @@ class ApiStandIn:
     # -- life cycle -----------------------------------------------------------------------
     def start(self) -> ApiStandIn:
         handler = type("Handler", (_Handler,), {"api": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _Server(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -1038,6 +1039,13 @@ def _bookmark(resource: Resource, rv: int) -> Obj:
             "metadata": {"resourceVersion": str(rv)},
         },
     }
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+        # else: a client that died mid-request (a control plane SIGKILLed): nothing to say
 
 
 class _Handler(BaseHTTPRequestHandler):
