@@ -18,6 +18,7 @@ from controlplane.runtime.base import Observation, ReplicaState, ReplicaStatus, 
 from controlplane.runtime.kubernetes.manifests import (
     HTTP_PORT,
     METRICS_PORT,
+    PROCESSOR_CONTAINER,
     PULL_CONTAINER,
     TEMPLATE_HASH_LABEL,
 )
@@ -67,22 +68,25 @@ def replica_pods(pods: list[Object]) -> list[Object]:
 
 def pull_phase(pod: Object) -> Literal["pulling", "loading"] | None:
     """Where a pod's progress comes from: its model pull still running (``pulling``: read
-    the log again while it runs), or done with the server not ready yet (``loading``: the
-    pull's last report, read once). None for every other pod, whose logs are never read."""
-    status = pod.get("status") or {}
+    the log again while it runs), or done with the server up and not ready yet
+    (``loading``: the pull's last report, read once). None for every other pod, whose logs
+    are never read."""
     if pod["metadata"].get("deletionTimestamp") or _phase(pod) not in ("Pending", "Running"):
         return None
-    pull = next(
-        (c for c in status.get("initContainerStatuses") or [] if c.get("name") == PULL_CONTAINER),
-        None,
-    )
-    state = (pull or {}).get("state") or {}
-    if "running" in state:
+    pull = _container_state(pod, "initContainerStatuses", PULL_CONTAINER)
+    if "running" in pull:
         return "pulling"
-    done = state.get("terminated") or {}
-    if done.get("exitCode") == 0 and _condition(pod, "Ready").get("status") != "True":
+    pulled = (pull.get("terminated") or {}).get("exitCode") == 0
+    # The server up: not crashing, nor waiting to restart.
+    up = "running" in _container_state(pod, "containerStatuses", PROCESSOR_CONTAINER)
+    if pulled and up and _condition(pod, "Ready").get("status") != "True":
         return "loading"
     return None
+
+
+def _container_state(pod: Object, kind: str, name: str) -> Object:
+    statuses: list[Object] = (pod.get("status") or {}).get(kind) or []
+    return next((c.get("state") or {} for c in statuses if c.get("name") == name), {})
 
 
 def replica_status(pod: Object, pulled: Progress | None = None) -> ReplicaStatus:
