@@ -39,7 +39,7 @@ Tests drive what controllers and kubelets would do with helpers that change stat
 (not counted as client writes): :meth:`sync_pods` (one step of a crude Deployment controller:
 rolling updates surge and wait for readiness by ``maxSurge``/``maxUnavailable``, status
 counts ``updatedReplicas`` of the current template),
-:meth:`set_pod_status` with the status builders below (ready, unschedulable,
+:meth:`set_pod_status` with the status builders below (ready, pulling, unschedulable,
 ImagePullBackOff, init container exit 3, CrashLoopBackOff, OOMKilled), :meth:`remove_pods`,
 :meth:`set_log`, :meth:`remove_pod`, :meth:`wait_for_change` (for a kubelet beside it:
 ``testing/kubelet.py``), :meth:`expire_watches` (compaction), fault injection (:meth:`fail_next`,

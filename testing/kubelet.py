@@ -21,14 +21,13 @@ Not covered: probes after the first readiness, restarts, resources, scheduling, 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import random
 import socket
 import subprocess
 import sys
 import threading
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from contract.progress import Progress, log_line
@@ -50,8 +49,8 @@ class _Pod:
     address: str
     spec: dict[str, Any]  # as admitted: a pod the controller removed is read no more
     process: subprocess.Popen[bytes] | None = None
-    stopping: bool = False
-    stopped: threading.Event = field(default_factory=threading.Event)
+    stopping: bool = False  # deleted: its preStop runs
+    gone: bool = False  # past its preStop: no process may start
 
 
 class Kubelet:
@@ -74,11 +73,8 @@ class Kubelet:
         self._halt = threading.Event()
         self._loop = threading.Thread(target=self._run, name="kubelet", daemon=True)
         # A block of loopback addresses of our own: parallel runs do not meet on a port.
-        self._addresses = (
-            f"127.{random.randint(100, 250)}.{random.randint(0, 255)}.{n}"
-            for n in itertools.count(2)
-            if n < 255
-        )
+        block = f"127.{random.randint(100, 250)}.{random.randint(0, 255)}"
+        self._addresses = (f"{block}.{n}" for n in range(2, 255))
         self.started: list[str] = []  # pod names, in the order their replicas started
         self.finished: list[str] = []  # pod names whose replicas exited after SIGTERM
 
@@ -95,11 +91,6 @@ class Kubelet:
             if pod.process is not None and pod.process.poll() is None:
                 pod.process.kill()
                 pod.process.wait(10)
-
-    def replica_address(self, pod: str) -> str | None:
-        with self._lock:
-            known = self._pods.get(pod)
-            return known.address if known else None
 
     # -- the loop: controller step, then the kubelet's --------------------------------------
     def _run(self) -> None:
@@ -150,13 +141,16 @@ class Kubelet:
             if self.pull_seconds:
                 self._pull(pod)
             argv = [pod.address, str(HTTP_PORT), pod.name, generation]
-            pod.process = subprocess.Popen(
-                [sys.executable, "-m", "testing.replica", *argv], stdout=subprocess.DEVNULL
-            )
+            with self._lock:
+                if pod.gone:
+                    return  # deleted while pulling: nothing to start
+                pod.process = subprocess.Popen(
+                    [sys.executable, "-m", "testing.replica", *argv], stdout=subprocess.DEVNULL
+                )
             if self.load_seconds:
                 self._set(pod, ks.status_starting())
                 self._halt.wait(self.load_seconds)
-            wait_until(lambda: _answers(pod.address), READY_TIMEOUT_S, interval=0.05)
+            wait_until(lambda: pod.gone or _answers(pod.address), READY_TIMEOUT_S, interval=0.05)
             if pod.stopping:
                 return
             with self._lock:
@@ -186,7 +180,9 @@ class Kubelet:
         """preStop, SIGTERM, the grace period, SIGKILL; then the pod is gone."""
         spec = pod.spec
         self._halt.wait(_prestop_seconds(spec))
-        process = pod.process
+        with self._lock:
+            pod.gone = True
+            process = pod.process
         if process is not None and process.poll() is None:
             process.terminate()
             grace = float(spec.get("terminationGracePeriodSeconds") or 30)
@@ -199,7 +195,6 @@ class Kubelet:
             self.finished.append(pod.name)
             self._pods.pop(pod.name, None)
         self.api.remove_pod(pod.name, self.namespace)
-        pod.stopped.set()
 
 
 def _prestop_seconds(spec: dict[str, Any]) -> float:
