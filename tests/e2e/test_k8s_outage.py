@@ -9,12 +9,14 @@ through a Service stand-in (:mod:`testing.service_proxy`), as in the chart.
 Shown: a SIGKILLed control plane stops no prediction; with two, the leader SIGKILLed in the
 middle of a rolling update under load fails no request, the other leads within the lease,
 and the rollout completes; a replica's pull progress and "loading models" reach ``eascmd
-desc`` from the pull's log. Prints the measured takeover time.
+desc`` and the lines ``eascmd create`` prints while it waits, from the pull's log. Prints
+the measured takeover time.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -42,6 +44,7 @@ pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 ADMIN, ROUTES = "admin-" + "a" * 32, "routes-" + "r" * 32
 LEASE_S = 3.0
+PHASES = ("pulling", "loading models")
 SERVICE = "outage_test"
 SPEC: dict[str, Any] = {
     "name": SERVICE,
@@ -354,22 +357,31 @@ def test_a_dead_control_plane_stops_no_prediction_and_pull_progress_shows(
     cluster.migrate()
     plane = cluster.controlplane()
     gateway = cluster.gateway(plane.url)
-    api = Api(plane.url)
-    token = api.create({**SPEC, "metadata": {**SPEC["metadata"], "instance": 1}})
-
-    # While the replica pulls and loads, its status says how far it is (eascmd desc).
+    config = cluster.tmp / "outage.config"
+    config.write_text(json.dumps({**SPEC, "metadata": {**SPEC["metadata"], "instance": 1}}))
     env = {**cluster.env, "EAS_ENDPOINT": plane.url, "EAS_TOKEN": ADMIN}
+    eascmd = str(BIN / "eascmd")
+    create = subprocess.Popen(
+        [eascmd, "create", str(config)], env=env, stdout=subprocess.PIPE, text=True
+    )
+
+    # While the replica pulls and loads, its status says how far it is: in eascmd desc,
+    # and in the lines eascmd create prints while it waits.
     seen: list[str] = []
 
     def described() -> bool:
-        out = subprocess.run(
-            [str(BIN / "eascmd"), "desc", SERVICE], env=env, capture_output=True, text=True
-        ).stdout
-        seen.extend(p for p in ("pulling", "loading models") if p in out and p not in seen)
-        return api.describe()["Status"] == "Running"
+        out = subprocess.run([eascmd, "desc", SERVICE], env=env, capture_output=True, text=True)
+        seen.extend(p for p in PHASES if p in out.stdout and p not in seen)
+        return create.poll() is not None
 
-    wait_until(described, 60, interval=0.1, what="the replica pulls, loads and runs")
-    assert seen == ["pulling", "loading models"], seen
+    wait_until(described, 60, interval=0.1, what="eascmd create waits until Running")
+    created = create.communicate()[0]
+    assert create.returncode == 0, created
+    assert seen == list(PHASES), seen
+    lines = created.splitlines()
+    assert [p for p in PHASES if any(p in line for line in lines)] == list(PHASES), created
+    assert lines[-1] == "[OK] Service is running"
+    [token] = [line.split("|")[2].strip() for line in lines if line.startswith("| Token")]
 
     load = Load(gateway.url, token).start()
     try:
