@@ -5,6 +5,7 @@ replayed: the shape the processor writes, the runtimes publish in a replica's st
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -80,3 +81,29 @@ def duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+# A pull without a progress file (a Kubernetes init container) logs each report as a line
+# a person can read that ends in this mark and the fields as JSON; the runtime reads the
+# last such line from the tail of the log (:func:`from_log`).
+LOG_MARK = " openeas-progress="
+
+
+def log_line(p: Progress) -> str:
+    """``openeas: pulling 1.2 GB of 4.0 GB (30%), … openeas-progress={"phase": …}``."""
+    return f"openeas: {describe(p)}{LOG_MARK}{json.dumps(p.as_dict(), separators=(',', ':'))}"
+
+
+def from_log(text: str) -> Progress | None:
+    """The last progress report in a log's tail; None when it holds none (not started, or
+    the lines scrolled past the tail)."""
+    for line in reversed(text.splitlines()):
+        _, mark, fields = line.rpartition(LOG_MARK)
+        if not mark:
+            continue
+        try:
+            data = json.loads(fields)
+            return Progress.from_dict(data) if isinstance(data, dict) else None
+        except (ValueError, TypeError):
+            return None  # a cut line (limitBytes) or another version's: nothing to show
+    return None

@@ -21,9 +21,21 @@ class Lease:
         self.name = name
         self.holder = holder
         self.ttl = ttl
+        # Seconds until another holder's lease runs out, as last seen by acquire(), so a
+        # follower tries again when a dead leader's lease ends, not up to a period later.
+        self.others_left: float | None = None
+
+    def retry_in(self) -> float:
+        """When a follower should try again: a third of the lease (a live leader renews that
+        often), or just after the holder's lease runs out if that comes sooner."""
+        period = self.ttl / 3
+        if self.others_left is None:
+            return period
+        return min(period, max(self.others_left, 0.0) + 0.05)
 
     def acquire(self) -> bool:
         """Take or renew the lease; True while we hold it."""
+        self.others_left = None
         now = utcnow()
         expires = now + timedelta(seconds=self.ttl)
         with self._sessions() as s:
@@ -36,7 +48,9 @@ class Lease:
             if taken.rowcount:  # type: ignore[attr-defined]
                 s.commit()
                 return True
-            if s.get(LeaseRow, self.name) is not None:
+            held = s.get(LeaseRow, self.name)
+            if held is not None:
+                self.others_left = (held.expires_at - now).total_seconds()
                 return False
             s.add(LeaseRow(name=self.name, holder=self.holder, expires_at=expires))
             try:

@@ -89,14 +89,16 @@ class Reconciler:
             while True:
                 if await asyncio.to_thread(self.lease.acquire):
                     await self._lead()
-                await asyncio.sleep(self.lease.ttl / 3)
+                await asyncio.sleep(self.lease.retry_in())
         finally:
             if self.is_leader:
                 await asyncio.to_thread(self.lease.release)
 
     async def _lead(self) -> None:
         try:
-            self.runtime = self._runtime_factory(self.notify)
+            # In a thread: a first import of the runtime and its client (about a second)
+            # would stall this process's API just as it takes over from a dead leader.
+            self.runtime = await asyncio.to_thread(self._runtime_factory, self.notify)
         except RuntimeError_ as e:
             # No runtime (bad kubeconfig, no service account): say so and try again later
             # instead of leading with nothing to act through.

@@ -48,6 +48,7 @@ class ControlPlane:
                 lambda notify: make_runtime(settings, notify),
                 settings.cluster_id,
                 resync_seconds=settings.resync_seconds,
+                lease_ttl=settings.lease_seconds,
                 autoscaling=self.autoscaling,
             )
             if reconcile

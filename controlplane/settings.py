@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     default_timeout_ms: int = 600_000
     # Desired-state knobs of the reconciler.
     resync_seconds: float = 30.0
+    # The reconciler's leader lease: with several control planes, a leader that dies is
+    # replaced within this many seconds (renewed every third of it).
+    lease_seconds: float = Field(default=15.0, ge=1)
     # The kubernetes runtime's own settings (OPENEAS_K8S_*), used when runtime=kubernetes.
     k8s: KubernetesSettings = Field(default_factory=KubernetesSettings)
 

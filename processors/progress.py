@@ -5,7 +5,9 @@ hands a :class:`contract.progress.Progress` to a sink at most every ``interval``
 and once at the end. The sink is a small JSON file named by ``OPENEAS_PROGRESS_FILE`` (the
 local runtime sets it per replica and reads it on its readiness probe, so an idle replica
 costs nothing) or, without it (``openeas processor pull`` in a Kubernetes init container),
-a line on stderr every few seconds. The runtime publishes the fields in the replica's status
+a line on stderr every few seconds that ends in the fields as JSON
+(:func:`contract.progress.log_line`: the Kubernetes runtime reads the tail of that log while
+the pull runs). The runtime publishes the fields in the replica's status
 (``eascmd desc``, the console).
 """
 
@@ -20,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from contract.progress import Progress, describe
+from contract.progress import Progress, log_line
 
 ENV_FILE = "OPENEAS_PROGRESS_FILE"
 
@@ -99,7 +101,7 @@ def sink_from(environ: Mapping[str, str]) -> Sink:
     if target:
         path = Path(target)
         return lambda p: write_file(path, p)
-    return _Throttled(lambda p: print(f"openeas: {describe(p)}", file=sys.stderr, flush=True))
+    return _Throttled(lambda p: print(log_line(p), file=sys.stderr, flush=True))
 
 
 class _Throttled:

@@ -39,9 +39,10 @@ Tests drive what controllers and kubelets would do with helpers that change stat
 (not counted as client writes): :meth:`sync_pods` (one step of a crude Deployment controller:
 rolling updates surge and wait for readiness by ``maxSurge``/``maxUnavailable``, status
 counts ``updatedReplicas`` of the current template),
-:meth:`set_pod_status` with the status builders below (ready, unschedulable,
+:meth:`set_pod_status` with the status builders below (ready, pulling, unschedulable,
 ImagePullBackOff, init container exit 3, CrashLoopBackOff, OOMKilled), :meth:`remove_pods`,
-:meth:`set_log`, :meth:`expire_watches` (compaction), fault injection (:meth:`fail_next`,
+:meth:`set_log`, :meth:`remove_pod`, :meth:`wait_for_change` (for a kubelet beside it:
+``testing/kubelet.py``), :meth:`expire_watches` (compaction), fault injection (:meth:`fail_next`,
 :meth:`touch_before_next_write`); :attr:`writes` lists the clients' successful write
 requests (no-op writes included) and :attr:`requests` every request.
 
@@ -69,6 +70,7 @@ import importlib.resources
 import itertools
 import json
 import re
+import sys
 import threading
 import time
 import uuid
@@ -210,7 +212,7 @@ class ApiStandIn:
     # -- life cycle -----------------------------------------------------------------------
     def start(self) -> ApiStandIn:
         handler = type("Handler", (_Handler,), {"api": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _Server(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -386,9 +388,35 @@ class ApiStandIn:
                 if key[:2] == ("pods", ns) and match(pod):
                     self._remove(key)
 
+    def remove_pod(self, name: str, namespace: str | None = None) -> bool:
+        """The kubelet finished a terminating pod: it vanishes. False if it was gone."""
+        with self._cond:
+            key = ("pods", namespace or self.namespaces[0], name)
+            if key not in self._objects:
+                return False
+            self._remove(key)
+            return True
+
     def set_log(self, pod: str, container: str, text: str) -> None:
         with self._cond:
             self._logs[(pod, container)] = text
+
+    def append_log(self, pod: str, container: str, line: str) -> None:
+        with self._cond:
+            self._logs[(pod, container)] = self._logs.get((pod, container), "") + line + "\n"
+
+    def wait_for_change(self, version: int, timeout: float) -> int:
+        """Block until an object changes after ``version`` (a :attr:`version` read before),
+        the stand-in stops, or ``timeout`` passes; the version now. For a kubelet or a
+        controller living beside it, as watches serve a client."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._rv != version or self._closing, timeout)
+            return self._rv
+
+    @property
+    def version(self) -> int:
+        with self._cond:
+            return self._rv
 
     def set_pod_cpu(self, pod: str, quantity: str, namespace: str | None = None) -> None:
         """What metrics-server would report for the pod's container, e.g. ``"250m"``."""
@@ -1013,6 +1041,13 @@ def _bookmark(resource: Resource, rv: int) -> Obj:
     }
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+        # else: a client that died mid-request (a control plane SIGKILLed): nothing to say
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out as separate writes
@@ -1538,6 +1573,21 @@ def status_starting() -> Obj:
     ]
     status["containerStatuses"][0]["ready"] = False
     return status
+
+
+def status_pulling(init: str = "model-pull") -> Obj:
+    """Scheduled, the model pull (init container) running, the server not started yet."""
+    return {
+        "phase": "Pending",
+        "conditions": [
+            _condition("PodScheduled", "True"),
+            _condition("Initialized", "False", "ContainersNotInitialized"),
+            _condition("ContainersReady", "False", "ContainersNotReady"),
+            _condition("Ready", "False", "ContainersNotReady"),
+        ],
+        "initContainerStatuses": [_container(init, {"running": {"startedAt": _now()}})],
+        "containerStatuses": [_container("processor", {"waiting": {"reason": "PodInitializing"}})],
+    }
 
 
 def status_unschedulable(

@@ -140,7 +140,7 @@ async def harness(database_url: str) -> AsyncIterator[Harness]:
 async def running(harness: Harness) -> AsyncIterator[tuple[Harness, Reconciler]]:
     reconciler = harness.make_reconciler(lease_ttl=1.0)
     task = asyncio.create_task(reconciler.run())
-    await harness.until(lambda: harness.runtime is not None)
+    await harness.until(lambda: reconciler.is_leader)
     yield harness, reconciler
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
@@ -258,7 +258,7 @@ async def test_resync_reconciles_only_what_drifted(harness: Harness) -> None:
         harness.services.create(seed_spec(name=name, metadata={"instance": 1}))
     reconciler = harness.make_reconciler(lease_ttl=5.0, resync_seconds=0.1)
     task = asyncio.create_task(reconciler.run())
-    await harness.until(lambda: harness.runtime is not None)
+    await harness.until(lambda: reconciler.is_leader)
     runtime = harness.runtime
     assert runtime is not None
     await harness.until(lambda: all(harness.row(n).status == "Waiting" for n in names))
@@ -295,7 +295,7 @@ async def test_resync_reconciles_only_what_drifted(harness: Harness) -> None:
 async def test_orphans_in_the_runtime_are_removed(harness: Harness) -> None:
     reconciler = harness.make_reconciler(lease_ttl=1.0)
     task = asyncio.create_task(reconciler.run())
-    await harness.until(lambda: harness.runtime is not None)
+    await harness.until(lambda: reconciler.is_leader)
     assert harness.runtime is not None
     harness.runtime.replicas["ghost"] = [ReplicaStatus("ghost-0", "h", "Running")]
     await reconciler.reconcile("ghost")

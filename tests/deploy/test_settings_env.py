@@ -180,7 +180,7 @@ def test_config_maps_offer_exactly_the_settings_the_chart_leaves_open(component:
 
 
 SAMPLE: dict[str, Any] = {
-    "controlplane": {"defaultTimeoutMs": 120000, "resyncSeconds": 12.5},
+    "controlplane": {"defaultTimeoutMs": 120000, "resyncSeconds": 12.5, "leaseSeconds": 20},
     "gateway": {
         "maxBodyBytes": 1048576,
         "defaultTimeoutMs": 30000,
@@ -215,6 +215,7 @@ SAMPLE: dict[str, Any] = {
         "fieldManager": "openeas-test",
         "resyncSeconds": 60,
         "watchTimeoutSeconds": 120,
+        "progressSeconds": 2.5,
     },
 }
 

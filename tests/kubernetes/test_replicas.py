@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from controlplane.runtime.kubernetes.replicas import MAX_MESSAGE, observation, replica_status
+from contract.progress import Progress
+from controlplane.runtime.kubernetes.replicas import (
+    MAX_MESSAGE,
+    observation,
+    pull_phase,
+    replica_status,
+)
 from testing import k8s_server as ks
 
 
@@ -130,3 +136,47 @@ def test_a_deployment_that_cannot_create_pods_shows_why() -> None:
     )
     assert "exceeded quota" in seen.replicas[-1].message
     assert len(observation([deployment], [pod("svc-1"), pod("svc-2")]).replicas) == 2
+
+
+PULLED = Progress("pulled", 4, 4, 4000, 4000, rate=100.0, eta_s=0.0)
+
+
+@pytest.mark.parametrize(
+    ("status", "phase"),
+    [
+        ({"phase": "Pending"}, None),  # not scheduled, nothing started
+        (ks.status_unschedulable(), None),
+        (ks.status_pulling(), "pulling"),
+        (ks.status_starting(), "loading"),  # pulled, the server not ready yet
+        (ks.status_ready(), None),
+        (ks.status_init_failed(), None),
+        (ks.status_crash_loop(), None),
+    ],
+)
+def test_only_pods_pulling_or_loading_have_their_pull_log_read(
+    status: dict[str, Any], phase: str | None
+) -> None:
+    assert pull_phase(pod(status=status)) == phase
+
+
+def test_a_terminating_pod_is_read_no_more() -> None:
+    assert (
+        pull_phase(pod(status=ks.status_pulling(), deletionTimestamp="2026-01-01T00:00:00Z"))
+        is None
+    )
+
+
+def test_progress_rides_on_the_pending_replica_and_turns_to_loading() -> None:
+    pulling = Progress("pulling", 1, 4, 1000, 4000, rate=100.0, eta_s=30.0)
+    r = replica_status(pod(status=ks.status_pulling()), pulling)
+    assert (r.state, r.reason, r.progress) == ("Pending", "PodInitializing", pulling)
+    r = replica_status(pod(status=ks.status_starting()), PULLED)
+    assert r.state == "Pending" and r.progress is not None
+    assert (r.progress.phase, r.progress.bytes_total, r.progress.eta_s) == ("loading", 4000, 0.0)
+    assert replica_status(pod(status=ks.status_ready()), PULLED).progress is None  # serving
+
+
+def test_observation_matches_reports_to_pods_by_name() -> None:
+    pods = [pod("svc-abc-00000", ks.status_pulling()), pod("svc-abc-00001", ks.status_pulling())]
+    seen = observation([], pods, {"svc-abc-00001": PULLED})
+    assert [r.progress for r in seen.replicas] == [None, PULLED]

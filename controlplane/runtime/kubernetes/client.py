@@ -27,6 +27,11 @@ from kubernetes.config.config_exception import ConfigException
 from controlplane.runtime.base import PermanentRuntimeError, TemporaryRuntimeError
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 
+# The client imports its API classes on first use (about 300 modules: seconds on a busy
+# node). Resolved here, as a control plane starts, so one that takes over a dead leader's
+# lease, or answers its first `eascmd logs`, does not pay for them then.
+APIS = (k8s.AppsV1Api, k8s.CoreV1Api, k8s.PolicyV1Api, k8s.CustomObjectsApi)
+
 Object = dict[str, Any]
 MAX_MESSAGE = 400  # characters of an API error message we pass on (never a whole body)
 LOG_LIMIT_BYTES = 1 << 20

@@ -9,13 +9,17 @@ no server binary: the exit codes of :mod:`processors.exits`; an invalid image na
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Literal
 
+from contract.progress import Progress
 from controlplane.runtime.base import Observation, ReplicaState, ReplicaStatus, ReplicaSummary
 from controlplane.runtime.kubernetes.manifests import (
     GRPC_PORT,
     HTTP_PORT,
     METRICS_PORT,
+    PROCESSOR_CONTAINER,
     PULL_CONTAINER,
     TEMPLATE_HASH_LABEL,
     WARM_UP_PULL_CONTAINER,
@@ -33,10 +37,13 @@ CREATE_REASONS = {"CreateContainerConfigError", "CreateContainerError", "RunCont
 MAX_MESSAGE = 2000  # a termination message holds up to 80 log lines; keep the last ones
 
 
-def observation(deployments: list[Object], pods: list[Object]) -> Observation:
-    """The replicas of one service, in :func:`replica_pods` order."""
+def observation(
+    deployments: list[Object], pods: list[Object], pulls: Mapping[str, Progress] | None = None
+) -> Observation:
+    """The replicas of one service, in :func:`replica_pods` order. ``pulls``: the last
+    progress report of each pod (by name) in :func:`pull_phase`, read from its pull's log."""
     live = replica_pods(pods)
-    replicas = [replica_status(p) for p in live]
+    replicas = [replica_status(p, (pulls or {}).get(_name(p))) for p in live]
     for deployment in deployments:
         missing = _not_created(deployment, len(live))
         if missing is not None:
@@ -61,7 +68,31 @@ def replica_pods(pods: list[Object]) -> list[Object]:
     return sorted((p for p in pods if _phase(p) not in ("Succeeded", "Failed")), key=_name)
 
 
-def replica_status(pod: Object) -> ReplicaStatus:
+def pull_phase(pod: Object) -> Literal["pulling", "loading"] | None:
+    """Where a pod's progress comes from: its model pull still running (``pulling``: read
+    the log again while it runs), or done with the server up and not ready yet
+    (``loading``: the pull's last report, read once). None for every other pod, whose logs
+    are never read."""
+    if pod["metadata"].get("deletionTimestamp") or _phase(pod) not in ("Pending", "Running"):
+        return None
+    pull = _container_state(pod, "initContainerStatuses", PULL_CONTAINER)
+    if "running" in pull:
+        return "pulling"
+    pulled = (pull.get("terminated") or {}).get("exitCode") == 0
+    # The server up: not crashing, nor waiting to restart.
+    up = "running" in _container_state(pod, "containerStatuses", PROCESSOR_CONTAINER)
+    if pulled and up and _condition(pod, "Ready").get("status") != "True":
+        return "loading"
+    return None
+
+
+def _container_state(pod: Object, kind: str, name: str) -> Object:
+    statuses: list[Object] = (pod.get("status") or {}).get(kind) or []
+    return next((c.get("state") or {} for c in statuses if c.get("name") == name), {})
+
+
+def replica_status(pod: Object, pulled: Progress | None = None) -> ReplicaStatus:
+    """``pulled``: the pod's last pull report, if :func:`pull_phase` read one."""
     metadata = pod["metadata"]
     status = pod.get("status") or {}
     name = metadata["name"]
@@ -96,7 +127,10 @@ def replica_status(pod: Object) -> ReplicaStatus:
     if scheduled.get("status") == "False":
         reason = scheduled.get("reason") or "Unschedulable"
         return replica("Pending", reason, scheduled.get("message") or "")
-    return replica("Pending", *_progress(init + main))
+    phase = pull_phase(pod) if pulled is not None else None
+    if phase == "loading" and pulled is not None:
+        pulled = dataclasses.replace(pulled, phase="loading", eta_s=0.0)
+    return replica("Pending", *_progress(init + main), progress=pulled if phase else None)
 
 
 def _container_problem(

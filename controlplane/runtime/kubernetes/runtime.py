@@ -15,7 +15,9 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Iterable
 
+from contract.progress import Progress, from_log
 from controlplane.runtime.base import (
     DesiredReplicaSet,
     Notify,
@@ -42,6 +44,7 @@ from controlplane.runtime.kubernetes.logs import KubernetesLogs
 from controlplane.runtime.kubernetes.manifests import (
     HASH_ANNOTATION,
     MANAGED_SELECTOR,
+    PULL_CONTAINER,
     SERVICE_LABEL,
     desired_objects,
     selector,
@@ -51,6 +54,7 @@ from controlplane.runtime.kubernetes.settings import KubernetesSettings
 log = logging.getLogger(__name__)
 
 CONFLICT_RETRIES = 5
+PROGRESS_TAIL = 5  # log lines read for a pull's last progress report (one every 5 s)
 # What a service may leave behind, pods last (they go only when their processes have).
 OWNED = (DEPLOYMENT, SERVICE, DISRUPTION_BUDGET, POD)
 WATCH_BACKOFF_MAX = 30.0
@@ -71,6 +75,9 @@ class KubernetesRuntime:
         self._stop = threading.Event()
         self._watchers: list[_Watcher] = []
         self._logs = KubernetesLogs(settings, client=self._client)
+        # A pulled replica's last report, kept while it loads (one read each).
+        self._pulled: dict[tuple[str, str], Progress] = {}  # (service, pod) → report
+        self._progress_due: set[str] = set()  # services with a progress re-read scheduled
 
     # -- Runtime --------------------------------------------------------------------------
     async def apply(self, desired: DesiredReplicaSet) -> None:
@@ -82,7 +89,8 @@ class KubernetesRuntime:
         self._start_watching()
         deployments, _ = await asyncio.to_thread(self._client.list, DEPLOYMENT, selector(service))
         pods, _ = await asyncio.to_thread(self._client.list, POD, selector(service))
-        return replicas.observation(deployments, pods)
+        pulls = await self._pull_progress(service, pods)
+        return replicas.observation(deployments, pods, pulls)
 
     async def cpu_cores(self, service: str) -> list[float]:
         return list((await asyncio.to_thread(self._client.pod_cpu, selector(service))).values())
@@ -117,6 +125,51 @@ class KubernetesRuntime:
         self._client.abort_streams()
         await asyncio.gather(*(asyncio.to_thread(w.join, 10.0) for w in self._watchers))
         self._client.close()
+
+    # -- pull progress ----------------------------------------------------------------------
+    async def _pull_progress(self, service: str, pods: Iterable[Object]) -> dict[str, Progress]:
+        """The last report of each pod that pulls or loads, from the tail of its pull's log
+        (the replicas hold no API credential to report otherwise). Costs one log read per
+        pulling pod every ``progress_seconds`` and one per pod once pulled; none for pods
+        past that, so a service of N ready replicas costs nothing."""
+        out: dict[str, Progress] = {}
+        pulling = False
+        loading = set()
+        for pod in pods:
+            name, phase = pod["metadata"]["name"], replicas.pull_phase(pod)
+            if phase is None:
+                continue
+            seen = self._pulled.get((service, name)) if phase == "loading" else None
+            if seen is None:
+                seen = await self._last_report(name)
+            if seen is not None:
+                out[name] = seen
+                if phase == "loading":
+                    loading.add((service, name))
+                    self._pulled[(service, name)] = seen
+            pulling = pulling or phase == "pulling"
+        for key in [k for k in self._pulled if k[0] == service and k not in loading]:
+            del self._pulled[key]  # ready, failed or gone
+        if pulling and service not in self._progress_due:
+            # Nothing in the pod changes while it pulls: no watch event would come.
+            self._progress_due.add(service)
+            asyncio.get_running_loop().call_later(
+                self.settings.progress_seconds, self._progress_again, service
+            )
+        return out
+
+    async def _last_report(self, pod: str) -> Progress | None:
+        try:
+            text = await asyncio.to_thread(self._client.pod_log, pod, PULL_CONTAINER, PROGRESS_TAIL)
+        except RuntimeError_ as e:  # the pod went, or its log is not there yet
+            log.debug("kubernetes: no pull progress of pod %s: %s", pod, e)
+            return None
+        return from_log(text)
+
+    def _progress_again(self, service: str) -> None:
+        self._progress_due.discard(service)
+        if not self._stop.is_set():
+            self._notify(service)
 
     # -- apply ----------------------------------------------------------------------------
     def _apply_one(self, service: str, manifest: Object) -> None:

@@ -166,6 +166,9 @@ class KubernetesSettings(BaseSettings):
     # broken watch are found then).
     resync_seconds: float = Field(default=300.0, gt=0)
     watch_timeout_seconds: int = Field(default=240, ge=1)  # server-side end of one watch call
+    # While a replica's model pull runs, the tail of its log is read this often for the
+    # progress in its status (the pull logs a report every 5 s); only pulling pods cost.
+    progress_seconds: float = Field(default=5.0, gt=0)
 
     @model_validator(mode="after")
     def _grace_covers_prestop_and_exit(self) -> KubernetesSettings:
