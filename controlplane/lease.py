@@ -4,6 +4,7 @@ ours or expired) is atomic on both, and the first INSERT is guarded by the prima
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 from sqlalchemy import or_, update
@@ -24,6 +25,12 @@ class Lease:
         # Seconds until another holder's lease runs out, as last seen by acquire(), so a
         # follower tries again when a dead leader's lease ends, not up to a period later.
         self.others_left: float | None = None
+        # Until when (monotonic) we surely hold it: counted from before the UPDATE was sent,
+        # so it ends no later than the expiry another process sees in the row.
+        self.held_until = 0.0
+
+    def held(self) -> bool:
+        return time.monotonic() < self.held_until
 
     def retry_in(self) -> float:
         """When a follower should try again: a third of the lease (a live leader renews that
@@ -36,6 +43,8 @@ class Lease:
     def acquire(self) -> bool:
         """Take or renew the lease; True while we hold it."""
         self.others_left = None
+        started = time.monotonic()
+        self.held_until = 0.0
         now = utcnow()
         expires = now + timedelta(seconds=self.ttl)
         with self._sessions() as s:
@@ -47,6 +56,7 @@ class Lease:
             )
             if taken.rowcount:  # type: ignore[attr-defined]
                 s.commit()
+                self.held_until = started + self.ttl
                 return True
             held = s.get(LeaseRow, self.name)
             if held is not None:
@@ -57,9 +67,11 @@ class Lease:
                 s.commit()
             except IntegrityError:
                 return False  # another process inserted it first
+            self.held_until = started + self.ttl
             return True
 
     def release(self) -> None:
+        self.held_until = 0.0
         with self._sessions() as s:
             s.execute(
                 update(LeaseRow)

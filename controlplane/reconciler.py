@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 
@@ -63,7 +64,7 @@ class Reconciler:
         self.poll_seconds = poll_seconds
         self.lease = Lease(sessions, LEASE_NAME, holder or holder_id(), lease_ttl)
         self.runtime: Runtime | None = None
-        self.is_leader = False
+        self._leading = False
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._failures: dict[str, int] = {}
@@ -91,7 +92,7 @@ class Reconciler:
                     await self._lead()
                 await asyncio.sleep(self.lease.retry_in())
         finally:
-            if self.is_leader:
+            if self._leading:
                 await asyncio.to_thread(self.lease.release)
 
     async def _lead(self) -> None:
@@ -105,7 +106,7 @@ class Reconciler:
             log.error("reconciler: cannot start the runtime: %s", e)
             await asyncio.to_thread(self.lease.release)  # let a healthier process lead
             return
-        self.is_leader = True
+        self._leading = True
         log.info("reconciler: leading as %s", self.lease.holder)
         tasks = [
             asyncio.create_task(self._work()),
@@ -115,7 +116,7 @@ class Reconciler:
         if self.autoscaling is not None:
             tasks.append(asyncio.create_task(self.autoscaling.run(self.runtime)))
         try:
-            while await asyncio.to_thread(self.lease.acquire):
+            while await self._renew():
                 await asyncio.sleep(self.lease.ttl / 3)
             log.warning("reconciler: lease lost; stepping down")
         finally:
@@ -124,7 +125,22 @@ class Reconciler:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.runtime.close()
             self.runtime = None
-            self.is_leader = False
+            self._leading = False
+
+    @property
+    def is_leader(self) -> bool:
+        """Leading, and the lease surely still ours: a renewal delayed past the lease's end
+        (a stalled process, a slow database) is no lead, as another may have taken it."""
+        return self._leading and self.lease.held()
+
+    async def _renew(self) -> bool:
+        """Renew the lease; False when lost, or when the renewal did not come back before
+        the lease we hold ends (we step down before another process can take it)."""
+        try:
+            async with asyncio.timeout(max(0.0, self.lease.held_until - time.monotonic())):
+                return await asyncio.to_thread(self.lease.acquire)
+        except TimeoutError:
+            return False
 
     async def _poll_changes(self) -> None:
         """Services with a new generation: at once when this process committed it (every

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -313,7 +314,7 @@ async def test_only_one_of_two_reconcilers_leads(harness: Harness) -> None:
     for _ in range(40):
         assert not (first.is_leader and second.is_leader)
         await asyncio.sleep(0.02)
-    assert first.is_leader != second.is_leader
+    await harness.until(lambda: first.is_leader != second.is_leader)
     leader, follower = (first, second) if first.is_leader else (second, first)
     harness.services.create(seed_spec())
     await harness.until(lambda: harness.row().status == "Waiting")
@@ -324,6 +325,33 @@ async def test_only_one_of_two_reconcilers_leads(harness: Harness) -> None:
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_renewal_that_stalls_past_the_lease_is_no_lead(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader whose renewal does not come back before its lease ends (a slow database, a
+    stalled thread) stops leading then, before another process could take the lease."""
+    reconciler = harness.make_reconciler(lease_ttl=0.6)
+    task = asyncio.create_task(reconciler.run())
+    await harness.until(lambda: reconciler.is_leader)
+    renew = reconciler.lease.acquire
+    stalled = threading.Event()
+
+    def stall() -> bool:
+        stalled.set()
+        time.sleep(1.5)
+        return renew()
+
+    monkeypatch.setattr(reconciler.lease, "acquire", stall)
+    await harness.until(stalled.is_set)
+    ends = reconciler.lease.held_until
+    await harness.until(lambda: not reconciler.is_leader, timeout=5)
+    assert time.monotonic() >= ends  # not before its lease ended
+    await harness.until(lambda: reconciler.runtime is None, timeout=5)  # its work stopped
+    assert time.monotonic() < ends + 1.0  # long before the stalled call returned
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_runtime_that_cannot_start_is_retried(harness: Harness) -> None:
