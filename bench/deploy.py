@@ -85,8 +85,9 @@ def triton_start(tmp: Path) -> float:
 class Platform:
     """``openeas up`` from one checkout, and ``eascmd`` from the same."""
 
-    def __init__(self, tree: Path, tmp: Path) -> None:
+    def __init__(self, tree: Path, tmp: Path, cpus: str | None = None) -> None:
         self.tree = tree
+        self.cpus = cpus  # pin it (and so the replicas it starts) to these CPUs
         self.tmp = tmp
         self.port = free_port()
         self.env = {
@@ -103,6 +104,8 @@ class Platform:
     def start(self) -> None:
         log = (self.tmp / "up.log").open("ab")
         argv = [*self.command("openeas.cli"), "up", "--port", str(self.port)]
+        if self.cpus is not None:
+            argv = ["taskset", "-c", self.cpus, *argv]
         self.proc = subprocess.Popen(argv, env=self.env, cwd=self.tmp, stdout=log, stderr=log)
         deadline = time.monotonic() + 90
         while not answers(f"http://127.0.0.1:{self.port}/readyz"):
@@ -117,22 +120,25 @@ class Platform:
             raise RuntimeError(f"eascmd {' '.join(args)}:\n{done.stdout}{done.stderr}")
         return done.stdout
 
-    def deploy(self, name: str) -> float:
-        """Seconds of ``eascmd create`` (until Running), then the service is deleted."""
+    def create(self, name: str, token: str | None = None) -> float:
+        """Seconds of ``eascmd create`` of a service on ``examples/models`` (until Running)."""
+        spec = {
+            "name": name,
+            "processor": "triton",
+            "processor_params": [f"--model-repository={MODELS}"],
+            "metadata": {"instance": 1, "cpu": 1, "memory": 1000},
+        }
+        if token is not None:
+            spec["token"] = token
         config = self.tmp / f"{name}.json"
-        config.write_text(
-            json.dumps(
-                {
-                    "name": name,
-                    "processor": "triton",
-                    "processor_params": [f"--model-repository={MODELS}"],
-                    "metadata": {"instance": 1, "cpu": 1, "memory": 1000},
-                }
-            )
-        )
+        config.write_text(json.dumps(spec))
         started = time.perf_counter()
         self.eascmd("create", str(config))
-        seconds = time.perf_counter() - started
+        return time.perf_counter() - started
+
+    def deploy(self, name: str) -> float:
+        """Seconds of ``eascmd create`` (until Running), then the service is deleted."""
+        seconds = self.create(name)
         self.eascmd("delete", name)
         return seconds
 

@@ -53,6 +53,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from deploy import Platform  # bench/deploy.py: `openeas up` and eascmd from a checkout
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "examples" / "models"
 SERVICE = "bench"
@@ -347,13 +349,16 @@ def serve_gateway(port: int, upstream: str, token: str, workers: int = 1) -> Non
 
     from gateway.cli import run
 
-    children = [pid for pid in (os.fork() for _ in range(workers - 1)) if pid]
-    if len(children) < workers - 1:  # a forked worker: serve, then leave
-        run(main())
-        os._exit(0)
-    signal.signal(signal.SIGTERM, lambda *_: [os.kill(pid, signal.SIGTERM) for pid in children])
-    run(main())
+    children: list[int] = []
+    for _ in range(workers - 1):
+        pid = os.fork()
+        if pid == 0:  # a worker: serve until SIGTERM, then leave
+            run(main())
+            os._exit(0)
+        children.append(pid)
+    run(main())  # the first worker; its SIGTERM stops the others
     for pid in children:
+        os.kill(pid, signal.SIGTERM)
         os.waitpid(pid, 0)
 
 
@@ -412,6 +417,13 @@ def main(argv: list[str] | None = None) -> int:
         help="gateway worker processes (SO_REUSEPORT, as `openeas gateway --workers N`); "
         "with more than one, the server side is pinned to as many CPUs from --server-cpu on",
     )
+    ap.add_argument(
+        "--up",
+        action="store_true",
+        help="add the target `up`: the gateway as `openeas up` runs it (beside the control "
+        "plane in one process, its own replica of examples/models started by the local "
+        "runtime), pinned like the others; with --base also `base-up`",
+    )
     ap.add_argument("--serve-gateway", nargs=3, metavar=("PORT", "UPSTREAM", "TOKEN"))
     args = ap.parse_args(argv)
     if args.serve_gateway:
@@ -465,12 +477,22 @@ def main(argv: list[str] | None = None) -> int:
                 tmp / "nginx.log",
             ) as ngx,
             process(pinned_cpus(gateway_cpus, gateway_argv), tmp / "gateway.log") as gw,
-            contextlib.ExitStack() as base_gateway,
+            contextlib.ExitStack() as more,
         ):
             if args.base:
                 argv = pinned(args.server_cpu, base_argv)
-                base = base_gateway.enter_context(process(argv, tmp / "base.log", env=base_env))
-                wait_http(f"http://127.0.0.1:{base_port}/gateway/healthz", base)
+                proc = more.enter_context(process(argv, tmp / "base.log", env=base_env))
+                wait_http(f"http://127.0.0.1:{base_port}/gateway/healthz", proc)
+            ups = {}
+            if args.up:
+                trees = {"up": ROOT} | ({"base-up": args.base} if args.base else {})
+                for name, tree in trees.items():
+                    (tmp / name).mkdir()
+                    ups[name] = platform = Platform(tree, tmp / name, str(args.server_cpu))
+                    platform.start()
+                    more.callback(platform.stop)
+                    platform.create(SERVICE, token)
+                    targets.append(name)
             wait_http(f"{triton_base}/v2/health/ready", triton)
             wait_http(f"http://127.0.0.1:{nginx_port}/", ngx)
             wait_http(f"http://127.0.0.1:{gateway_port}/gateway/healthz", gw)
@@ -480,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
                 "nginx": (f"127.0.0.1:{nginx_port}", prefix, token),
                 "gateway": (f"127.0.0.1:{gateway_port}", prefix, token),
                 "base": (f"127.0.0.1:{base_port}", prefix, token),
+                **{name: (f"127.0.0.1:{p.port}", prefix, token) for name, p in ups.items()},
                 "group": (f"127.0.0.1:{gateway_port}", f"/api/predict/{GROUP}", token),
             }
             print(
@@ -505,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"  {name:8s} p50 {pct(s, 50):7.3f}  p95 {pct(s, 95):7.3f}  "
                         f"p99 {pct(s, 99):7.3f}  added p50 {added:+.3f}"
                     )
-                    if name in ("gateway", "base") and "nginx" in lat:
+                    if name in ("gateway", "base", "up", "base-up") and "nginx" in lat:
                         line += f"  ({ratio(added, n50 - d50)} nginx's added p50)"
                     if name == "group" and "gateway" in lat:
                         line += f"  (p50 {ratio(pct(s, 50), pct(lat['gateway'], 50))} gateway's)"
@@ -539,6 +562,8 @@ def main(argv: list[str] | None = None) -> int:
                                 part += f", {ratio(r.rps, res['nginx'].rps)} nginx"
                             if name == "gateway" and "base" in res:
                                 part += f", {ratio(r.rps, res['base'].rps)} base"
+                            if name == "up" and "base-up" in res:
+                                part += f", {ratio(r.rps, res['base-up'].rps)} base-up"
                             if name == "group" and "gateway" in res:
                                 part += f", {ratio(r.rps, res['gateway'].rps)} gateway"
                             part += ")"
