@@ -104,6 +104,8 @@ class Platform:
     def start(self) -> None:
         log = (self.tmp / "up.log").open("ab")
         argv = [*self.command("openeas.cli"), "up", "--port", str(self.port)]
+        if "--grpc-port" in (self.tree / "openeas" / "up.py").read_text():
+            argv += ["--grpc-port", "0"]  # a free one: several platforms run side by side
         if self.cpus is not None:
             argv = ["taskset", "-c", self.cpus, *argv]
         self.proc = subprocess.Popen(argv, env=self.env, cwd=self.tmp, stdout=log, stderr=log)
