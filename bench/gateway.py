@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -51,6 +52,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from deploy import Platform  # bench/deploy.py: `openeas up` and eascmd from a checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "examples" / "models"
@@ -163,7 +166,11 @@ def process(
 
 
 def pinned(cpu: int, argv: list[str]) -> list[str]:
-    return ["taskset", "-c", str(cpu), *argv]
+    return pinned_cpus(str(cpu), argv)
+
+
+def pinned_cpus(cpus: str, argv: list[str]) -> list[str]:
+    return ["taskset", "-c", cpus, *argv]
 
 
 # --- workloads -------------------------------------------------------------------------
@@ -297,7 +304,7 @@ def run_wrk(
 # --- the gateway under test, as its own process -----------------------------------------
 
 
-def serve_gateway(port: int, upstream: str, token: str) -> None:
+def serve_gateway(port: int, upstream: str, token: str, workers: int = 1) -> None:
     """``--serve-gateway``: a gateway with a static table: two services on the same replica,
     members of one group (the first is also called directly)."""
     sys.path.insert(0, str(ROOT))
@@ -327,7 +334,11 @@ def serve_gateway(port: int, upstream: str, token: str) -> None:
 
     async def main() -> None:
         runner = await start_gateway(
-            GatewaySettings(), StaticRouteSource(table), host="127.0.0.1", port=port
+            GatewaySettings(),
+            StaticRouteSource(table),
+            host="127.0.0.1",
+            port=port,
+            reuse_port=workers > 1,
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -338,7 +349,17 @@ def serve_gateway(port: int, upstream: str, token: str) -> None:
 
     from gateway.cli import run
 
-    run(main())
+    children: list[int] = []
+    for _ in range(workers - 1):
+        pid = os.fork()
+        if pid == 0:  # a worker: serve until SIGTERM, then leave
+            run(main())
+            os._exit(0)
+        children.append(pid)
+    run(main())  # the first worker; its SIGTERM stops the others
+    for pid in children:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
 
 
 # --- orchestration ----------------------------------------------------------------------
@@ -383,11 +404,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--client-cpu", type=int, default=1)
     ap.add_argument("--models", default="add_sub,inception_graphdef")
     ap.add_argument("--targets", default="direct,nginx,gateway,group")
+    ap.add_argument(
+        "--base",
+        type=Path,
+        help="another checkout (e.g. `git worktree add /tmp/perf-base main`): adds the target "
+        "`base`, the gateway as that checkout's code serves it, for before/after in one run",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="gateway worker processes (SO_REUSEPORT, as `openeas gateway --workers N`); "
+        "with more than one, the server side is pinned to as many CPUs from --server-cpu on",
+    )
+    ap.add_argument(
+        "--up",
+        action="store_true",
+        help="add the target `up`: the gateway as `openeas up` runs it (beside the control "
+        "plane in one process, its own replica of examples/models started by the local "
+        "runtime), pinned like the others; with --base also `base-up`",
+    )
     ap.add_argument("--serve-gateway", nargs=3, metavar=("PORT", "UPSTREAM", "TOKEN"))
     args = ap.parse_args(argv)
     if args.serve_gateway:
         port, upstream, token = args.serve_gateway
-        serve_gateway(int(port), upstream, token)
+        serve_gateway(int(port), upstream, token, args.workers)
         return 0
     for tool in ("nginx", "wrk", "taskset"):
         if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
@@ -420,16 +461,38 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-        gateway_argv = [sys.executable, __file__, "--serve-gateway", str(gateway_port)]
-        gateway_argv += [triton_base, token]
+        serve = ["--workers", str(args.workers), "--serve-gateway"]
+        gateway_argv = [sys.executable, __file__, *serve, str(gateway_port), triton_base, token]
+        gateway_cpus = ",".join(str(args.server_cpu + i) for i in range(args.workers))
+        base_port = free_port()
+        base_argv = [sys.executable, str(args.base / "bench" / "gateway.py") if args.base else ""]
+        base_argv += ["--serve-gateway", str(base_port), triton_base, token]
+        base_env = dict(os.environ, PYTHONPATH=str(args.base))
+        if args.base:
+            targets.insert(targets.index("gateway"), "base")
         with (
             process(triton_argv, tmp / "triton.log", env=triton_env) as triton,
             process(
                 pinned(args.server_cpu, [nginx, "-c", str(tmp / "nginx.conf"), "-p", str(tmp)]),
                 tmp / "nginx.log",
             ) as ngx,
-            process(pinned(args.server_cpu, gateway_argv), tmp / "gateway.log") as gw,
+            process(pinned_cpus(gateway_cpus, gateway_argv), tmp / "gateway.log") as gw,
+            contextlib.ExitStack() as more,
         ):
+            if args.base:
+                argv = pinned(args.server_cpu, base_argv)
+                proc = more.enter_context(process(argv, tmp / "base.log", env=base_env))
+                wait_http(f"http://127.0.0.1:{base_port}/gateway/healthz", proc)
+            ups = {}
+            if args.up:
+                trees = {"up": ROOT} | ({"base-up": args.base} if args.base else {})
+                for name, tree in trees.items():
+                    (tmp / name).mkdir()
+                    ups[name] = platform = Platform(tree, tmp / name, str(args.server_cpu))
+                    platform.start()
+                    more.callback(platform.stop)
+                    platform.create(SERVICE, token)
+                    targets.append(name)
             wait_http(f"{triton_base}/v2/health/ready", triton)
             wait_http(f"http://127.0.0.1:{nginx_port}/", ngx)
             wait_http(f"http://127.0.0.1:{gateway_port}/gateway/healthz", gw)
@@ -438,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
                 "direct": (f"127.0.0.1:{triton_port}", "", None),
                 "nginx": (f"127.0.0.1:{nginx_port}", prefix, token),
                 "gateway": (f"127.0.0.1:{gateway_port}", prefix, token),
+                "base": (f"127.0.0.1:{base_port}", prefix, token),
+                **{name: (f"127.0.0.1:{p.port}", prefix, token) for name, p in ups.items()},
                 "group": (f"127.0.0.1:{gateway_port}", f"/api/predict/{GROUP}", token),
             }
             print(
@@ -463,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"  {name:8s} p50 {pct(s, 50):7.3f}  p95 {pct(s, 95):7.3f}  "
                         f"p99 {pct(s, 99):7.3f}  added p50 {added:+.3f}"
                     )
-                    if name == "gateway" and "nginx" in lat:
+                    if name in ("gateway", "base", "up", "base-up") and "nginx" in lat:
                         line += f"  ({ratio(added, n50 - d50)} nginx's added p50)"
                     if name == "group" and "gateway" in lat:
                         line += f"  (p50 {ratio(pct(s, 50), pct(lat['gateway'], 50))} gateway's)"
@@ -495,6 +560,10 @@ def main(argv: list[str] | None = None) -> int:
                             part += f" ({ratio(r.rps, res['direct'].rps)} direct"
                             if name != "nginx" and "nginx" in res:
                                 part += f", {ratio(r.rps, res['nginx'].rps)} nginx"
+                            if name == "gateway" and "base" in res:
+                                part += f", {ratio(r.rps, res['base'].rps)} base"
+                            if name == "up" and "base-up" in res:
+                                part += f", {ratio(r.rps, res['base-up'].rps)} base-up"
                             if name == "group" and "gateway" in res:
                                 part += f", {ratio(r.rps, res['gateway'].rps)} gateway"
                             part += ")"

@@ -1,31 +1,33 @@
 """Benchmark of the model-repository pull against the local OSS stand-in.
 
-Run by hand (``python bench/pull.py [--mib 256]``) to get the figures quoted in the pull's
-closing note. It starts ``testing/oss_server.py`` as a separate process (so server and client do
-not share one interpreter lock), uploads a generated repository of ``--mib`` MiB (many small
-files plus one large file, random bytes), then measures on the same server, in this order:
+Run by hand (``python bench/pull.py``) to get the figures quoted in the pull's closing notes.
+It starts ``testing/oss_server.py`` as a separate process, uploads generated repositories
+(random bytes) and measures three cases on the same server, each download as a fresh process
+(so no run inherits another's connections, imports or GIL), dirty pages flushed before each:
 
-1. baseline: one plain single-stream GET per object, sequentially, written to disk
-   (no verification);
-2. the same with oss2's own CRC64 check (``enable_crc=True``, oss2's default), for reference:
-   the pull verifies every byte too;
-3. cold pull: :func:`processors.storage.pull` into an empty destination;
-4. cached pull: the same pull again (nothing changed, so nothing should be downloaded).
+1. ``mixed`` (``--mib``): one large file with 3/4 of the bytes plus files of 16 KiB-1 MiB;
+2. ``small`` (``--small-files``): a repository of many small files (200 B-16 KiB, like the
+   config.pbtxt, labels and version files of a real Triton repository);
+3. ``big`` (``--big-mib``): one large object.
 
-Steps 1-3 run ``--repeat`` times, interleaved, and the best time of each is kept, because
-other processes on the machine add noise. Dirty pages are flushed before each measurement so
-one step's disk writeback does not land on the next. It prints throughput in MB/s (10^6 bytes
-per second), the ratio cold-pull/baseline, the cached pull's time, and this process's peak RSS
-(memory stays bounded: everything is streamed).
+The baseline of each is plain ``oss2`` as a user would write it: one single-stream GET per
+object, sequentially, over one connection, straight to disk, no verification. The pull
+verifies every byte (CRC64, part by part). Each case prints both times and the ratio
+baseline-time / pull-time (the issue's targets: ``big`` >= 0.9, ``small`` >= 2), then a
+re-pull of the unchanged repository (which must download 0 bytes).
+
+``--base DIR`` also measures the pull from another checkout (e.g. ``git worktree add
+/tmp/perf-base main``) in the same run, interleaved, for before/after figures. Every
+measurement runs ``--repeat`` times, interleaved, and the best is kept: other processes on
+the machine only ever add time.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import json
 import os
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -35,10 +37,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-
-import oss2
-
-from processors.storage import pull
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_ID, SECRET, BUCKET = "LTAI5tBenchKey", "bench-secret", "bench-models"
@@ -63,10 +61,14 @@ def stand_in() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-def generate(root: Path, total_mib: int, seed: int = 7) -> list[Path]:
-    """A model-repository-shaped tree: one large file with 3/4 of the bytes, the rest in
-    files of 16 KiB-1 MiB spread over models/versions, written chunk by chunk."""
-    rng = random.Random(seed)
+def write_random(path: Path, size: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        for offset in range(0, size, CHUNK):
+            f.write(os.urandom(min(CHUNK, size - offset)))
+
+
+def mixed_tree(root: Path, total_mib: int, rng: random.Random) -> list[tuple[Path, int]]:
     large = total_mib * MiB * 3 // 4
     files = [(root / "llm/1/model.plan", large)]
     left, i = total_mib * MiB - large, 0
@@ -74,93 +76,145 @@ def generate(root: Path, total_mib: int, seed: int = 7) -> list[Path]:
         size = min(left, rng.randint(16 << 10, 1 << 20))
         files.append((root / f"model_{i // 8:03d}/{i % 4 + 1}/part_{i:04d}.bin", size))
         left, i = left - size, i + 1
-    for path, size in files:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("wb") as f:
-            for offset in range(0, size, CHUNK):
-                f.write(os.urandom(min(CHUNK, size - offset)))
-    return [path for path, _ in files]
+    return files
 
 
-def upload(bucket: oss2.Bucket, root: Path, files: list[Path]) -> None:
-    def put(path: Path) -> None:
-        bucket.put_object_from_file(f"models/{path.relative_to(root).as_posix()}", str(path))
+def small_tree(root: Path, count: int, rng: random.Random) -> list[tuple[Path, int]]:
+    names = ("config.pbtxt", "labels.txt", "1/model.py", "2/model.py", "1/VERSION")
+    return [
+        (root / f"model_{i // len(names):04d}" / names[i % len(names)], rng.randint(200, 16 << 10))
+        for i in range(count)
+    ]
+
+
+def upload(endpoint: str, prefix: str, root: Path, files: list[tuple[Path, int]]) -> int:
+    import oss2
+
+    bucket = oss2.Bucket(oss2.Auth(KEY_ID, SECRET), endpoint, BUCKET)
+
+    def put(item: tuple[Path, int]) -> None:
+        path, size = item
+        write_random(path, size)
+        bucket.put_object_from_file(f"{prefix}/{path.relative_to(root).as_posix()}", str(path))
 
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(put, files))
+    return sum(size for _, size in files)
 
 
-def single_stream_get(bucket: oss2.Bucket, dest: Path) -> float:
-    """Every object, one after another, over one connection, straight to disk; seconds."""
+# --- what a fresh process runs ----------------------------------------------------------
+
+
+def child_get(endpoint: str, prefix: str, dest: str) -> dict[str, float]:
+    """Every object under ``prefix``, one after another, over one connection, to disk."""
+    import oss2
+
+    bucket = oss2.Bucket(oss2.Auth(KEY_ID, SECRET), endpoint, BUCKET, enable_crc=False)
     started = time.perf_counter()
-    for obj in oss2.ObjectIteratorV2(bucket, prefix="models/", max_keys=1000):
-        target = dest / obj.key
+    for obj in oss2.ObjectIteratorV2(bucket, prefix=prefix + "/", max_keys=1000):
+        target = Path(dest) / obj.key
         target.parent.mkdir(parents=True, exist_ok=True)
         body = bucket.get_object(obj.key)
         with target.open("wb") as f:
             while chunk := body.read(CHUNK):
                 f.write(chunk)
-        if bucket.enable_crc and body.client_crc != body.server_crc:
-            raise RuntimeError(f"CRC64 mismatch on {obj.key}")
-    return time.perf_counter() - started
+    return {"seconds": time.perf_counter() - started}
 
 
-def show(label: str, seconds: float, size: int) -> float:
-    rate = size / seconds / 1e6
-    print(f"{label:<40} {seconds:8.2f} s  {rate:9.1f} MB/s")
-    return rate
+def child_pull(endpoint: str, prefix: str, dest: str, workers: int, part: int) -> dict[str, float]:
+    import oss2  # noqa: F401  (imported before the clock starts, as for the baseline)
+
+    from processors.storage import pull
+
+    os.environ.update(OSS_ACCESS_KEY_ID=KEY_ID, OSS_ACCESS_KEY_SECRET=SECRET)
+    report = pull(
+        f"oss://{BUCKET}/{prefix}", Path(dest), endpoint=endpoint, workers=workers, part_size=part
+    )
+    return {
+        "seconds": report.seconds,
+        "files": report.files,
+        "downloaded": report.bytes_downloaded,
+    }
+
+
+def fresh(kind: str, tree: Path, *args: object) -> dict[str, float]:
+    """Run ``child_<kind>`` in a new interpreter importing the project from ``tree``."""
+    os.sync()
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    argv = [sys.executable, str(Path(__file__).resolve()), "--child", kind, *map(str, args)]
+    out = subprocess.run(argv, env=env, cwd=tree, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"{kind} failed:\n{out.stderr}")
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --- orchestration ----------------------------------------------------------------------
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Benchmark the OSS model pull.")
-    parser.add_argument("--mib", type=int, default=256, help="repository size in MiB")
+    parser.add_argument("--mib", type=int, default=64, help="size of the mixed repository")
+    parser.add_argument("--small-files", type=int, default=400)
+    parser.add_argument("--big-mib", type=int, default=192)
+    parser.add_argument("--cases", default="mixed,small,big")
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--part-mib", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3, help="keep the best of this many runs")
+    parser.add_argument("--base", type=Path, help="another checkout to measure beside this one")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        kind, *rest = args.child
+        if kind == "get":
+            print(json.dumps(child_get(*rest)))
+        else:
+            endpoint, prefix, dest, workers, part = rest
+            print(json.dumps(child_pull(endpoint, prefix, dest, int(workers), int(part))))
+        return
 
+    rng = random.Random(7)
+    trees = {"pull": ROOT} | ({"base pull": args.base.resolve()} if args.base else {})
+    part = args.part_mib * MiB
+    print(f"pull: workers={args.workers}, part size={args.part_mib} MiB, CPUs={os.cpu_count()}")
     with tempfile.TemporaryDirectory(prefix="openeas-bench-") as tmp, stand_in() as endpoint:
         work = Path(tmp)
-        files = generate(work / "source", args.mib)
-        size = sum(p.stat().st_size for p in files)
-        # Plain oss2 as a user would write it, without the client-side CRC pass.
-        auth = oss2.Auth(KEY_ID, SECRET)
-        plain = oss2.Bucket(auth, endpoint, BUCKET, enable_crc=False)
-        checked = oss2.Bucket(auth, endpoint, BUCKET)
-        upload(checked, work / "source", files)
-        os.environ.update(
-            OSS_ACCESS_KEY_ID=KEY_ID, OSS_ACCESS_KEY_SECRET=SECRET, OSS_ENDPOINT=endpoint
-        )
-        print(f"repository: {len(files)} files, {size / MiB:.0f} MiB ({size / 1e6:.1f} MB)")
-        print(f"pull: workers={args.workers}, part size={args.part_mib} MiB, CPUs={os.cpu_count()}")
-
-        uri = f"oss://{BUCKET}/models"
-        pull_into = functools.partial(
-            pull, uri, workers=args.workers, part_size=args.part_mib * MiB
-        )
-        best = {"plain": float("inf"), "crc": float("inf"), "pull": float("inf")}
-        for run in range(args.repeat):
-            for name, bucket in (("plain", plain), ("crc", checked)):
-                os.sync()
-                best[name] = min(best[name], single_stream_get(bucket, work / f"{name}{run}"))
-                shutil.rmtree(work / f"{name}{run}")
-            os.sync()
-            cold = pull_into(work / f"pulled{run}")
-            assert (cold.files, cold.bytes_downloaded) == (len(files), size)
-            best["pull"] = min(best["pull"], cold.seconds)
-            if run < args.repeat - 1:
-                shutil.rmtree(work / f"pulled{run}")
-
-        baseline = show("baseline: single-stream GET", best["plain"], size)
-        show("single-stream GET + oss2 CRC64 check", best["crc"], size)
-        rate = show("cold pull (parallel, CRC64-checked)", best["pull"], size)
-        os.sync()
-        cached = pull_into(work / f"pulled{args.repeat - 1}")
-        assert cached.bytes_downloaded == 0
-        print(f"{'cached pull (nothing changed)':<40} {cached.seconds:8.2f} s")
-        print(f"ratio cold pull / baseline: {rate / baseline:.2f}")
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"peak RSS of this process: {peak:.0f} MiB")
+        for case in args.cases.split(","):
+            src = work / "source" / case
+            if case == "mixed":
+                files = mixed_tree(src, args.mib, rng)
+            elif case == "small":
+                files = small_tree(src, args.small_files, rng)
+            else:
+                files = [(src / "llm/1/model.plan", args.big_mib * MiB)]
+            size = upload(endpoint, case, src, files)
+            shutil.rmtree(src)
+            print(f"\n== {case}: {len(files)} files, {size / 1e6:.1f} MB ==", flush=True)
+            best = {name: float("inf") for name in ("plain GET", *trees)}
+            for run in range(args.repeat):
+                got = fresh("get", ROOT, endpoint, case, work / f"get{run}")
+                best["plain GET"] = min(best["plain GET"], got["seconds"])
+                shutil.rmtree(work / f"get{run}")
+                for name, tree in trees.items():
+                    dest = work / f"{name}{run}".replace(" ", "-")
+                    r = fresh("pull", tree, endpoint, case, dest, args.workers, part)
+                    assert (r["files"], r["downloaded"]) == (len(files), size), r
+                    best[name] = min(best[name], r["seconds"])
+                    if run < args.repeat - 1:
+                        shutil.rmtree(dest)
+            for name, seconds in best.items():
+                line = f"  {name:<12} {seconds:8.3f} s  {size / seconds / 1e6:8.1f} MB/s"
+                if name != "plain GET":
+                    line += f"  ratio plain-GET-time / pull-time {best['plain GET'] / seconds:.2f}"
+                print(line, flush=True)
+            for name, tree in trees.items():
+                dest = work / f"{name}{args.repeat - 1}".replace(" ", "-")
+                again = fresh("pull", tree, endpoint, case, dest, args.workers, part)
+                print(
+                    f"  {name} again, unchanged: {again['seconds']:.3f} s, "
+                    f"{again['downloaded']:.0f} bytes downloaded"
+                )
+                shutil.rmtree(dest)
 
 
 if __name__ == "__main__":

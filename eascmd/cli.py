@@ -59,7 +59,7 @@ def overrides(pairs: list[str]) -> dict[str, Any]:
     return patch
 
 
-def wait(client: Client, name: str, timeout: float, interval: float = 1.0) -> int:
+def wait(client: Client, name: str, timeout: float, interval: float = 0.2) -> int:
     """Print status lines as the service changes until Running (0) or Failed (1); while
     replicas pull and load their models, keep one progress line up to date under them."""
     live = LiveLine(sys.stdout, tty=sys.stdout.isatty())

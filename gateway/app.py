@@ -43,6 +43,7 @@ from gateway.route_table import (
 from gateway.server import HttpServer, Request
 from gateway.settings import GatewaySettings
 from gateway.upstream import UpstreamPool
+from gateway.workers import WorkerPeers
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,12 @@ class Gateway:
         route_source: RouteSource,
         *,
         fallback_upstream: str | None = None,
+        peers: WorkerPeers | None = None,
     ) -> None:
         self.settings = settings
         self.route_source = route_source
         self.fallback_upstream = fallback_upstream
+        self.peers = peers  # sibling workers whose metrics a scrape adds up
         self.metrics = GatewayMetrics()
         self.balancer = EndpointPool(down_s=settings.replica_down_s)
         self.routes = RouteState(self.balancer, default_timeout_ms=settings.default_timeout_ms)
@@ -118,6 +121,8 @@ class Gateway:
             self._snapshot_task = asyncio.create_task(self._fall_back_to_snapshot())
             if isinstance(self.route_source, ControlPlaneRouteSource):
                 self.route_source.on_unreachable = self._save_snapshot_soon
+        if self.peers is not None:
+            await self.peers.start(self._current_metrics().snapshot)
         if self.reporter is not None:
             self._report_task = asyncio.create_task(self.reporter.run(), name="gateway-report")
 
@@ -196,6 +201,8 @@ class Gateway:
         if self._upstreams is not None:
             await self._upstreams.close()
             self._upstreams = None
+        if self.peers is not None:
+            await self.peers.close()
 
     def health(self) -> tuple[int, Health]:
         """``(status, body)`` of the health path: 200 once a route table is in force (even
@@ -218,7 +225,7 @@ class Gateway:
             )
         return (200 if self.routes.version is not None else 503), body
 
-    def render_metrics(self) -> bytes:
+    def _current_metrics(self) -> GatewayMetrics:
         cp = self.route_source.health().get("control_plane")
         if cp is not None:
             self.metrics.control_plane_up.set((), 1.0 if cp == "ok" else 0.0)
@@ -226,7 +233,16 @@ class Gateway:
         self.metrics.in_flight.values = {
             (name,): float(entry.in_flight.count) for name, entry in self.routes.services.items()
         }
-        return self.metrics.render()
+        return self.metrics
+
+    def render_metrics(self) -> bytes:
+        """This process's metrics (the whole gateway's when it runs alone)."""
+        return self._current_metrics().render()
+
+    async def render_all_metrics(self) -> bytes:
+        """The metrics of every worker, summed (see :mod:`gateway.workers`)."""
+        others = await self.peers.gather() if self.peers is not None else []
+        return self._current_metrics().render(others)
 
     def handle(self, request: Request) -> Coroutine[Any, Any, None] | None:
         """The server's handler: answer now (and finish), or return the coroutine that
@@ -264,6 +280,8 @@ class Gateway:
             if request.method not in ("GET", "HEAD"):
                 problem = Problem(405, "metrics are read with GET", headers={"Allow": "GET"})
                 return self._answer(request, problem)
+            if self.peers is not None:
+                return self._answer_metrics(request)
             request.conn.write_response(
                 200, [(b"content-type", METRICS_CONTENT_TYPE.encode())], self.render_metrics()
             )
@@ -273,6 +291,10 @@ class Gateway:
             return self._fallback.handle(request)
         problem = Problem(404, "not found: predict calls go to /api/predict/<service>/<path>")
         return self._answer(request, problem)
+
+    async def _answer_metrics(self, request: Request) -> None:
+        body = await self.render_all_metrics()
+        request.conn.write_response(200, [(b"content-type", METRICS_CONTENT_TYPE.encode())], body)
 
     @staticmethod
     def _answer(request: Request, problem: Problem) -> None:
@@ -322,14 +344,16 @@ async def start_gateway(
     fallback_upstream: str | None = None,
     reuse_port: bool = False,
     sock: socket.socket | None = None,
+    peers: WorkerPeers | None = None,
 ) -> GatewayRunner:
     """Start a gateway in the running event loop and return once it listens.
 
     ``host``/``port`` default to the settings' (``port=0`` picks a free one, see
     :attr:`GatewayRunner.port`); ``sock`` serves an already-bound socket instead.
     ``fallback_upstream`` (e.g. ``"http://127.0.0.1:41000"``) receives every request that
-    is not a predict call, metrics or the gateway's health path."""
-    gateway = Gateway(settings, route_source, fallback_upstream=fallback_upstream)
+    is not a predict call, metrics or the gateway's health path. ``peers`` makes this one
+    worker of several whose ``/metrics`` is summed (see :mod:`gateway.workers`)."""
+    gateway = Gateway(settings, route_source, fallback_upstream=fallback_upstream, peers=peers)
     await gateway.start()
     server = HttpServer(
         gateway.handle,

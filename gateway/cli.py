@@ -6,7 +6,8 @@ Settings come from ``OPENEAS_*`` environment variables (:class:`GatewaySettings`
 override them. The route table is long-polled from ``OPENEAS_CONTROLPLANE_URL`` with
 ``OPENEAS_ADMIN_TOKEN``. With ``--workers N > 1`` the parent forks N worker processes
 that share the port through ``SO_REUSEPORT`` (the kernel spreads connections); each keeps
-its own route table and metrics.
+its own route table and counters, and a scrape of ``/metrics`` on any of them shows the sum
+over all (:mod:`gateway.workers`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -29,6 +33,7 @@ from gateway.app import start_gateway
 from gateway.grpc_server import start_grpc
 from gateway.route_table import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
+from gateway.workers import WorkerPeers
 
 log = logging.getLogger("gateway")
 
@@ -63,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def serve(settings: GatewaySettings, *, reuse_port: bool = False) -> None:
+async def serve(
+    settings: GatewaySettings, *, reuse_port: bool = False, peers: WorkerPeers | None = None
+) -> None:
     """Run one gateway until SIGTERM/SIGINT."""
     source = ControlPlaneRouteSource(
         settings.controlplane_url,
@@ -72,7 +79,7 @@ async def serve(settings: GatewaySettings, *, reuse_port: bool = False) -> None:
         connect_timeout_s=settings.connect_timeout_s,
         backoff_max_s=settings.poll_backoff_max_s,
     )
-    runner = await start_gateway(settings, source, reuse_port=reuse_port)
+    runner = await start_gateway(settings, source, reuse_port=reuse_port, peers=peers)
     door = None
     if settings.grpc_port is not None:
         try:
@@ -110,18 +117,21 @@ def run(main: Coroutine[Any, Any, None]) -> None:
         uvloop.run(main)
 
 
-def _worker(settings: GatewaySettings, log_level: str) -> None:
+def _worker(settings: GatewaySettings, log_level: str, peers: WorkerPeers) -> None:
     logging.basicConfig(level=log_level, format=_LOG_FORMAT)
     with contextlib.suppress(KeyboardInterrupt):
-        run(serve(settings, reuse_port=True))
+        run(serve(settings, reuse_port=True, peers=peers))
 
 
 def _supervise(settings: GatewaySettings, log_level: str) -> int:
     """Fork the workers and wait; forward SIGTERM/SIGINT; exit when all have."""
     # fork: the workers inherit the settings object as is (no pickling of the secret).
     ctx = multiprocessing.get_context("fork")
+    sockets = Path(tempfile.mkdtemp(prefix="openeas-gateway-"))  # where workers find each other
     procs = [
-        ctx.Process(target=_worker, args=(settings, log_level), name=f"gateway-{i}")
+        ctx.Process(
+            target=_worker, args=(settings, log_level, WorkerPeers(sockets, i)), name=f"gateway-{i}"
+        )
         for i in range(settings.workers)
     ]
     for proc in procs:
@@ -138,6 +148,7 @@ def _supervise(settings: GatewaySettings, log_level: str) -> int:
     for proc in procs:
         proc.join()
         code = code or (proc.exitcode or 0)
+    shutil.rmtree(sockets, ignore_errors=True)
     return code
 
 

@@ -6,9 +6,12 @@ path or anything a client chose freely (unknown services count under ``service="
 
 from __future__ import annotations
 
+import copy
+import operator
 from abc import ABC, abstractmethod
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -69,6 +72,14 @@ class _Metric(ABC):
     def samples(self) -> Iterable[str]:
         """The exposition lines of this metric's values."""
 
+    @abstractmethod
+    def snapshot(self) -> list[Any]:
+        """The values as JSON-able data (what a sibling worker sends, see :meth:`merge`)."""
+
+    @abstractmethod
+    def merge(self, snapshot: list[Any]) -> None:
+        """Fold another worker's :meth:`snapshot` into these values."""
+
 
 class Counter(_Metric):
     kind = "counter"
@@ -76,6 +87,7 @@ class Counter(_Metric):
     def __init__(self, name: str, help_text: str, labelnames: tuple[str, ...] = ()) -> None:
         super().__init__(name, help_text, labelnames)
         self.values: dict[LabelValues, float] = {}
+        self.combine: Callable[[float, float], float] = operator.add  # across workers
 
     def inc(self, labels: LabelValues = (), amount: float = 1.0) -> None:
         self.values[labels] = self.values.get(labels, 0.0) + amount
@@ -83,6 +95,15 @@ class Counter(_Metric):
     def samples(self) -> Iterable[str]:
         for labels, value in sorted(self.values.items()):
             yield f"{self.name}{_labels(self.labelnames, labels)} {_num(value)}"
+
+    def snapshot(self) -> list[Any]:
+        return [[list(labels), value] for labels, value in self.values.items()]
+
+    def merge(self, snapshot: list[Any]) -> None:
+        for labels, value in snapshot:
+            key = tuple(labels)
+            mine = self.values.get(key)
+            self.values[key] = value if mine is None else self.combine(mine, value)
 
 
 class RequestCounter(Counter):
@@ -101,7 +122,20 @@ class RequestCounter(Counter):
 
 
 class Gauge(Counter):
+    """Summed across workers (requests in flight), unless ``combine`` says otherwise
+    (``min``: a table version or an up flag is only as good as the worst worker's)."""
+
     kind = "gauge"
+
+    def __init__(
+        self,
+        name: str,
+        help_text: str,
+        labelnames: tuple[str, ...] = (),
+        combine: Callable[[float, float], float] = operator.add,
+    ) -> None:
+        super().__init__(name, help_text, labelnames)
+        self.combine = combine
 
     def set(self, labels: LabelValues, value: float) -> None:
         self.values[labels] = value
@@ -149,6 +183,20 @@ class Histogram(_Metric):
             yield f"{self.name}_sum{_labels(self.labelnames, labels)} {_num(child.sum)}"
             yield f"{self.name}_count{_labels(self.labelnames, labels)} {cumulative}"
 
+    def snapshot(self) -> list[Any]:
+        return [[list(labels), c.counts, c.sum] for labels, c in self.children.items()]
+
+    def merge(self, snapshot: list[Any]) -> None:
+        for labels, counts, total in snapshot:
+            key = tuple(labels)
+            child = self.children.get(key)
+            if child is None:
+                child = self.children[key] = _HistogramChild(len(self.buckets))
+            if len(counts) != len(child.counts):
+                raise ValueError(f"{self.name}: a worker has other buckets")
+            child.counts = [a + b for a, b in zip(child.counts, counts, strict=True)]
+            child.sum += total
+
 
 class GatewayMetrics:
     """Every metric the gateway exports; one instance per gateway app."""
@@ -188,9 +236,13 @@ class GatewayMetrics:
             "gRPC call latency as seen by the gateway, call start to status sent.",
             ("service",),
         )
-        self.route_version = Gauge(p + "route_table_version", "Version of the route table in use.")
+        self.route_version = Gauge(
+            p + "route_table_version", "Version of the route table in use.", combine=min
+        )
         self.control_plane_up = Gauge(
-            p + "control_plane_up", "1 when the last route sync with the control plane worked."
+            p + "control_plane_up",
+            "1 when the last route sync with the control plane worked.",
+            combine=min,
         )
         self.mirror_requests = Counter(
             "openeas_mirror_requests_total",
@@ -218,9 +270,21 @@ class GatewayMetrics:
             self.mirror_duration,
         )
 
-    def render(self) -> bytes:
+    def snapshot(self) -> dict[str, list[Any]]:
+        return {metric.name: metric.snapshot() for metric in self.all}
+
+    def render(self, others: Iterable[Mapping[str, list[Any]]] = ()) -> bytes:
+        """The exposition of these values, plus those of ``others`` (sibling workers'
+        :meth:`snapshot`, so a scrape of any worker shows the whole gateway)."""
+        metrics: Iterable[_Metric] = self.all
+        others = list(others)
+        if others:
+            metrics = [copy.deepcopy(m) for m in self.all]
+            for snapshot in others:
+                for metric in metrics:
+                    metric.merge(snapshot.get(metric.name, []))
         lines: list[str] = []
-        for metric in self.all:
+        for metric in metrics:
             lines.extend(metric.header())
             lines.extend(metric.samples())
         return ("\n".join(lines) + "\n").encode("utf-8")

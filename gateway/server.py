@@ -209,12 +209,13 @@ class Request:
         headers: list[tuple[bytes, bytes]],
         version: str,
         keep_alive: bool,
+        hmap: dict[bytes, bytes],
     ) -> None:
         self.conn = conn
         self.method = method
         self.target = target  # raw request-target: path and query as sent
         self.headers = headers
-        self.hmap = dict(headers)  # last value per name, for lookups
+        self.hmap = hmap  # dict(headers): last value per name, for lookups
         self.version = version
         self.keep_alive = keep_alive
         self.expect_continue = False
@@ -246,20 +247,22 @@ class Request:
 Handler = Callable[[Request], Coroutine[Any, Any, None] | None]
 
 
-def framing_refusal(headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None:
+def framing_refusal(
+    headers: list[tuple[bytes, bytes]], hmap: dict[bytes, bytes]
+) -> tuple[int, str] | None:
     """(status, detail) for a head whose framing we cannot relay faithfully, else None.
 
     llhttp de-chunks a body whose last transfer coding is ``chunked`` and drops the codings
     before it, so ``gzip, chunked`` would reach the replica as a gzip body nobody declared:
     any coding but a single ``chunked`` is 501 (RFC 9112 §6.1). More than one Host field is
     400 (RFC 9112 §3.2). Cheap for the common head: no Transfer-Encoding, no repeated name.
+    ``hmap`` is ``dict(headers)``.
     """
     if len(headers) > MAX_HEADER_FIELDS:
         return 431, f"more than {MAX_HEADER_FIELDS} header fields"
-    names = {name for name, _ in headers}
-    if len(names) != len(headers) and sum(name == b"host" for name, _ in headers) > 1:
+    if len(hmap) != len(headers) and sum(name == b"host" for name, _ in headers) > 1:
         return 400, "more than one Host header field"
-    if b"transfer-encoding" in names:
+    if b"transfer-encoding" in hmap:
         codings = [
             coding.strip().lower()
             for name, value in headers
@@ -303,6 +306,7 @@ class HttpConnection(ReadPausable):
         self._expect_head = True  # next bytes start or continue a request head
         self._parsing: Request | None = None  # request whose message is being parsed
         self._parsing_dispatched = False
+        self._body_left = 0  # body bytes still to come that bypass the parser
         self.active: Request | None = None  # request being answered
         self._task: asyncio.Task[None] | None = None
         self._queue: deque[Request] = deque()
@@ -320,6 +324,10 @@ class HttpConnection(ReadPausable):
         self.server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._body_left:
+            data = self._pass_body(data)
+            if not data:
+                return
         if (
             self._expect_head
             and len(data) + self._head_size > MAX_HEAD_BYTES
@@ -349,6 +357,28 @@ class HttpConnection(ReadPausable):
             self._head_size += len(data)
             if self._line == b"":
                 self._line = None  # it began behind another request in this read
+        elif (req := self._parsing) is not None and req.content_length:
+            # Mid-way through a body of known length: the rest skips the parser.
+            self._body_left = req.content_length - req.body.received
+
+    def _pass_body(self, data: bytes) -> bytes:
+        """Hand the body bytes at the start of ``data`` to the request as they are (llhttp
+        would copy each read once more), and return what follows the body. At the body's end
+        the message is complete, and a new parser takes the next one (this one still
+        counts the body we did not show it)."""
+        req = self._parsing
+        left = self._body_left
+        rest = b""
+        if len(data) > left:
+            data, rest = data[:left], data[left:]
+        self._body_left = left - len(data)
+        self.body_at = self.loop.time()
+        if req is not None:
+            req.body.feed(data)
+        if not self._body_left:
+            self.parser = httptools.HttpRequestParser(self)
+            self.on_message_complete()
+        return rest
 
     def eof_received(self) -> bool | None:
         if self._parsing is not None:
@@ -403,7 +433,9 @@ class HttpConnection(ReadPausable):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._expect_head = False
-        refusal = framing_refusal(self._headers)
+        headers = self._headers
+        hmap = dict(headers)  # last value per name: the request's lookups use it too
+        refusal = framing_refusal(headers, hmap)
         if refusal is not None:
             self._protocol_error(*refusal)
             return
@@ -412,9 +444,10 @@ class HttpConnection(ReadPausable):
             self,
             p.get_method().decode("latin-1"),
             self._url.decode("latin-1"),
-            self._headers,
+            headers,
             p.get_http_version(),
             p.should_keep_alive(),
+            hmap,
         )
         expect = req.hmap.get(b"expect")
         req.expect_continue = (

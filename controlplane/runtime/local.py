@@ -130,14 +130,18 @@ class LocalRuntime:
         notify: Notify,
         *,
         host: str = "127.0.0.1",
-        probe_interval: float = 0.25,
+        probe_interval: float = 0.05,
+        ready_probe_interval: float = 1.0,
         base_backoff: float = 1.0,
         drain_seconds: float = 2.0,
     ) -> None:
         self.data_dir = data_dir
         self.notify = notify
         self.host = host
+        # A starting replica is probed often, so Running is noticed within tens of ms of
+        # Triton being ready (a probe is one small local HTTP request); a ready one, rarely.
         self.probe_interval = probe_interval
+        self.ready_probe_interval = max(probe_interval, ready_probe_interval)
         self.base_backoff = base_backoff
         self.drain_seconds = drain_seconds
         self._replicas: dict[str, list[Replica]] = {}
@@ -354,7 +358,7 @@ class LocalRuntime:
                 self.notify(replica.service)
             elif not ready and watch.changed(replica):
                 self.notify(replica.service)
-            await asyncio.sleep(self.probe_interval if not ready else self.probe_interval * 4)
+            await asyncio.sleep(self.ready_probe_interval if ready else self.probe_interval)
 
     async def _kill(self, replica: Replica) -> None:
         process = replica.process

@@ -36,6 +36,7 @@ class Partial:
         self._part_size = part_size
         self.ranges = part_ranges(file.size, part_size)
         self._lock = threading.Lock()
+        self._prepared = False
         self._done: dict[int, int] = {}  # part index -> CRC64 of the part
         self.object_crc: int | None = None
         self._resume()
@@ -53,7 +54,8 @@ class Partial:
         with self._lock:
             self._note_object_crc(object_crc)
             self._done[index] = crc
-            self._save()
+            if len(self.ranges) > 1:  # a file of one part is fetched again: no state to write
+                self._save()
 
     def note_object_crc(self, object_crc: int | None) -> None:
         with self._lock:
@@ -88,14 +90,18 @@ class Partial:
         return crc
 
     def prepare(self) -> None:
-        if not self.data.exists():
-            with self.data.open("wb") as f:
-                f.truncate(self.file.size)
+        """Make the data file its full size (once; each worker fetching a part calls this)."""
+        with self._lock:
+            if not self._prepared:
+                with self.data.open("ab") as f:  # kept if resumed, created otherwise
+                    f.truncate(self.file.size)
+                self._prepared = True
 
     def discard(self) -> None:
         self.data.unlink(missing_ok=True)
         self._state.unlink(missing_ok=True)
         self._done.clear()
+        self._prepared = False
 
     def _note_object_crc(self, object_crc: int | None) -> None:
         if object_crc is None:

@@ -17,7 +17,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,16 +148,21 @@ def _pull_oss(
         bytes_done=reused + cached,
         interval=PROGRESS_INTERVAL,
     )
-    downloaded = _download(bucket, partials, workers, meter)
     crcs: dict[str, int] = {f.path: entries[f.path].crc for f in todo.reuse}
+    made: set[Path] = set()
     for f in todo.reuse:
-        _place(work.dest / f.path, tree / f.path)
+        _place(work.dest / f.path, tree / f.path, made)
     for path, (data, crc) in hits.items():
         crcs[path] = crc
-        _place(data, tree / path)
-    for p in partials:
+        _place(data, tree / path, made)
+
+    def finish(p: Partial) -> None:
+        # In the worker that fetched the file's last part: the per-file tail (a stat, the
+        # CRC combine, a link) runs in parallel too, not file after file at the end.
         crcs[p.file.path] = p.verify()
-        _place(p.data, tree / p.file.path)
+        _place(p.data, tree / p.file.path, made)
+
+    downloaded = _download(bucket, partials, workers, meter, finish)
     if node_cache is not None:
         _offer(node_cache, [(p.file, p.data, crcs[p.file.path]) for p in partials], workers)
     Manifest(str(bucket.location), {f.path: _entry(f, crcs[f.path], tree) for f in files}).save(
@@ -206,27 +211,41 @@ class _Stopped(Exception):
 
 
 class _Parts:
-    """Parts still to fetch per file, so the meter can count whole files done."""
+    """Parts still to fetch per file: a file whose last part is in is finished at once (and
+    the meter counts it)."""
 
-    def __init__(self, partials: list[Partial], meter: Meter) -> None:
+    def __init__(
+        self, partials: list[Partial], meter: Meter, finish: Callable[[Partial], None]
+    ) -> None:
         self._left = {id(p): len(p.pending) for p in partials}
         self._lock = threading.Lock()
         self.meter = meter
+        self._finish = finish
 
     def done(self, partial: Partial) -> None:
         with self._lock:
             self._left[id(partial)] -= 1
             whole = self._left[id(partial)] == 0
         if whole:
+            self._finish(partial)
             self.meter.file_done()
 
 
-def _download(bucket: OssBucket, partials: list[Partial], workers: int, meter: Meter) -> int:
-    """Fetch every pending part, biggest files first so their parts are not the tail."""
+def _download(
+    bucket: OssBucket,
+    partials: list[Partial],
+    workers: int,
+    meter: Meter,
+    finish: Callable[[Partial], None],
+) -> int:
+    """Fetch every pending part, biggest files first so their parts are not the tail, and
+    ``finish`` each file when its last part is in (files resumed whole, at once)."""
     for p in partials:
-        p.prepare()
+        if not p.pending:  # empty, or every part kept from an interrupted pull
+            p.prepare()
+            finish(p)
     tasks = [(p, i) for p in sorted(partials, key=lambda p: -p.file.size) for i in p.pending]
-    parts = _Parts(partials, meter)
+    parts = _Parts(partials, meter, finish)
     stop = threading.Event()
     with ThreadPoolExecutor(max(1, min(workers, len(tasks))), "oss-pull") as pool:
         futures = [pool.submit(_fetch_part, bucket, p, i, stop, parts) for p, i in tasks]
@@ -272,6 +291,7 @@ def _fetch_part(
                 written += len(chunk)
                 parts.meter.add(len(chunk))
 
+    partial.prepare()
     fd = os.open(partial.data, os.O_WRONLY)
     try:
         BACKOFF.run(attempt, stop)
@@ -313,9 +333,12 @@ def _local_stats(dest: Path, entries: Mapping[str, Entry]) -> dict[str, LocalSta
     return stats
 
 
-def _place(src: Path, dst: Path) -> None:
-    """Put ``src``'s content at ``dst``: a hard link (free) where possible, else a copy."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
+def _place(src: Path, dst: Path, made: set[Path]) -> None:
+    """Put ``src``'s content at ``dst``: a hard link (free) where possible, else a copy.
+    ``made`` holds the directories already created (a repository has few, and files many)."""
+    if dst.parent not in made:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        made.add(dst.parent)
     try:
         os.link(src, dst)
     except OSError:

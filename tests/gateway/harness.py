@@ -22,10 +22,11 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from contract.wire import ROUTES_PATH, Route, RouteTable, token_digest
+from contract.wire import ROUTES_PATH, SIGNALS_PATH, LoadReport, Route, RouteTable, token_digest
 from gateway.app import GatewayRunner, start_gateway
 from gateway.route_table import RouteSource, StaticRouteSource
 from gateway.settings import GatewaySettings
+from gateway.workers import WorkerPeers
 
 T = TypeVar("T")
 
@@ -123,6 +124,7 @@ def start(
     *,
     fallback_upstream: str | None = None,
     wait_routes: bool = True,
+    peers: WorkerPeers | None = None,
     **settings: Any,
 ) -> Gateway:
     async def go() -> GatewayRunner:
@@ -132,6 +134,7 @@ def start(
             host="127.0.0.1",
             port=0,
             fallback_upstream=fallback_upstream,
+            peers=peers,
         )
         if wait_routes:
             await runner.gateway.wait_for_routes(10)
@@ -267,8 +270,9 @@ class Echo:
 
 class FakeControlPlane:
     """Serves ``GET ROUTES_PATH?after=&wait=`` per the wire contract: 200 + table at once
-    when its version is newer than ``after``, else holds up to ``wait`` and answers 204.
-    Requires ``Authorization: Bearer <admin token>``."""
+    when its version is newer than ``after``, else holds up to ``wait`` and answers 204;
+    records the load reports POSTed to ``SIGNALS_PATH``. Requires
+    ``Authorization: Bearer <admin token>``."""
 
     def __init__(self, admin_token: str, initial: RouteTable, port: int = 0) -> None:
         self.admin_token = admin_token
@@ -276,6 +280,7 @@ class FakeControlPlane:
         self.port = port
         self.changed = asyncio.Event()
         self.polls: list[tuple[int, float]] = []
+        self.reports: list[LoadReport] = []  # load reports received, in order
         self.runner: web.AppRunner | None = None
 
     @property
@@ -301,9 +306,16 @@ class FakeControlPlane:
                 return web.Response(status=204)
         return web.Response(body=self.table.model_dump_json(), content_type="application/json")
 
+    async def signals(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Authorization") != f"Bearer {self.admin_token}":
+            return web.Response(status=401)
+        self.reports.append(LoadReport.model_validate_json(await request.read()))
+        return web.Response(status=204)
+
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get(ROUTES_PATH, self.routes)
+        app.router.add_post(SIGNALS_PATH, self.signals)
         self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", self.port, reuse_address=True)

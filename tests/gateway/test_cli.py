@@ -102,6 +102,14 @@ def grpc_status(port: int, token: str | None) -> str:
     return "OK"
 
 
+def reported(cp: FakeControlPlane) -> tuple[int, int]:
+    """Requests for SERVICE summed over the load reports received, and reporters seen."""
+    loads = [
+        (r.reporter, s.requests) for r in cp.reports for s in r.services if s.service == SERVICE
+    ]
+    return sum(n for _, n in loads), len({reporter for reporter, _ in loads})
+
+
 @pytest.mark.slow
 def test_gateway_process_with_workers(
     services: tuple[LoopThread, Echo, FakeControlPlane], tmp_path: Path
@@ -143,6 +151,17 @@ def test_gateway_process_with_workers(
         assert health["control_plane"] == "ok" and health["route_table_version"] == 1
         for _ in range(20):  # spread over both workers by the kernel
             assert get(f"{base}/api/predict/{SERVICE}/v2", TOKEN)[0] == 200
+        # One view of both workers: every scrape (whichever worker takes it) counts all 20.
+        for _ in range(10):
+            status, metrics = get(f"{base}/metrics")
+            assert status == 200
+            assert b'openeas_gateway_requests_total{service="svc",code="200"} 20' in metrics
+        # The autoscaler's signal: each worker reports apart, and the reports add up.
+        wait_until(
+            lambda: lt.call(lambda: reported(cp)) == (20, 2),
+            15,
+            what="both workers report the 20 requests",
+        )
         # A change reaches every worker.
         lt.call(lambda: cp.publish(table(route([echo.url], token="t2"), version=2)))
         # Every worker has it once 20 calls in a row (spread by the kernel) pass with it.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from gateway.metrics import Counter, GatewayMetrics, Histogram
 
 
@@ -36,3 +38,30 @@ def test_gateway_metrics_render() -> None:
         "openeas_gateway_upstream_errors_total",
     ):
         assert f"# TYPE {name} " in text
+
+
+def test_workers_snapshots_merge_into_one_view() -> None:
+    a, b = GatewayMetrics(), GatewayMetrics()
+    a.requests.inc(("svc", "200"), 3)
+    b.requests.inc(("svc", "200"), 4)
+    b.requests.inc(("svc", "503"))
+    a.duration.observe(("svc",), 0.002)
+    b.duration.observe(("svc",), 0.002)
+    b.duration.observe(("other",), 20.0)
+    a.in_flight.set(("svc",), 2)
+    b.in_flight.set(("svc",), 1)
+    a.route_version.set((), 7)
+    b.route_version.set((), 6)  # lagging one version behind
+    a.control_plane_up.set((), 1)
+    b.control_plane_up.set((), 0)
+    text = a.render([json.loads(json.dumps(b.snapshot()))]).decode()  # as sent between workers
+    assert 'openeas_gateway_requests_total{service="svc",code="200"} 7' in text
+    assert 'openeas_gateway_requests_total{service="svc",code="503"} 1' in text
+    assert 'openeas_gateway_request_duration_seconds_count{service="svc"} 2' in text
+    assert 'openeas_gateway_request_duration_seconds_bucket{service="svc",le="0.0025"} 2' in text
+    assert 'openeas_gateway_request_duration_seconds_count{service="other"} 1' in text
+    assert 'openeas_gateway_in_flight_requests{service="svc"} 3' in text
+    assert "openeas_gateway_route_table_version 6" in text
+    assert "openeas_gateway_control_plane_up 0" in text
+    # Merging for a scrape leaves this worker's own counters as they were.
+    assert 'openeas_gateway_requests_total{service="svc",code="200"} 3' in a.render().decode()

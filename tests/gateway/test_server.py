@@ -4,11 +4,14 @@ real socket produces only by chance."""
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
+
+import pytest
 
 from gateway.app import Gateway
 from gateway.route_table import StaticRouteSource
-from gateway.server import HttpServer
+from gateway.server import HttpServer, Request
 from gateway.settings import GatewaySettings
 from testing.waiting import wait_until_async
 from tests.gateway.harness import SERVICE, TOKEN, route, table
@@ -65,3 +68,67 @@ def test_client_gone_before_its_handler_ran_returns_its_queue_place() -> None:
         return entry.in_flight.count
 
     assert asyncio.run(scenario()) == 0
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+
+    def write_body(self, data: bytes) -> None:
+        self.data.append(bytes(data))
+
+
+def pipelined_messages(rng: random.Random) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """Four requests back to back: a streamed body of known length, a chunked one with odd
+    chunk sizes, a small one dispatched whole, none; with the bodies each should deliver."""
+    big = rng.randbytes(300_001)
+    pieces = [rng.randbytes(n) for n in (1, 17, 4096, 65537, 3)]
+    small = b"0123456789"
+    chunked = b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+    stream = (
+        b"POST /a HTTP/1.1\r\nContent-Length: %d\r\n\r\n%b" % (len(big), big)
+        + b"POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + chunked
+        + b"POST /c HTTP/1.1\r\nContent-Length: 10\r\n\r\n"
+        + small
+        + b"GET /d HTTP/1.1\r\n\r\n"
+    )
+    return stream, [("/a", big), ("/b", b"".join(pieces)), ("/c", small), ("/d", b"")]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bodies_split_at_any_boundary_arrive_byte_exact_and_in_order(seed: int) -> None:
+    """Reads cut anywhere (inside heads, chunk sizes, bodies; a body's end and the next head
+    in one read) deliver every body byte for byte, piped or buffered."""
+    rng = random.Random(seed)
+    stream, expected = pipelined_messages(rng)
+
+    async def scenario() -> list[tuple[str, bytes]]:
+        got: list[tuple[str, bytes]] = []
+
+        async def handle(request: Request) -> None:
+            if request.target == "/a":  # streamed to a sink as it arrives
+                sink = ListSink()
+                request.body.pipe_to(sink)
+                await wait_until_async(lambda: request.body.complete, 10)
+                body = b"".join(sink.data)
+            else:
+                body = await request.body.read_all(1 << 20)
+            got.append((request.target, body))
+            request.conn.write_response(200, [], b"ok")
+
+        server = HttpServer(handle, buffer_bytes=1024)
+        conn = server.protocol()
+        transport = FakeTransport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        at = 0
+        while at < len(stream):
+            step = rng.choice([1, 2, 3, 5, 7, 100, 1000, 65536, 300_000])
+            conn.data_received(stream[at : at + step])
+            at += step
+            await asyncio.sleep(0)  # let handlers run between reads
+        await wait_until_async(lambda: len(got) == len(expected), 10)
+        assert b"".join(transport.out).count(b"HTTP/1.1 200 OK") == len(expected)
+        return got
+
+    assert asyncio.run(scenario()) == expected

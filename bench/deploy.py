@@ -1,0 +1,194 @@
+"""Benchmark of the time ``eascmd create`` takes to bring a service to Running, against the
+time Triton itself takes to start on the same model repository, in one run.
+
+Run by hand (``python bench/deploy.py``): it starts ``openeas up`` (its own data dir and
+``HOME``, so the eascmd profile it writes is used) and, ``--repeat`` times, interleaved:
+
+1. Triton's own start: ``tritonserver`` on ``examples/models`` (every model loaded, as the
+   replica does), from launch to the first 200 of ``/v2/health/ready`` (probed every 5 ms);
+2. ``eascmd create`` of a service on the same repository, from launch to its exit (it waits
+   until the service is Running), then ``eascmd delete``.
+
+It prints the median of each and the overhead (2 - 1): what the platform adds — the CLI, the
+API, the reconciler, the local runtime's process start and readiness probing, status writes,
+eascmd noticing Running. ``--base DIR`` runs the same against another checkout's code (its own
+``openeas up``), for before/after figures in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "examples" / "models"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def answers(url: str, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+def triton_start(tmp: Path) -> float:
+    """Seconds from launching tritonserver to its first ready answer."""
+    sys.path.insert(0, str(ROOT))
+    from processors.triton import binary
+
+    server = binary.locate()
+    port = free_port()
+    argv = [
+        str(server.binary),
+        f"--model-repository={MODELS}",
+        f"--http-port={port}",
+        f"--grpc-port={free_port()}",
+        f"--metrics-port={free_port()}",
+        "--http-address=127.0.0.1",
+        *server.args,
+    ]
+    env = server.environ(os.environ)
+    with (tmp / "triton.log").open("ab") as log:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            while not answers(f"http://127.0.0.1:{port}/v2/health/ready", 0.5):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"tritonserver exited with {proc.returncode}")
+                time.sleep(0.005)
+            return time.perf_counter() - started
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+
+
+class Platform:
+    """``openeas up`` from one checkout, and ``eascmd`` from the same."""
+
+    def __init__(self, tree: Path, tmp: Path, cpus: str | None = None) -> None:
+        self.tree = tree
+        self.cpus = cpus  # pin it (and so the replicas it starts) to these CPUs
+        self.tmp = tmp
+        self.port = free_port()
+        self.env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("EAS_", "OPENEAS_ADMIN"))
+        }
+        self.env.update(
+            HOME=str(tmp / "home"), OPENEAS_DATA_DIR=str(tmp / "data"), PYTHONPATH=str(tree)
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self, module: str, *args: str) -> list[str]:
+        return [sys.executable, "-c", f"import sys; from {module} import main; sys.exit(main())"]
+
+    def start(self) -> None:
+        log = (self.tmp / "up.log").open("ab")
+        argv = [*self.command("openeas.cli"), "up", "--port", str(self.port)]
+        if "--grpc-port" in (self.tree / "openeas" / "up.py").read_text():
+            argv += ["--grpc-port", "0"]  # a free one: several platforms run side by side
+        if self.cpus is not None:
+            argv = ["taskset", "-c", self.cpus, *argv]
+        self.proc = subprocess.Popen(argv, env=self.env, cwd=self.tmp, stdout=log, stderr=log)
+        deadline = time.monotonic() + 90
+        while not answers(f"http://127.0.0.1:{self.port}/readyz"):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError((self.tmp / "up.log").read_text()[-2000:])
+            time.sleep(0.1)
+
+    def eascmd(self, *args: str) -> str:
+        argv = [*self.command("eascmd.cli"), *args]
+        done = subprocess.run(argv, env=self.env, cwd=self.tmp, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"eascmd {' '.join(args)}:\n{done.stdout}{done.stderr}")
+        return done.stdout
+
+    def create(self, name: str, token: str | None = None) -> float:
+        """Seconds of ``eascmd create`` of a service on ``examples/models`` (until Running)."""
+        spec = {
+            "name": name,
+            "processor": "triton",
+            "processor_params": [f"--model-repository={MODELS}"],
+            "metadata": {"instance": 1, "cpu": 1, "memory": 1000},
+        }
+        if token is not None:
+            spec["token"] = token
+        config = self.tmp / f"{name}.json"
+        config.write_text(json.dumps(spec))
+        started = time.perf_counter()
+        self.eascmd("create", str(config))
+        return time.perf_counter() - started
+
+    def deploy(self, name: str) -> float:
+        """Seconds of ``eascmd create`` (until Running), then the service is deleted."""
+        seconds = self.create(name)
+        self.eascmd("delete", name)
+        return seconds
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--base", type=Path, help="another checkout to measure beside this one")
+    args = ap.parse_args()
+    trees = {"this": ROOT} | ({"base": args.base.resolve()} if args.base else {})
+    with tempfile.TemporaryDirectory(prefix="openeas-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        platforms = {}
+        try:
+            for name, tree in trees.items():
+                (tmp / name).mkdir()
+                platforms[name] = Platform(tree, tmp / name)
+                platforms[name].start()
+            own: list[float] = []
+            deploys: dict[str, list[float]] = {name: [] for name in trees}
+            for i in range(args.repeat):
+                own.append(triton_start(tmp))
+                for name, platform in platforms.items():
+                    deploys[name].append(platform.deploy(f"deploy_bench_{i}"))
+                print(
+                    f"round {i + 1}: triton {own[-1]:.2f} s, "
+                    + ", ".join(f"{n} create→Running {d[-1]:.2f} s" for n, d in deploys.items()),
+                    flush=True,
+                )
+        finally:
+            for platform in platforms.values():
+                platform.stop()
+        t = statistics.median(own)
+        print(f"\nTriton's own start (launch → ready), median of {args.repeat}: {t:.2f} s")
+        for name, seconds in deploys.items():
+            d = statistics.median(seconds)
+            print(f"{name}: eascmd create → Running {d:.2f} s, overhead over Triton {d - t:+.2f} s")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
