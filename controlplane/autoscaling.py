@@ -56,6 +56,7 @@ class Tracked:
     last_decision: str = ""
     last_decision_at: str = ""
     last_active: float = 0.0  # the last request or wake-up seen (min 0: the grace period)
+    generation: int = 0  # of the spec last seen or written here (older reads are stale)
     cold: ColdStart | None = None  # on its way from zero
 
 
@@ -104,9 +105,12 @@ class Autoscaling:
             # before the window (or grace period) has passed under its own eyes.
             t = self._tracked[state.name] = Tracked(auto, instances, state.stopped, ())
             t.history, t.last_active = ((now, instances),), now
+        elif state.generation < t.generation:
+            return  # read before this process's own last write: that one stands
         elif t.instances == 0 and instances > 0:
             t.last_active = now  # up from zero by another hand: the grace period starts
         t.autoscaler, t.instances, t.stopped = auto, instances, state.stopped
+        t.generation = state.generation
         t.cpu_request = state.spec.metadata.cpu
         self._mark([state.name])
 
@@ -164,6 +168,7 @@ class Autoscaling:
             return
         log.info("autoscaler: %s %s", name, why)
         t.instances = to
+        t.generation += 1  # the write's own
         t.last_decision = why
         t.last_decision_at = datetime.now(UTC).isoformat(timespec="seconds")
         if before == 0 and to > 0:

@@ -59,10 +59,16 @@ def breakdown(
     the phases one replica went through (each with when it was first seen, ``ready`` last)."""
     spent = dict.fromkeys(PHASES, 0.0)
     spent["decision"] = max(0.0, decided - requested)
+    marks = list(marks)
+    # A replica that is up but not pulling yet (a local process before its first progress
+    # report) is still starting when a pull follows.
+    pulls = [i for i, (seen, _) in enumerate(marks) if seen == "pull"]
     phase, since = "start", decided
-    for seen, at in marks:
+    for i, (seen, at) in enumerate(marks):
         spent[phase] += max(0.0, at - since)
         phase, since = seen, max(since, at)
+        if seen == "load" and pulls and i < pulls[-1]:
+            phase = "start"
         if seen == "ready":
             break
     return spent
