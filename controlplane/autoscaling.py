@@ -126,6 +126,7 @@ class Autoscaling:
                 done = t.cold.observe(seen.replicas, self._clock())
                 if done is not None:
                     t.cold = None
+                    t.last_active = self._clock()  # held requests go out now
                     log.info("autoscaler: %s %s", name, done)
                     asyncio.get_running_loop().run_in_executor(None, self._note, name, done)
 
@@ -267,7 +268,7 @@ class Autoscaling:
             if cpu is not None:
                 values["cpu"] = cpu
         t.values = values
-        idle = now - t.last_active
+        idle = 0.0 if t.cold is not None else now - t.last_active  # waking is not idle
         d = decide(t.autoscaler, t.instances, t.values, t.history, now, t.ready, idle)
         t.history = d.history
         if d.instances != t.instances:

@@ -278,8 +278,15 @@ class PredictProxy:
         name = asleep.route.service
         limit = asleep.route.max_queue_size
         bound = min(self.settings.wake_queue, limit) if limit else self.settings.wake_queue
+        in_flight = asleep.in_flight  # the service's own (kept across its route changes)
+        in_flight.enter_held()
+        if not in_flight.active:
+            self.activity.touch(name, in_flight)
         try:
-            await self.waking.hold(name, bound, asleep.timeout_s)
+            try:
+                await self.waking.hold(name, bound, asleep.timeout_s)
+            finally:
+                in_flight.leave()
             entry, authenticated = self._resolve(request, target)
             self._admit(request, target, entry, authenticated)
         except (Problem, QueueFull, WakeTimeout, NotWakeable, Asleep) as e:

@@ -18,6 +18,7 @@ import pytest
 
 from contract.wire import GroupRoute, Route, RouteTable, token_digest
 from gateway.route_table import ControlPlaneRouteSource
+from testing.waiting import wait_until
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import (
     TOKEN,
@@ -84,13 +85,21 @@ def wake_after(lt: LoopThread, cp: FakeControlPlane, delay: float, new: RouteTab
     cp.on_wake = on_wake
 
 
-def cold_starts(gw: Gateway) -> int:
+def metric(gw: Gateway, name: str) -> int:
     conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
     conn.close()
-    found = re.search(r'^openeas_cold_start_seconds_count\{service="svc"\} (\d+)$', text, re.M)
+    found = re.search(rf'^{name}\{{service="svc"\}} (\d+)$', text, re.M)
     return int(found.group(1)) if found else 0
+
+
+def cold_starts(gw: Gateway) -> int:
+    return metric(gw, "openeas_cold_start_seconds_count")
+
+
+def in_flight(gw: Gateway) -> int:
+    return metric(gw, "openeas_gateway_in_flight_requests")
 
 
 def test_held_requests_are_answered_after_one_wake_up(
@@ -113,7 +122,12 @@ def test_past_the_hold_bound_is_450_and_a_slow_wake_up_is_504(
 ) -> None:
     lt.call(lambda: cp.publish(table(ASLEEP.model_copy(update={"timeout_ms": 1500}), version=2)))
     gw = gateway(wake_queue=3)
-    answers = concurrently(5, lambda: call(gw))  # the control plane never brings a replica
+    with ThreadPoolExecutor(5) as pool:  # the control plane never brings a replica
+        calls = [pool.submit(call, gw) for _ in range(5)]
+        # Held requests are in flight for the autoscaler's load report (demand it sees).
+        wait_until(lambda: in_flight(gw) == 3, 5)
+        answers = [c.result() for c in calls]
+    assert in_flight(gw) == 0
     statuses = sorted(status for status, _, _ in answers)
     assert statuses == [450, 450, 504, 504, 504]
     full = next(body for status, body, _ in answers if status == 450)
