@@ -79,10 +79,6 @@ class Waking:
         self._asleep: dict[str, _Asleep] = {}
         routes.listeners.append(self._on_table)
 
-    def held(self, service: str) -> int:
-        entry = self._asleep.get(service)
-        return entry.held if entry is not None else 0
-
     async def hold(self, service: str, bound: int, timeout_s: float) -> None:
         """Wait until ``service`` has a ready replica (or its route changed so that the
         caller must look again). :class:`QueueFull` past ``bound``, :class:`WakeTimeout`
