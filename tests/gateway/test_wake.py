@@ -221,3 +221,9 @@ def test_a_group_whose_only_member_is_at_zero_wakes_it(
     assert status == 200 and took >= 0.25, body
     assert body["path_qs"] == "/v2/models/m/infer"
     assert cp.wakes == ["svc"]
+
+
+def test_a_route_from_an_older_control_plane_is_not_wakeable() -> None:
+    older = route([]).model_dump(exclude={"wakeable"})
+    assert "wakeable" not in older
+    assert Route.model_validate(older).wakeable is False
