@@ -11,7 +11,8 @@ replica is ready. Phases are read from what a replica says of itself:
   runtime spawns the process at once; on Kubernetes: scheduling, image, ``ContainerCreating``);
 - *model pull*: its pull progress (or the pull init container, ``PodInitializing``);
 - *Triton load*: pulled and not ready yet (the processor and Triton starting, models loading);
-- *warm-up*: the progress phase ``warming up`` (warm-up requests replayed), 0 without one.
+- *warm-up*: the progress phases ``warming up``/``warmed up`` (``warm_up_data_path``
+  replayed), 0 without them.
 
 Observations come when the runtime notifies (a probe flips, a progress phase changes), so
 each boundary is as sharp as the runtime's probe interval.
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from contract.progress import WARMED_UP, WARMING_UP
 from controlplane.runtime.base import ReplicaStatus
 
 PHASES = ("decision", "start", "pull", "load", "warm-up")
@@ -35,7 +37,6 @@ LABELS = {
 # Kubernetes reasons of a pod that is not running its own code yet.
 STARTING_REASONS = frozenset({"ContainerCreating", "Unschedulable", "FailedCreate"})
 PULLING_REASONS = frozenset({"PodInitializing"})  # the pull init container runs
-WARM_UP = "warming up"
 
 
 def phase_of(replica: ReplicaStatus) -> str:
@@ -43,10 +44,10 @@ def phase_of(replica: ReplicaStatus) -> str:
     if replica.state == "Running":
         return "ready"
     if replica.progress is not None:
-        phase: str = replica.progress.phase
+        phase = replica.progress.phase
         if phase == "pulling":
             return "pull"
-        return "warm-up" if phase == WARM_UP else "load"
+        return "warm-up" if phase in (WARMING_UP, WARMED_UP) else "load"
     if replica.reason in PULLING_REASONS:
         return "pull"
     return "start" if replica.reason in STARTING_REASONS else "load"

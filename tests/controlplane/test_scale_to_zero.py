@@ -208,6 +208,7 @@ def replica(state: str = "Pending", reason: str = "", phase: str | None = None) 
         (replica(reason="Starting", phase="loading"), "load"),
         (replica(reason="Starting", phase="pulled"), "load"),
         (replica(reason="Starting", phase="warming up"), "warm-up"),
+        (replica(reason="Starting", phase="warmed up"), "warm-up"),
         (replica(reason="Starting"), "load"),
         (replica(reason="NotReady"), "load"),
     ],

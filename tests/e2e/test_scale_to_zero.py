@@ -9,9 +9,8 @@ from __future__ import annotations
 import asyncio
 import http.client
 import re
-import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,22 +27,14 @@ from gateway.app import GatewayRunner, start_gateway
 from gateway.route_table import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
 from processors import registry
-from processors.base import Ports, Processor, ReplicaPlan
+from processors.base import Processor
 from testing.waiting import wait_until
+from tests.controlplane.test_local_runtime import fake_plan
 from tests.gateway.harness import LoopThread
 
-SCRIPT = Path(__file__).resolve().parents[1] / "data" / "fake_replica.py"
 ADMIN = "admin-token-for-the-zero-tests-0123"
 ROUTES = "routes-token-for-the-zero-tests-0123"
 NAME = "sleepy"
-
-
-def fake_plan(
-    params: Sequence[str], ports: Ports, _endpoint: str | None, _model_dir: str | None
-) -> ReplicaPlan:
-    return ReplicaPlan(
-        command=[sys.executable, str(SCRIPT), str(ports.http), params[0]], http_port=ports.http
-    )
 
 
 @dataclass
