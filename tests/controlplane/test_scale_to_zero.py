@@ -83,7 +83,9 @@ async def test_idle_service_goes_to_zero_and_a_wake_up_brings_it_back(
     row = h.row()
     assert (row.reason, row.message) == ("ScaledToZero", "scaled to zero, wakes on request")
     assert row.total_instances == 0
-    assert events(h, "Autoscaled")[-1].startswith("scaled 1→0: no request for 1 s")
+    to_zero_event = events(h, "Autoscaled")[-1]
+    assert to_zero_event.startswith("scaled 1→0: no request for ")
+    assert to_zero_event.endswith(" s (grace period 1 s)")
     assert route(h).wakeable and route(h).endpoints == []
     assert h.runtime is not None and h.runtime.replicas["triton_test"] == []
 
