@@ -120,6 +120,8 @@ def test_a_service_at_zero_is_woken_by_its_requests_and_sleeps_again(stack: Stac
     wait_until(lambda: stack.service()["Status"] == "ScaledToZero", 20)
     assert stack.service()["Message"] == "scaled to zero, wakes on request"
 
+    # Once the gateway has the route (404 before), a wrong token is 401 at once.
+    wait_until(lambda: stack.predict("wrong-token-0123456789")[0] != 404, 10)
     status, took = stack.predict("wrong-token-0123456789")
     assert status == 401 and took < 1.0
     time.sleep(1.0)
