@@ -146,6 +146,17 @@ class Platform:
                 self.proc.wait()
 
 
+def triton_service(name: str, instance: int, autoscaler: dict[str, Any]) -> dict[str, Any]:
+    """The benchmarks' service: examples/models on CPU, autoscaled."""
+    return {
+        "name": name,
+        "processor": "triton",
+        "processor_params": [f"--model-repository={ROOT / 'examples' / 'models'}"],
+        "metadata": {"instance": instance, "cpu": 1, "memory": 1000},
+        "autoscaler": autoscaler,
+    }
+
+
 @contextmanager
 def platform() -> Iterator[Platform]:
     with tempfile.TemporaryDirectory(prefix="openeas-autoscale-") as tmp:
@@ -233,22 +244,13 @@ def run(params: Params, log: Any = print) -> Result:
     (warm, high, mid), threshold = LEVELS[params.metric]
     unit = "requests/s" if params.metric == "qps" else "clients"
     with platform() as p:
-        created = p.api(
-            "POST",
-            "",
-            json={
-                "name": SERVICE,
-                "processor": "triton",
-                "processor_params": [f"--model-repository={ROOT / 'examples' / 'models'}"],
-                "metadata": {"instance": 1, "cpu": 1, "memory": 1000},
-                "autoscaler": {
-                    "min": 1,
-                    "max": 4,
-                    "scaleStrategies": [{"metricName": params.metric, "threshold": threshold}],
-                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": params.window_s}},
-                },
-            },
-        )
+        autoscaler = {
+            "min": 1,
+            "max": 4,
+            "scaleStrategies": [{"metricName": params.metric, "threshold": threshold}],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": params.window_s}},
+        }
+        created = p.api("POST", "", json=triton_service(SERVICE, 1, autoscaler))
         deadline = time.monotonic() + 120
         while p.api("GET", f"/local/{SERVICE}")["RunningInstance"] < 1:
             if time.monotonic() > deadline:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 ROUTES_PATH = "/internal/v1/routes"
 SIGNALS_PATH = "/internal/v1/signals"
+WAKE_PATH = "/internal/v1/wake"
 
 
 def token_digest(token: str) -> str:
@@ -53,6 +54,9 @@ class Route(BaseModel):
     weight: int = 100  # its share in a "customized" group
     grouping: bool = False  # takes group traffic (else standalone: its own endpoint only)
     mirror: MirrorRoute | None = None  # shadows of its traffic, compared with its answers
+    # At zero replicas by its autoscaler (min 0): the gateway holds its requests and asks
+    # WAKE_PATH for a replica instead of answering 503. False from peers that predate it.
+    wakeable: bool = False
 
 
 class GroupRoute(BaseModel):
@@ -94,6 +98,22 @@ class ServiceLoad(BaseModel):
     # Answered requests per latency bucket: counts[i] took at most the report's
     # ``latency_bounds_s[i]``; the last count is above the largest bound.
     latency: list[Annotated[int, Field(ge=0)]] = Field(default=[], max_length=64)
+
+
+class WakeRequest(BaseModel):
+    """What a gateway posts to ``WAKE_PATH`` (with its route-reader credential) when it
+    holds requests for a service at zero: once per service per wake-up, not per request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    service: str = Field(min_length=1, max_length=63)
+
+
+class WakeAnswer(BaseModel):
+    """The instance count the service now has asked for (its replicas follow)."""
+
+    service: str
+    instances: int
 
 
 class LoadReport(BaseModel):

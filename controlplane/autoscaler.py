@@ -14,6 +14,13 @@ asked for, ready or not — so desired = ceil(total / threshold) and a burst doe
 again while the new replicas start. cpu and queue_time_ms are means over the ``ready``
 replicas that measured them, so they scale from ``ready``: while asked-for replicas start,
 the same measurement asks for no more than it did.
+
+To zero and back (``min: 0``, ``behavior.onZero``): the usual rules keep at least one
+replica; after ``scaleDownGracePeriodSeconds`` without a request (``idle_s``, counted from
+the last request or wake-up) the service goes straight to zero — the grace period is that
+step's window, so the scale-down window does not add to it. At zero only load counts: none
+keeps it there, some wakes it with at least ``scaleUpActivationReplicas``. The windows start
+afresh on either side of zero.
 """
 
 from __future__ import annotations
@@ -66,19 +73,36 @@ def decide(
     history: History,
     now: float,
     ready: int | None = None,
+    idle_s: float = 0.0,
 ) -> Decision:
     """``values``: metric name → value (qps and concurrency for the whole service, cpu and
     queue_time_ms per ready replica; ``ready`` defaults to ``current``); a metric without a
-    value is left out of the decision."""
+    value is left out of the decision. ``idle_s``: seconds without a request or wake-up
+    (only read with ``min: 0``)."""
     rec, why = _recommend(autoscaler, current, current if ready is None else ready, values)
-    rec = autoscaler.clamp(rec)
+    if autoscaler.to_zero:
+        on_zero = autoscaler.on_zero
+        if current == 0:
+            if not any(values.get(m, 0.0) > 0 for m in ADDITIVE):
+                return Decision(0, "idle at zero", ())
+            woken = min(autoscaler.max, max(rec, on_zero.scaleUpActivationReplicas))
+            return Decision(woken, f"woken by load: {why}", ((now, woken),))
+        grace = on_zero.scaleDownGracePeriodSeconds
+        if idle_s >= grace:
+            return Decision(0, f"no request for {idle_s:.0f} s (grace period {grace} s)", ())
+    low = max(autoscaler.min, 1)  # zero only by the grace period above
+
+    def clamp(n: int) -> int:
+        return max(low, min(autoscaler.max, n))
+
+    rec = clamp(rec)
     up_s = autoscaler.behavior.scaleUp.stabilizationWindowSeconds
     down_s = autoscaler.behavior.scaleDown.stabilizationWindowSeconds
     up = min([rec, *(r for t, r in history if t > now - up_s)])
     down = max([rec, *(r for t, r in history if t > now - down_s)])
-    instances = autoscaler.clamp(min(max(current, up), down))
-    if autoscaler.clamp(current) != current:  # the range itself moved
-        why = f"{current} outside [{autoscaler.min}, {autoscaler.max}]"
+    instances = clamp(min(max(current, up), down))
+    if clamp(current) != current:  # the range itself moved
+        why = f"{current} outside [{low}, {autoscaler.max}]"
     keep = max(up_s, down_s)
     kept = tuple((t, r) for t, r in history if t > now - keep)
     return Decision(instances, why, (*kept, (now, rec)))

@@ -9,6 +9,12 @@ their minimum (a scale-down waits out its window). Idle services at their minimu
 nothing. A decision is written by :meth:`Services.autoscale` — the manual scale's write,
 with an ``Autoscaled`` event saying why — and the reconciler follows the new generation on
 either runtime. State here is memory only: a new leader starts the windows afresh.
+
+Scale to zero: a service with ``min: 0`` is watched while it has replicas (so the grace
+period can run out) and costs nothing at zero. A gateway holding requests for it calls
+:meth:`Autoscaling.wake` (``WAKE_PATH``), which writes ``scaleUpActivationReplicas`` through
+the same write at once and restarts the grace period; the first replica ready after it
+closes a :class:`~controlplane.coldstart.ColdStart` with a ``ColdStart`` event.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import store
 from controlplane.autoscaler import History, decide
+from controlplane.coldstart import ColdStart
 from controlplane.desired import ServiceState
 from controlplane.runtime.base import CpuSource, Observation, Runtime, RuntimeError_
 from controlplane.services import Services
@@ -48,6 +55,13 @@ class Tracked:
     values: dict[str, float] = field(default_factory=dict)
     last_decision: str = ""
     last_decision_at: str = ""
+    last_active: float = 0.0  # the last request or wake-up seen (min 0: the grace period)
+    generation: int = 0  # of the spec last seen or written here (older reads are stale)
+    cold: ColdStart | None = None  # on its way from zero
+
+
+class NotWakeable(Exception):
+    """The service does not scale to zero (no autoscaler with min 0), is stopped or gone."""
 
 
 class Autoscaling:
@@ -85,22 +99,85 @@ class Autoscaling:
         self._plain.discard(state.name)
         instances = state.spec.metadata.instance
         t = self._tracked.get(state.name)
+        now = self._clock()
         if t is None:
-            # Seeded with the current count: a new leader does not scale down before the
-            # window has passed under its own eyes.
+            # Seeded with the current count: a new leader does not scale down (or to zero)
+            # before the window (or grace period) has passed under its own eyes.
             t = self._tracked[state.name] = Tracked(auto, instances, state.stopped, ())
-            t.history = ((self._clock(), instances),)
+            t.history, t.last_active = ((now, instances),), now
+        elif state.generation < t.generation:
+            return  # read before this process's own last write: that one stands
+        elif t.instances == 0 and instances > 0:
+            t.last_active = now  # up from zero by another hand: the grace period starts
         t.autoscaler, t.instances, t.stopped = auto, instances, state.stopped
+        t.generation = state.generation
         t.cpu_request = state.spec.metadata.cpu
         self._mark([state.name])
 
     def replicas(self, name: str, seen: Observation) -> None:
-        """The replicas as the reconciler just observed them (where queue time is read)."""
+        """The replicas as the reconciler just observed them (where queue time is read, and
+        a cold start's phases)."""
         self.signals.history.replicas(name, sum(r.state == "Running" for r in seen.replicas))
         t = self._tracked.get(name)
         if t is not None:
             t.metrics_urls = tuple(r.metrics for r in seen.replicas if r.metrics)
             t.ready = sum(r.state == "Running" for r in seen.replicas)
+            if t.cold is not None:
+                done = t.cold.observe(seen.replicas, self._clock())
+                if done is not None:
+                    t.cold = None
+                    t.last_active = self._clock()  # held requests go out now
+                    log.info("autoscaler: %s %s", name, done)
+                    asyncio.get_running_loop().run_in_executor(None, self._note, name, done)
+
+    def _note(self, name: str, message: str) -> None:
+        try:
+            self.services.note(self.cluster, name, "ColdStart", message)
+        except Exception as e:  # deleted meanwhile, database away: the log line stays
+            log.warning("autoscaler: cold start of %s not recorded: %s", name, e)
+
+    async def wake(self, name: str) -> int:
+        """A gateway holds requests for ``name``: at zero, scale it to
+        ``scaleUpActivationReplicas`` now; either way the grace period starts again.
+        Returns the instance count asked for; :class:`NotWakeable` when it cannot wake."""
+        requested = self._clock()
+        t = self._tracked.get(name)
+        if t is None and (name in self._plain or not await asyncio.to_thread(self._load, name)):
+            raise NotWakeable(f"service {name!r} has no autoscaler with min 0")
+        t = self._tracked[name]
+        if not t.autoscaler.to_zero:
+            raise NotWakeable(f"service {name!r} does not scale to zero (autoscaler min > 0)")
+        if t.stopped:
+            raise NotWakeable(f"service {name!r} is stopped: 'eascmd start {name}'")
+        t.last_active = requested
+        if t.instances > 0:
+            return t.instances
+        activation = t.autoscaler.clamp(t.autoscaler.on_zero.scaleUpActivationReplicas)
+        why = f"scaled 0→{activation}: woken by a request"
+        await self._scale(t, name, activation, why, "Woken", requested, "woken by a request")
+        return t.instances
+
+    async def _scale(
+        self, t: Tracked, name: str, to: int, why: str, reason: str, at: float, trigger: str
+    ) -> None:
+        """Write ``to`` instances (if the service is still at ``t.instances``)."""
+        before = t.instances
+        written = await asyncio.to_thread(
+            self.services.autoscale, self.cluster, name, before, to, why, reason
+        )
+        if not written:
+            return
+        log.info("autoscaler: %s %s", name, why)
+        t.instances = to
+        t.generation += 1  # the write's own
+        t.last_decision = why
+        t.last_decision_at = datetime.now(UTC).isoformat(timespec="seconds")
+        if before == 0 and to > 0:
+            t.history = ((self._clock(), to),)
+            t.cold = ColdStart(at, self._clock(), trigger)
+        elif to == 0:
+            t.cold = None
+        self._mark([name])
 
     def forget(self, name: str) -> None:
         self.signals.history.forget(name)
@@ -178,6 +255,9 @@ class Autoscaling:
             return
         load = self.signals.load(name)
         values = {"qps": load.qps, "concurrency": load.concurrency}
+        now = self._clock()
+        if load.qps > 0 or load.concurrency > 0:
+            t.last_active = now
         wanted = {s.metricName for s in t.autoscaler.scaleStrategies}
         if "queue_time_ms" in wanted and t.metrics_urls and self._queue_times is not None:
             queue_ms = await self._queue_times.sample(name, t.metrics_urls)
@@ -188,19 +268,12 @@ class Autoscaling:
             if cpu is not None:
                 values["cpu"] = cpu
         t.values = values
-        d = decide(t.autoscaler, t.instances, t.values, t.history, self._clock(), t.ready)
+        idle = 0.0 if t.cold is not None else now - t.last_active  # waking is not idle
+        d = decide(t.autoscaler, t.instances, t.values, t.history, now, t.ready, idle)
         t.history = d.history
-        if d.instances == t.instances:
-            return
-        why = f"scaled {t.instances}→{d.instances}: {d.reason}"
-        written = await asyncio.to_thread(
-            self.services.autoscale, self.cluster, name, t.instances, d.instances, why
-        )
-        if written:
-            log.info("autoscaler: %s %s", name, why)
-            t.instances = d.instances
-            t.last_decision = why
-            t.last_decision_at = datetime.now(UTC).isoformat(timespec="seconds")
+        if d.instances != t.instances:
+            why = f"scaled {t.instances}→{d.instances}: {d.reason}"
+            await self._scale(t, name, d.instances, why, "Autoscaled", now, "woken by load")
 
     async def _cpu_percent(self, name: str, request: int) -> float | None:
         """Mean CPU per ready replica, % of its requested cores; read at most once a tick

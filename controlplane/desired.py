@@ -22,6 +22,11 @@ class ServiceState:
     stopped: bool
     deleting: bool
 
+    @property
+    def wakeable(self) -> bool:
+        """A request wakes it when it has no replica: its autoscaler allows zero."""
+        return self.spec.to_zero and not self.stopped and not self.deleting
+
 
 def desired(state: ServiceState) -> DesiredReplicaSet:
     spec = state.spec

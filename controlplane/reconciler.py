@@ -211,7 +211,9 @@ class Reconciler:
         seen = await runtime.observe(name)
         if self.autoscaling is not None:
             self.autoscaling.replicas(name, seen)
-        computed = status_mod.compute(want, seen, deleting=False, previous=previous)
+        computed = status_mod.compute(
+            want, seen, deleting=False, previous=previous, wakeable=state.wakeable
+        )
         await self._write(state, computed, seen, want.template_hash)
 
     async def _write(

@@ -79,6 +79,7 @@ def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
         group=row.spec.metadata.group,
         weight=row.spec.metadata.group_weight,
         grouping=row.spec.metadata.grouping,
+        wakeable=row.spec.to_zero and not row.stopped and not row.deleting,
         mirror=MirrorRoute(ratio=mirror.ratio, targets=mirror.targets, tolerance=mirror.tolerance)
         if mirror is not None and mirror.ratio > 0
         else None,

@@ -221,10 +221,18 @@ class Services:
         )
         return self._patch(cluster, name, patch, event)
 
-    def autoscale(self, cluster: str, name: str, expected: int, instance: int, why: str) -> bool:
-        """The autoscaler's scale: the same write as a manual one, but only while the
-        service is still autoscaled at ``expected`` instances (else a newer state decides).
-        True when written."""
+    def autoscale(
+        self,
+        cluster: str,
+        name: str,
+        expected: int,
+        instance: int,
+        why: str,
+        reason: str = "Autoscaled",
+    ) -> bool:
+        """The autoscaler's scale (and a wake-up's, with its own event ``reason``): the same
+        write as a manual one, but only while the service is still autoscaled at
+        ``expected`` instances (else a newer state decides). True when written."""
         done = False
 
         def change(s: Session, row: ServiceRow) -> None:
@@ -234,11 +242,15 @@ class Services:
                 return
             metadata = spec.metadata.model_copy(update={"instance": instance})
             row.spec = spec.model_copy(update={"metadata": metadata})
-            _bump(row, "Autoscaled", why)
+            _bump(row, reason, why)
             done = True
 
         self._write(cluster, name, change)
         return done
+
+    def note(self, cluster: str, name: str, reason: str, message: str) -> None:
+        """An event alone (no change to the spec), e.g. a cold start's breakdown."""
+        self._write(cluster, name, lambda s, row: row.add_event(reason, message))
 
     def set_stopped(self, cluster: str, name: str, stopped: bool) -> ServiceRow:
         def change(s: Session, row: ServiceRow) -> None:

@@ -120,15 +120,26 @@ class ScaleRule(_Strict):
     stabilizationWindowSeconds: int = Field(ge=0, le=3600)
 
 
+class OnZero(_Strict):
+    """EAS's ``behavior.onZero`` (with ``min: 0``): after ``scaleDownGracePeriodSeconds``
+    without a request the service goes to zero replicas; a request wakes it with
+    ``scaleUpActivationReplicas``."""
+
+    scaleDownGracePeriodSeconds: int = Field(default=600, ge=0, le=86_400)
+    scaleUpActivationReplicas: int = Field(default=1, ge=1, le=100)
+
+
 class Behavior(_Strict):
     scaleUp: ScaleRule = Field(default_factory=lambda: ScaleRule(stabilizationWindowSeconds=0))
     scaleDown: ScaleRule = Field(default_factory=lambda: ScaleRule(stabilizationWindowSeconds=300))
+    onZero: OnZero | None = None  # None: EAS's defaults, when min is 0
 
 
 class Autoscaler(_Strict):
-    """EAS's ``autoscaler`` key: while set, it owns ``metadata.instance``."""
+    """EAS's ``autoscaler`` key: while set, it owns ``metadata.instance``. With ``min: 0``
+    the service scales to zero when idle and a request wakes it (``behavior.onZero``)."""
 
-    min: int = Field(ge=1, le=100)
+    min: int = Field(ge=0, le=100)
     max: int = Field(ge=1, le=100)
     scaleStrategies: list[ScaleStrategy] = Field(min_length=1, max_length=len(METRIC_NAMES))
     behavior: Behavior = Field(default_factory=Behavior)
@@ -152,6 +163,15 @@ class Autoscaler(_Strict):
     def clamp(self, instances: int) -> int:
         return max(self.min, min(self.max, instances))
 
+    @property
+    def on_zero(self) -> OnZero:
+        return self.behavior.onZero or OnZero()
+
+    @property
+    def to_zero(self) -> bool:
+        """Scales to zero when idle, and is woken by a request."""
+        return self.min == 0
+
 
 class StoredSpec(_Strict):
     """The EAS JSON as a service row keeps it: everything but the token (its own column)."""
@@ -171,6 +191,11 @@ class StoredSpec(_Strict):
     def public(self) -> dict[str, Any]:
         """As describe shows it and as a merge patch applies to (JSON, no nulls)."""
         return self.model_dump(mode="json", exclude_none=True)
+
+    @property
+    def to_zero(self) -> bool:
+        """Its autoscaler takes it to zero when idle; a request wakes it."""
+        return self.autoscaler is not None and self.autoscaler.to_zero
 
     def deployment(self) -> StoredSpec:
         """The spec without its routing-only fields: when only those change, the service
@@ -246,6 +271,7 @@ def validate_spec(data: Any, checks: Sequence[Check] = ()) -> ServiceSpec:
         raise InvalidSpec([FieldProblem(e.field, str(e), e.fix)]) from e
     problems = [p for check in checks for p in check(spec)] + _metrics_off(spec, params)
     problems += _warm_up_problems(spec.warm_up_data_path)
+    problems += _on_zero_problems(spec)
     if problems:
         raise InvalidSpec(problems)
     return spec.model_copy(update={"processor_params": params})
@@ -289,6 +315,32 @@ def _warm_up_problems(path: str | None) -> list[FieldProblem]:
                 "warm_up_data_path",
                 f"{path!r} names one file, but an oss:// warm_up_data_path names a folder",
                 "give the folder holding it, e.g. oss://<bucket>/warm-up",
+            )
+        ]
+    return []
+
+
+def _on_zero_problems(spec: ServiceSpec) -> list[FieldProblem]:
+    """``behavior.onZero`` only means something with min 0, and wakes within max."""
+    auto = spec.autoscaler
+    if auto is None or auto.behavior.onZero is None:
+        return []
+    path = "autoscaler.behavior.onZero"
+    if auto.min > 0:
+        return [
+            FieldProblem(
+                path,
+                f"onZero applies only to a service that scales to zero, and min is {auto.min}",
+                "set min to 0 (eascmd autoscale <name> --min 0 ...), or remove onZero",
+            )
+        ]
+    activation = auto.behavior.onZero.scaleUpActivationReplicas
+    if activation > auto.max:
+        return [
+            FieldProblem(
+                f"{path}.scaleUpActivationReplicas",
+                f"{activation} replicas on wake-up is above max ({auto.max})",
+                f"make it at most {auto.max}, or raise max",
             )
         ]
     return []

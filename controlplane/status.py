@@ -2,7 +2,8 @@
 
 ``Waiting`` with counts while replicas come up, ``Running`` once the desired number of
 current replicas is ready and no old one is left, ``Failed`` with an actionable reason when
-replicas cannot come up, ``Stopped``/``Stopping``/``Deleting`` for those requests.
+replicas cannot come up, ``Stopped``/``Stopping``/``Deleting`` for those requests, and
+``ScaledToZero`` for a service its autoscaler took to zero (a request wakes it).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from controlplane.runtime.base import DesiredReplicaSet, Observation, ReplicaStatus
 
 CRASHLOOP_FAILED_AFTER = 2  # restarts with nothing ready before the service shows Failed
+SCALED_TO_ZERO = "ScaledToZero"
+SCALED_TO_ZERO_MESSAGE = "scaled to zero, wakes on request"
 
 
 @dataclass(frozen=True)
@@ -25,8 +28,14 @@ class Status:
 
 
 def compute(
-    desired: DesiredReplicaSet, seen: Observation, *, deleting: bool, previous: str
+    desired: DesiredReplicaSet,
+    seen: Observation,
+    *,
+    deleting: bool,
+    previous: str,
+    wakeable: bool = False,
 ) -> Status:
+    """``wakeable``: at zero by its autoscaler (min 0, not stopped), not by a stop."""
     current = [r for r in seen.replicas if r.template_hash == desired.template_hash]
     ready = [r for r in current if r.state == "Running"]
     total = desired.replicas
@@ -35,6 +44,8 @@ def compute(
     if deleting:
         return Status("Deleting", "", "", **counts)
     if total == 0:
+        if wakeable:
+            return Status(SCALED_TO_ZERO, SCALED_TO_ZERO, SCALED_TO_ZERO_MESSAGE, **counts)
         if seen.replicas:
             return Status("Stopping", "", "", **counts)
         return Status("Stopped", "", "", **counts)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # httpx costs ~0.3 s to import: only commands that call the A
 
 TERMINAL_OK = "Running"
 TERMINAL_BAD = "Failed"
+ASLEEP = "ScaledToZero"  # as good as running: the first request wakes it
 
 
 class CliError(Exception):
@@ -83,6 +84,9 @@ def wait(client: Client, name: str, timeout: float, interval: float = 0.2) -> in
             last = line
         if synced and svc["Status"] == TERMINAL_OK:
             say("[OK] Service is running")
+            return 0
+        if synced and svc["Status"] == ASLEEP:
+            say("[OK] Service is scaled to zero: the first request wakes it")
             return 0
         if svc["Status"] == TERMINAL_BAD:
             say(f"[FAILED] {svc['Reason']}: {svc['Message']}")
@@ -259,10 +263,20 @@ def _cmd_autoscale(args: argparse.Namespace, client: Client) -> int:
             "eascmd: autoscale needs --min N --max N and at least one --strategy METRIC=THRESHOLD"
             f", or --off (e.g. eascmd autoscale {args.name} --min 1 --max 4 --strategy qps=100)"
         )
-    behavior = {
+    behavior: dict[str, Any] = {
         "scaleUp": {"stabilizationWindowSeconds": args.scale_up_window},
         "scaleDown": {"stabilizationWindowSeconds": args.scale_down_window},
     }
+    on_zero = {
+        key: value
+        for key, value in (
+            ("scaleDownGracePeriodSeconds", args.scale_down_grace_period),
+            ("scaleUpActivationReplicas", args.scale_up_activation_replicas),
+        )
+        if value is not None
+    }
+    if on_zero:
+        behavior["onZero"] = on_zero
     body = {
         "min": args.min,
         "max": args.max,
@@ -384,6 +398,20 @@ def parser() -> argparse.ArgumentParser:
         default=300,
         metavar="S",
         help="seconds the load must stay low before instances are removed (default 300)",
+    )
+    c.add_argument(
+        "--scale-down-grace-period",
+        type=int,
+        metavar="S",
+        help="with --min 0: seconds without a request before the service goes to zero "
+        "(onZero.scaleDownGracePeriodSeconds; default 600)",
+    )
+    c.add_argument(
+        "--scale-up-activation-replicas",
+        type=int,
+        metavar="N",
+        help="with --min 0: instances a request at zero wakes "
+        "(onZero.scaleUpActivationReplicas; default 1)",
     )
     c.add_argument("--off", action="store_true", help="remove the autoscaler")
     c.set_defaults(run=_cmd_autoscale)

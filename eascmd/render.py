@@ -55,7 +55,13 @@ def autoscaler(auto: dict[str, Any]) -> str:
     behavior = auto.get("behavior", {})
     up = behavior.get("scaleUp", {}).get("stabilizationWindowSeconds", 0)
     down = behavior.get("scaleDown", {}).get("stabilizationWindowSeconds", 300)
-    return f"min {auto['min']}, max {auto['max']}: {rules} (windows: up {up} s, down {down} s)"
+    text = f"min {auto['min']}, max {auto['max']}: {rules} (windows: up {up} s, down {down} s)"
+    if auto["min"] == 0:
+        on_zero = behavior.get("onZero") or {}
+        grace = on_zero.get("scaleDownGracePeriodSeconds", 600)
+        wake = on_zero.get("scaleUpActivationReplicas", 1)
+        text += f"; to zero after {grace} s without requests, a request wakes {wake}"
+    return text
 
 
 def _autoscaler_rows(svc: dict[str, Any]) -> list[tuple[str, str]]:

@@ -43,6 +43,7 @@ from gateway.route_table import (
 from gateway.server import HttpServer, Request
 from gateway.settings import GatewaySettings
 from gateway.upstream import UpstreamPool
+from gateway.wake import ControlPlaneWake
 from gateway.workers import WorkerPeers
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,9 @@ class Gateway:
         self.snapshot_path = Path(settings.route_snapshot) if settings.route_snapshot else None
         self.from_snapshot: snapshot.Snapshot | None = None  # serving it, until a table comes
         self._snapshot_task: asyncio.Task[None] | None = None
+        # Services at zero are woken with the same credential (without one, held requests
+        # wait for a replica to appear on its own, or time out).
+        self._wake = ControlPlaneWake(settings.controlplane_url, token) if token else None
 
     def _on_table(self, change: RouteChange) -> None:
         self.metrics.route_version.set((), change.table.version)
@@ -108,6 +112,7 @@ class Gateway:
             self.metrics,
             self._upstreams,
             self.activity,
+            self._wake,
         )
         if self.fallback_upstream:
             self._fallback = FallbackProxy(
@@ -198,6 +203,9 @@ class Gateway:
             snapshot.save(self.snapshot_path, table)
         if self._predict is not None:
             await self._predict.mirrors.close()  # shadows in flight are dropped, not awaited
+            await self._predict.waking.close()
+        if self._wake is not None:
+            await self._wake.close()
         if self._upstreams is not None:
             await self._upstreams.close()
             self._upstreams = None

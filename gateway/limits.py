@@ -85,6 +85,12 @@ class InFlight:
         self.requests += 1
         return True
 
+    def enter_held(self) -> None:
+        """A request held while its service wakes from zero: in flight for the load report
+        (the autoscaler sees the demand), but neither admitted nor limited yet."""
+        self._integrate()
+        self.count += 1
+
     def leave(self) -> None:
         self._integrate()
         self.count -= 1

@@ -37,6 +37,21 @@ LATENCY_BUCKETS: tuple[float, ...] = (
     60.0,
 )
 
+# A cold start is a process start, maybe a model pull, and Triton loading: seconds to minutes.
+COLD_START_BUCKETS: tuple[float, ...] = (
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
+
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
@@ -256,6 +271,13 @@ class GatewayMetrics:
             "Shadow latency: request sent to a target's replica to the end of its answer.",
             ("service", "target"),
         )
+        self.cold_start = Histogram(
+            "openeas_cold_start_seconds",
+            "Wake-ups of services scaled to zero: from the first request held to its release "
+            "to a ready replica.",
+            ("service",),
+            COLD_START_BUCKETS,
+        )
         self.all: tuple[_Metric, ...] = (
             self.requests,
             self.duration,
@@ -268,6 +290,7 @@ class GatewayMetrics:
             self.control_plane_up,
             self.mirror_requests,
             self.mirror_duration,
+            self.cold_start,
         )
 
     def snapshot(self) -> dict[str, list[Any]]:

@@ -4,11 +4,13 @@ byte-level work is in :mod:`gateway.upstream`.
 
 A predict call is refused, in this order, with: 404 unknown service · 401 missing/wrong
 token · 403 Triton admin path · 413 body over the limit · 503 no ready replica · 429 over
-the rate limit or queue size. Then it goes to the replica with the fewest requests in
-flight; one that refuses the connection is skipped (nothing was sent to it). Past that
-point: 504 if the replica does not answer within the service's timeout, 502 if it fails
-before its response head; a failure after the head cuts the client connection, since the
-status is already out.
+the rate limit or queue size. A service at zero that its autoscaler wakes is not a 503: the
+call is held (:mod:`gateway.wake`) until a replica is ready, then admitted again — 450 when
+too many are held already, 504 when none is ready within the service's timeout.
+Then it goes to the replica with the fewest requests in flight; one that refuses the
+connection is skipped (nothing was sent to it). Past that point: 504 if the replica does
+not answer within the service's timeout, 502 if it fails before its response head; a
+failure after the head cuts the client connection, since the status is already out.
 
 Two paths share that logic. The *fast path* — whole small body already read, an idle
 keep-alive connection to the chosen replica — runs entirely in callbacks. Everything else
@@ -41,9 +43,21 @@ from gateway.upstream import (
     UpstreamPool,
     request_head,
 )
+from gateway.wake import NotWakeable, Push, QueueFull, WakeTimeout, Waking
+
+# EAS's answer when a service's queue is full; the request was not processed: retry.
+QUEUE_FULL = 450
 
 # What a client that stops waiting is counted as (nginx's convention), for metrics only.
 CLIENT_CLOSED = 499
+
+
+class Asleep(Exception):
+    """The service that should answer is at zero and wakes on request."""
+
+    def __init__(self, entry: ServiceRoute) -> None:
+        super().__init__(entry.route.service)
+        self.entry = entry
 
 
 async def relay(
@@ -97,6 +111,7 @@ class PredictProxy:
         metrics: GatewayMetrics,
         upstreams: UpstreamPool,
         activity: Activity | None = None,
+        wake: Push | None = None,
     ) -> None:
         self.settings = settings
         self.routes = routes
@@ -108,6 +123,7 @@ class PredictProxy:
         self.mirrors = Mirrors(
             routes, balancer, upstreams, metrics, connect_timeout_s=settings.connect_timeout_s
         )
+        self.waking = Waking(routes, metrics, wake)
 
     # -- admission (shared) ---------------------------------------------------------------
 
@@ -123,6 +139,9 @@ class PredictProxy:
             self._authenticate_group(request, group)
             entry = routes.pick(group)
             if entry is None:
+                asleep = routes.asleep_member(group)
+                if asleep is not None:
+                    raise Asleep(asleep)
                 raise self._unavailable(
                     name, f"group {name!r} has no member taking group traffic with a ready replica"
                 )
@@ -191,6 +210,8 @@ class PredictProxy:
                 413, f"request body of {length} bytes exceeds the limit of {limit}", service=name
             )
         if not entry.endpoints:
+            if entry.route.wakeable:
+                raise Asleep(entry)
             raise self._unavailable(
                 name, f"service {name!r} has no ready replica (status: {entry.route.status})"
             )
@@ -229,6 +250,8 @@ class PredictProxy:
         try:
             entry, authenticated = self._resolve(request, target)
             self._admit(request, target, entry, authenticated)
+        except Asleep as a:
+            return self._held(request, target, a.entry, started)
         except Problem as p:
             self._count(entry.route.service if entry is not None else "", p.status, started)
             write_problem(request, p, close=p.status == 413)
@@ -246,6 +269,59 @@ class PredictProxy:
                     self._fast(request, target, entry, endpoint, conn, started)
                     return None
         return self._slow(request, target, entry, started)
+
+    async def _held(
+        self, request: Request, target: Target, asleep: ServiceRoute, started: float
+    ) -> None:
+        """Hold an authenticated call for a service at zero until a replica is ready, then
+        admit it again (the route changed) and forward it."""
+        name = asleep.route.service
+        limit = asleep.route.max_queue_size
+        bound = min(self.settings.wake_queue, limit) if limit else self.settings.wake_queue
+        in_flight = asleep.in_flight  # the service's own (kept across its route changes)
+        in_flight.enter_held()
+        if not in_flight.active:
+            self.activity.touch(name, in_flight)
+        try:
+            try:
+                await self.waking.hold(name, bound, asleep.timeout_s)
+            finally:
+                in_flight.leave()
+            entry, authenticated = self._resolve(request, target)
+            self._admit(request, target, entry, authenticated)
+        except (Problem, QueueFull, WakeTimeout, NotWakeable, Asleep) as e:
+            p = self._not_woken(e, asleep, bound)
+            self._count(name, p.status, started)
+            write_problem(request, p)
+            return
+        except asyncio.CancelledError:
+            self._count(name, CLIENT_CLOSED, started)
+            raise
+        copy = self.mirrors.copy(request, target, entry) if entry.mirror else None
+        await self._slow(request, target, entry, started, copy)
+
+    def _not_woken(self, e: Exception, asleep: ServiceRoute, bound: int) -> Problem:
+        name = asleep.route.service
+        if isinstance(e, Problem):
+            return e
+        if isinstance(e, QueueFull):
+            return Problem(
+                QUEUE_FULL,
+                f"service {name!r} is waking up from zero and already holds {bound} requests: "
+                "this one was not processed, retry in a moment",
+                title="Queue Full",
+                service=name,
+                headers={"Retry-After": str(max(1, self.settings.retry_after_s))},
+            )
+        if isinstance(e, WakeTimeout):
+            return Problem(
+                504,
+                f"service {name!r} was scaled to zero and no replica was ready within "
+                f"{asleep.timeout_s * 1000:.0f} ms (its timeout)",
+                service=name,
+            )
+        why = str(e) if isinstance(e, NotWakeable) else "none ready yet"
+        return self._unavailable(name, f"service {name!r} has no ready replica: {why}")
 
     def _upstream_headers(self, request: Request, length: int | None) -> list[bytes]:
         headers = forward_request_headers(request.headers, drop=PREDICT_DROPPED, peer=request.peer)

@@ -131,6 +131,16 @@ class RouteState:
         )
         return None if chosen is None else candidates[chosen]
 
+    def asleep_member(self, group: GroupEntry) -> ServiceRoute | None:
+        """When no member can take the group's traffic now: the one to wake (taking group
+        traffic, at zero and wakeable; the heaviest), else None."""
+        asleep = [
+            self.services[name]
+            for name in sorted(self.members.get(group.route.group, ()))
+            if self.services[name].route.grouping and self.services[name].route.wakeable
+        ]
+        return max(asleep, key=lambda e: e.route.weight, default=None)
+
     def group_tokens(self, group: GroupEntry) -> list[bytes]:
         """The digests that open a group endpoint: the group's, then every member's."""
         members = self.members.get(group.route.group, ())

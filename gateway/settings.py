@@ -120,5 +120,12 @@ class GatewaySettings(BaseSettings):
         description="How often each gateway process reports per-service load to the control "
         "plane's autoscaler, with the route-reader token (0: never).",
     )
+    wake_queue: int = Field(
+        default=128,
+        ge=1,
+        le=100_000,
+        description="Requests held per service while it wakes from zero (or its "
+        "metadata.rpc.max_queue_size, when lower); past it: 450, safe to retry.",
+    )
     health_path: str = "/gateway/healthz"
     metrics_path: str = "/metrics"

@@ -60,7 +60,7 @@ def create_app(
     groups = Groups(sessions, settings.cluster_id, sealer)
     app.include_router(groups_api.router(groups, services, settings))
     logs = log_source or make_log_source(settings)
-    app.include_router(internal.router(sessions, services, settings, logs, scaling.signals))
+    app.include_router(internal.router(sessions, services, settings, logs, scaling))
 
     app.include_router(console.router(services, settings, scaling.signals))
 

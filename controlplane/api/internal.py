@@ -1,4 +1,5 @@
-"""Internal, admin-authenticated endpoints: the route table the gateway watches, and
+"""Internal, admin-authenticated endpoints: the route table the gateway watches, its load
+reports and wake-ups (these three also open with the gateway's route-reader token), and
 replica logs (from the runtime's log source, so any control-plane replica answers)."""
 
 from __future__ import annotations
@@ -11,13 +12,21 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 from sqlalchemy.orm import Session, sessionmaker
 
-from contract.wire import ROUTES_PATH, SIGNALS_PATH, LoadReport, RouteTable
+from contract.wire import (
+    ROUTES_PATH,
+    SIGNALS_PATH,
+    WAKE_PATH,
+    LoadReport,
+    RouteTable,
+    WakeAnswer,
+    WakeRequest,
+)
 from controlplane import route_feed
 from controlplane.api.auth import AdminAuth
+from controlplane.autoscaling import Autoscaling, NotWakeable
 from controlplane.runtime.base import LogSource, RuntimeError_
 from controlplane.services import Services
 from controlplane.settings import Settings
-from controlplane.signals import Signals
 
 POLL_SECONDS = 0.5  # how soon a change committed by another process is seen
 
@@ -27,7 +36,7 @@ def router(
     services: Services,
     settings: Settings,
     log_source: LogSource,
-    signals: Signals,
+    scaling: Autoscaling,
 ) -> APIRouter:
     api = APIRouter()
     admin = [Depends(AdminAuth(settings.admin_token))]
@@ -58,14 +67,22 @@ def router(
         """A gateway process's per-service load for the autoscaler, sent with the gateway's
         own credential (the route-reader token, or the admin token). 421 from a control
         plane that does not lead: the gateway reconnects and reaches another."""
-        if not signals.leading:
-            raise HTTPException(
-                421,
-                "this control plane does not lead the autoscaler: report to another replica",
-                headers={"Connection": "close"},
-            )
-        signals.receive(report)
+        _leading(scaling)
+        scaling.signals.receive(report)
         return Response(status_code=204)
+
+    @api.post(WAKE_PATH, tags=["internal"], dependencies=route_reader)
+    async def wake(request: WakeRequest) -> WakeAnswer:
+        """A gateway holds requests for a service at zero: scale it to its
+        ``scaleUpActivationReplicas`` at once (the autoscaler's write, a ``Woken`` event).
+        409 when the service does not scale to zero (no autoscaler with min 0, stopped);
+        421 from a control plane that does not lead, as for load reports."""
+        _leading(scaling)
+        try:
+            instances = await scaling.wake(request.service)
+        except NotWakeable as e:
+            raise HTTPException(409, str(e)) from e
+        return WakeAnswer(service=request.service, instances=instances)
 
     @api.get("/api/v2/services/{cluster}/{name}/logs", tags=["services"], dependencies=admin)
     async def logs(
@@ -84,3 +101,12 @@ def router(
             raise HTTPException(503, f"replica logs are unavailable: {e}") from e
 
     return api
+
+
+def _leading(scaling: Autoscaling) -> None:
+    if not scaling.signals.leading:
+        raise HTTPException(
+            421,
+            "this control plane does not lead the autoscaler: send to another replica",
+            headers={"Connection": "close"},
+        )

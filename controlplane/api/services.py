@@ -151,7 +151,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         """Set the instance count (``{"Instance": n}``)."""
         return public(request, services.scale(cluster, name, body.Instance), response)
 
-    @api.get("/{cluster}/{name}/autoscaler")
+    @api.get("/{cluster}/{name}/autoscaler", response_model_exclude_none=True)
     def get_autoscaler(cluster: str, name: str) -> Autoscaler:
         """The service's autoscaler (404 when it has none)."""
         auto = services.get(cluster, name).spec.autoscaler
@@ -162,7 +162,11 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
             )
         return auto
 
-    @api.put("/{cluster}/{name}/autoscaler", openapi_extra=_body("Autoscaler"))
+    @api.put(
+        "/{cluster}/{name}/autoscaler",
+        openapi_extra=_body("Autoscaler"),
+        response_model_exclude_none=True,
+    )
     async def put_autoscaler(request: Request, cluster: str, name: str) -> Autoscaler:
         """Set or replace the autoscaler (EAS's UpdateServiceAutoscaler); from now on it
         sets ``metadata.instance`` within [min, max]."""

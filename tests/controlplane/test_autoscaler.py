@@ -182,3 +182,100 @@ def test_steady_load_does_not_flap() -> None:
         d = decide(QPS, 3, {"qps": qps}, history, NOW + i)
         history = d.history
         assert d.instances == 3
+
+
+def to_zero(grace: int = 600, activation: int = 1, hi: int = 8, down: int = 300) -> Autoscaler:
+    auto = scaler(("qps", 100), lo=0, hi=hi, down=down)
+    on_zero = {"scaleDownGracePeriodSeconds": grace, "scaleUpActivationReplicas": activation}
+    return Autoscaler.model_validate(
+        {
+            **auto.model_dump(exclude_none=True),
+            "behavior": {**auto.behavior.model_dump(exclude_none=True), "onZero": on_zero},
+        }
+    )
+
+
+IDLE: dict[str, float] = {"qps": 0, "concurrency": 0}
+ZeroCase = tuple[str, Autoscaler, int, dict[str, float], History, float, int, str]
+ZERO_CASES: list[ZeroCase] = [
+    # name, autoscaler, current, values, history, idle_s, expected, reason
+    ("idle inside the grace period keeps one", to_zero(), 1, IDLE, (), 599, 1, ""),
+    ("grace period over: to zero", to_zero(), 1, IDLE, (), 600, 0, "no request for 600 s"),
+    ("straight to zero from several", to_zero(), 3, IDLE, ((NOW - 10, 3),), 700, 0, "grace"),
+    (
+        "the scale-down window does not add to the grace",
+        to_zero(down=900),
+        1,
+        IDLE,
+        ((NOW - 10, 2),),
+        600,
+        0,
+        "grace period 600 s",
+    ),
+    ("grace 0: at once when idle", to_zero(grace=0), 1, IDLE, (), 0, 0, "no request"),
+    ("load keeps replicas whatever idle_s says", to_zero(), 1, {"qps": 150}, (), 0, 2, "qps"),
+    ("down to one, not zero, by the window", to_zero(down=0), 3, {"qps": 20}, (), 0, 1, "qps"),
+    ("at zero without load: stays", to_zero(), 0, IDLE, (), 5000, 0, "idle at zero"),
+    ("at zero, no values at all: stays", to_zero(), 0, {}, (), 0, 0, "idle at zero"),
+    (
+        "load at zero wakes with the activation count",
+        to_zero(activation=2),
+        0,
+        {"qps": 10},
+        (),
+        5000,
+        2,
+        "woken by load",
+    ),
+    (
+        "load at zero above the activation count",
+        to_zero(activation=1),
+        0,
+        {"qps": 450},
+        (),
+        5000,
+        5,
+        "woken by load: qps",
+    ),
+    ("concurrency alone wakes too", to_zero(), 0, {"qps": 0, "concurrency": 1}, (), 0, 1, "woken"),
+    ("waking is clamped to max", to_zero(activation=2, hi=2), 0, {"qps": 900}, (), 0, 2, "woken"),
+    ("min 1 never goes to zero", scaler(("qps", 100), lo=1, down=0), 1, IDLE, (), 10**6, 1, ""),
+]
+
+
+@pytest.mark.parametrize(
+    ("auto", "current", "values", "history", "idle_s", "expected", "reason"),
+    [c[1:] for c in ZERO_CASES],
+    ids=[c[0] for c in ZERO_CASES],
+)
+def test_decide_to_zero_and_back(
+    auto: Autoscaler,
+    current: int,
+    values: dict[str, float],
+    history: History,
+    idle_s: float,
+    expected: int,
+    reason: str,
+) -> None:
+    decision = decide(auto, current, values, history, NOW, idle_s=idle_s)
+    assert decision.instances == expected
+    assert reason in decision.reason
+    if expected == 0 or current == 0:  # the windows start afresh on either side of zero
+        assert decision.history in ((), ((NOW, expected),))
+
+
+def test_windows_after_a_wake_up_do_not_remember_zero() -> None:
+    """Woken with 1, a burst right after scales up at once: no 0 in the up window."""
+    auto = Autoscaler.model_validate(
+        {
+            **to_zero().model_dump(exclude_none=True),
+            "behavior": {
+                "scaleUp": {"stabilizationWindowSeconds": 30},
+                "onZero": {"scaleDownGracePeriodSeconds": 60},
+            },
+        }
+    )
+    woken = decide(auto, 0, {"qps": 50}, (), NOW, idle_s=1000)
+    assert woken.instances == 1
+    later = decide(auto, 1, {"qps": 350}, woken.history, NOW + 40, idle_s=0)
+    assert later.instances == 4

@@ -84,7 +84,41 @@ BAD = [
         "autoscaler.behavior.scaleDown.window",
         "allowed here: stabilizationWindowSeconds",
     ),
+    # Scale to zero (EAS's behavior.onZero).
+    (
+        {**AUTO, "behavior": {"onZero": {"scaleDownGracePeriodSeconds": 60}}},
+        "autoscaler.behavior.onZero",
+        "applies only to a service that scales to zero, and min is 2",
+    ),
+    (
+        {**AUTO, "min": 0, "behavior": {"onZero": {"scaleUpActivationReplicas": 5}}},
+        "autoscaler.behavior.onZero.scaleUpActivationReplicas",
+        "above max (4)",
+    ),
+    (
+        {**AUTO, "min": 0, "behavior": {"onZero": {"scaleDownGracePeriodSeconds": -1}}},
+        "autoscaler.behavior.onZero.scaleDownGracePeriodSeconds",
+        "greater than or equal to 0",
+    ),
+    (
+        {**AUTO, "min": 0, "behavior": {"onZero": {"graceSeconds": 1}}},
+        "autoscaler.behavior.onZero.graceSeconds",
+        "allowed here: scaleDownGracePeriodSeconds, scaleUpActivationReplicas",
+    ),
+    ({**AUTO, "min": -1}, "autoscaler.min", "greater than or equal to 0"),
 ]
+
+
+def test_min_zero_with_on_zero_is_stored_and_shown(client: TestClient) -> None:
+    on_zero = {"scaleDownGracePeriodSeconds": 30, "scaleUpActivationReplicas": 2}
+    body = {**AUTO, "min": 0, "behavior": {"onZero": on_zero}}
+    client.post("/api/v2/services", json=seed_spec())
+    r = client.put(SVC + "/autoscaler", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["min"] == 0 and r.json()["behavior"]["onZero"] == on_zero
+    desc = client.get(SVC).json()
+    assert desc["ServiceConfig"]["autoscaler"]["behavior"]["onZero"] == on_zero
+    assert desc["ServiceConfig"]["metadata"]["instance"] == 1  # starts awake
 
 
 def test_bad_autoscaler_is_named_and_nothing_is_stored(client: TestClient) -> None:

@@ -200,3 +200,48 @@ def test_autoscale_sets_shows_refuses_and_removes(eascmd: Any, tmp_path: Path) -
     code, out, _ = eascmd("autoscale", "triton_test", "--off")
     assert code == 0 and "removed; instances stay at 1" in out
     assert "Autoscaler" not in eascmd("desc", "triton_test")[1]
+
+
+def test_autoscale_to_zero_with_its_on_zero_values(eascmd: Any, tmp_path: Path) -> None:
+    assert eascmd("create", "--no-wait", write(tmp_path, seed_spec()))[0] == 0
+    code, out, err = eascmd(
+        "autoscale", "triton_test", "--min", "0", "--max", "3", "--strategy", "qps=100",
+        "--scale-down-grace-period", "30", "--scale-up-activation-replicas", "2",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "min 0, max 3: qps=100" in out
+    assert "to zero after 30 s without requests, a request wakes 2" in out
+    _, desc, _ = eascmd("desc", "triton_test")
+    assert "to zero after 30 s without requests, a request wakes 2" in desc
+    code, _, err = eascmd(
+        "autoscale", "triton_test", "--min", "1", "--max", "3", "--strategy", "qps=100",
+        "--scale-down-grace-period", "30",
+    )  # fmt: skip
+    assert code == 1 and "autoscaler.behavior.onZero: onZero applies only" in err, err
+    code, _, err = eascmd(
+        "autoscale", "triton_test", "--min", "0", "--max", "3", "--strategy", "qps=100",
+        "--scale-up-activation-replicas", "4",
+    )  # fmt: skip
+    assert code == 1 and "onZero.scaleUpActivationReplicas: 4 replicas" in err, err
+    code, out, _ = eascmd(
+        "autoscale", "triton_test", "--min", "0", "--max", "3", "--strategy", "qps=100"
+    )
+    assert code == 0 and "to zero after 600 s without requests, a request wakes 1" in out
+
+
+def test_desc_of_a_service_at_zero_says_so() -> None:
+    from eascmd import render
+
+    svc = {
+        "ServiceName": "s", "Region": "local", "Status": "ScaledToZero",
+        "Reason": "ScaledToZero", "Message": "scaled to zero, wakes on request",
+        "TotalInstance": 0, "PendingInstance": 0, "RunningInstance": 0,
+        "InternetEndpoint": "", "IntranetEndpoint": "", "Generation": 3,
+        "ObservedGeneration": 3, "CreateTime": "", "UpdateTime": "",
+        "ServiceConfig": {"autoscaler": {"min": 0, "max": 2, "scaleStrategies": [
+            {"metricName": "qps", "threshold": 10}]}},
+    }  # fmt: skip
+    out = render.describe(svc)
+    assert "| Status           | ScaledToZero " in out
+    assert "| Message          | scaled to zero, wakes on request " in out
+    assert "to zero after 600 s without requests" in out

@@ -8,7 +8,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from contract.wire import ROUTES_PATH, RouteTable, token_digest
+from contract.wire import ROUTES_PATH, SIGNALS_PATH, WAKE_PATH, RouteTable, token_digest
 from controlplane.settings import Settings
 from tests.controlplane.conftest import seed_spec
 
@@ -111,6 +111,7 @@ def test_a_commit_in_this_process_wakes_the_long_poll(
 
 
 def test_the_routes_token_opens_the_route_table_and_nothing_else(settings: Settings) -> None:
+    """Exactly the gateway's three calls: the route table, load reports and wake-ups."""
     from controlplane.api.app import create_app
     from controlplane.db import make_engine
 
@@ -123,12 +124,20 @@ def test_the_routes_token_opens_the_route_table_and_nothing_else(settings: Setti
         assert c.post("/api/v2/services", json=seed_spec(), headers=admin).status_code == 200
         assert c.get(ROUTES_PATH, headers=reader).status_code == 200
         assert c.get(ROUTES_PATH, headers=admin).status_code == 200  # the admin still may
+        # Authenticated (no leader in this app, so 421, not 401):
+        report = {"reporter": "r1", "interval_s": 1.0, "services": []}
+        assert c.post(SIGNALS_PATH, json=report, headers=reader).status_code == 421
+        wake = {"service": "triton_test"}
+        assert c.post(WAKE_PATH, json=wake, headers=reader).status_code == 421
         for method, path in (
             ("GET", "/api/v2/services"),
             ("GET", "/api/v2/services/local/triton_test/token"),
             ("GET", "/api/v2/services/local/triton_test/logs"),
             ("DELETE", "/api/v2/services/local/triton_test"),
             ("GET", "/api/v2/groups"),
+            ("PUT", "/api/v2/services/local/triton_test/scale"),
+            ("PUT", "/api/v2/services/local/triton_test/autoscaler"),
+            ("PUT", "/api/v2/services/local/triton_test/start"),
         ):
             assert c.request(method, path, headers=reader).status_code == 401, path
     engine.dispose()

@@ -1,5 +1,6 @@
 """A stand-in replica process for local-runtime tests: serves /v2/health/ready on the
-given port (after an optional delay) or exits with a given code, like a processor would."""
+given port (after an optional delay) and answers POSTs as inferences, or exits with a given
+code, like a processor would."""
 
 import http.server
 import os
@@ -52,6 +53,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(200 if ok else 503)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+    def do_POST(self) -> None:  # an inference: answers once ready, as Triton does
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        ok = time.monotonic() >= ready_at and (ready_file is None or os.path.exists(ready_file))
+        body = b'{"outputs": []}' if ok else b""
+        self.send_response(200 if ok else 503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, *args: object) -> None:
         pass

@@ -192,6 +192,7 @@ SAMPLE: dict[str, Any] = {
         "pollWaitS": 10,
         "pollBackoffMaxS": 2,
         "reportIntervalS": 0.25,
+        "wakeQueue": 64,
         "headTimeoutS": 30,
         "bodyTimeoutS": 45,
         "shutdownGraceS": 120,

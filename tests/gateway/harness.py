@@ -22,7 +22,16 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from contract.wire import ROUTES_PATH, SIGNALS_PATH, LoadReport, Route, RouteTable, token_digest
+from contract.wire import (
+    ROUTES_PATH,
+    SIGNALS_PATH,
+    WAKE_PATH,
+    LoadReport,
+    Route,
+    RouteTable,
+    WakeRequest,
+    token_digest,
+)
 from gateway.app import GatewayRunner, start_gateway
 from gateway.route_table import RouteSource, StaticRouteSource
 from gateway.settings import GatewaySettings
@@ -73,6 +82,7 @@ def route(
     rate_limit: int | None = None,
     max_queue_size: int | None = None,
     status: str = "Running",
+    wakeable: bool = False,
 ) -> Route:
     return Route(
         service=service,
@@ -82,6 +92,7 @@ def route(
         rate_limit=rate_limit,
         max_queue_size=max_queue_size,
         status=status,
+        wakeable=wakeable,
     )
 
 
@@ -272,7 +283,8 @@ class FakeControlPlane:
     """Serves ``GET ROUTES_PATH?after=&wait=`` per the wire contract: 200 + table at once
     when its version is newer than ``after``, else holds up to ``wait`` and answers 204;
     records the load reports POSTed to ``SIGNALS_PATH``. Requires
-    ``Authorization: Bearer <admin token>``."""
+    ``Authorization: Bearer <admin token>``. ``POST WAKE_PATH`` records the wake-up and
+    calls ``on_wake`` (in the loop thread), which answers with a status."""
 
     def __init__(self, admin_token: str, initial: RouteTable, port: int = 0) -> None:
         self.admin_token = admin_token
@@ -281,6 +293,8 @@ class FakeControlPlane:
         self.changed = asyncio.Event()
         self.polls: list[tuple[int, float]] = []
         self.reports: list[LoadReport] = []  # load reports received, in order
+        self.wakes: list[str] = []
+        self.on_wake: Callable[[str], int] = lambda _: 200
         self.runner: web.AppRunner | None = None
 
     @property
@@ -312,10 +326,21 @@ class FakeControlPlane:
         self.reports.append(LoadReport.model_validate_json(await request.read()))
         return web.Response(status=204)
 
+    async def wake(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {self.admin_token}":
+            return web.Response(status=401)
+        service = WakeRequest.model_validate_json(await request.read()).service
+        self.wakes.append(service)
+        status = self.on_wake(service)
+        detail = {"detail": f"service {service!r} has no autoscaler with min 0"}
+        answer = {"service": service, "instances": 1} if status == 200 else detail
+        return web.json_response(answer, status=status)
+
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get(ROUTES_PATH, self.routes)
         app.router.add_post(SIGNALS_PATH, self.signals)
+        app.router.add_post(WAKE_PATH, self.wake)
         self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", self.port, reuse_address=True)

@@ -110,3 +110,53 @@ async def test_cpu_comes_from_the_metrics_api(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await runtime.close()
+
+
+async def test_deployment_goes_to_zero_and_back_on_a_wake_up(
+    harness: Harness,  # noqa: F811
+    k8s: ApiStandIn,
+    k8s_settings: KubernetesSettings,
+) -> None:
+    h = harness
+    scaling = Autoscaling(h.sessions, h.services, tick_s=0.1)
+
+    def factory(notify: Notify) -> KubernetesRuntime:
+        return KubernetesRuntime(k8s_settings, notify)
+
+    reconciler = Reconciler(
+        h.sessions, factory, "local", poll_seconds=0.05, lease_ttl=1.0, autoscaling=scaling
+    )
+    task = asyncio.create_task(reconciler.run())
+    auto = {**AUTO, "min": 0, "behavior": {"onZero": {"scaleDownGracePeriodSeconds": 1}}}
+    try:
+        h.services.create(seed_spec(autoscaler=auto, metadata={"instance": 1, "cpu": 2}))
+
+        def replicas() -> Any:
+            d = k8s.get("deployments", "triton-test")
+            return d and d["spec"]["replicas"]
+
+        await h.until(lambda: replicas() == 1)
+        for pod in k8s.sync_pods("triton-test"):
+            k8s.set_pod_status(pod, ks.status_ready())
+
+        await h.until(lambda: replicas() == 0)  # a second without requests
+        assert k8s.sync_pods("triton-test") == []
+        await h.until(lambda: h.row().status == "ScaledToZero")
+        assert k8s.get("deployments", "triton-test") is not None  # kept, at 0
+
+        await h.until(lambda: scaling.signals.leading)
+        assert await scaling.wake(NAME) == 1
+        await h.until(lambda: replicas() == 1)
+        for pod in k8s.sync_pods("triton-test"):
+            k8s.set_pod_status(pod, ks.status_ready())
+        await h.until(lambda: h.row().status == "Running")
+        events = h.services.events("local", NAME)
+        assert [e.message for e in events if e.reason == "Woken"] == [
+            "scaled 0→1: woken by a request"
+        ]
+        await h.until(
+            lambda: any(e.reason == "ColdStart" for e in h.services.events("local", NAME))
+        )
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
