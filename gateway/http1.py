@@ -46,6 +46,7 @@ def request_line_refusal(head: bytes) -> tuple[bool, str | None]:
 
 
 _STATUS_LINES: dict[int, bytes] = {}
+EAS_PHRASES = {450: "Queue Full"}  # EAS's own status: the service's queue is full, retry
 
 
 def status_line(status: int) -> bytes:
@@ -54,6 +55,6 @@ def status_line(status: int) -> bytes:
         try:
             phrase = HTTPStatus(status).phrase
         except ValueError:
-            phrase = ""
+            phrase = EAS_PHRASES.get(status, "")
         line = _STATUS_LINES[status] = f"HTTP/1.1 {status} {phrase}\r\n".encode("latin-1")
     return line

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gateway.http1 import request_line_refusal
+from gateway.http1 import request_line_refusal, status_line
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import SERVICE, TOKEN, Echo, Gateway, raw_exchange, route, table
 
@@ -190,3 +190,8 @@ def test_a_connection_that_never_sends_a_head_is_cut_off(
 def test_request_line_refusal(head: bytes, complete: bool, refused: bool) -> None:
     done, why = request_line_refusal(head)
     assert (done, why is not None) == (complete, refused)
+
+
+def test_eas_statuses_have_their_reason_phrase() -> None:
+    assert status_line(450) == b"HTTP/1.1 450 Queue Full\r\n"
+    assert status_line(599) == b"HTTP/1.1 599 \r\n"
