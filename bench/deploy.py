@@ -51,8 +51,9 @@ def answers(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def triton_start(tmp: Path) -> float:
-    """Seconds from launching tritonserver to its first ready answer."""
+def tritonserver(*extra: str) -> tuple[list[str], dict[str, str], int]:
+    """Command line, environment and HTTP port of tritonserver on the example models, on
+    free loopback ports (the benchmarks' direct baseline)."""
     sys.path.insert(0, str(ROOT))
     from processors.triton import binary
 
@@ -65,9 +66,17 @@ def triton_start(tmp: Path) -> float:
         f"--grpc-port={free_port()}",
         f"--metrics-port={free_port()}",
         "--http-address=127.0.0.1",
+        "--grpc-address=127.0.0.1",
+        "--metrics-address=127.0.0.1",
+        *extra,
         *server.args,
     ]
-    env = server.environ(os.environ)
+    return argv, server.environ(os.environ), port
+
+
+def triton_start(tmp: Path) -> float:
+    """Seconds from launching tritonserver to its first ready answer."""
+    argv, env, port = tritonserver()
     with (tmp / "triton.log").open("ab") as log:
         started = time.perf_counter()
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -53,7 +53,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy import Platform  # bench/deploy.py: `openeas up` and eascmd from a checkout
+# bench/deploy.py: `openeas up` and eascmd from a checkout, Triton as the baseline
+from deploy import Platform, tritonserver
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "examples" / "models"
@@ -366,24 +367,8 @@ def serve_gateway(port: int, upstream: str, token: str, workers: int = 1) -> Non
 
 
 def start_triton(tmp: Path, cpu: int) -> tuple[list[str], dict[str, str], int]:
-    sys.path.insert(0, str(ROOT))
-    from processors.triton import binary
-
-    server = binary.locate()
-    port = free_port()
-    argv = [
-        str(server.binary),
-        f"--model-repository={MODELS}",
-        f"--http-port={port}",
-        f"--grpc-port={free_port()}",
-        f"--metrics-port={free_port()}",
-        "--http-address=127.0.0.1",
-        "--grpc-address=127.0.0.1",
-        "--metrics-address=127.0.0.1",
-        "--log-verbose=0",
-        *server.args,
-    ]
-    return pinned(cpu, argv), server.environ(os.environ), port
+    argv, env, port = tritonserver("--log-verbose=0")
+    return pinned(cpu, argv), env, port
 
 
 def main(argv: list[str] | None = None) -> int:

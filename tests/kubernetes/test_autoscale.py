@@ -27,6 +27,26 @@ AUTO = {
 }
 
 
+def leading_on_kubernetes(
+    h: Harness, k8s_settings: KubernetesSettings
+) -> tuple[Autoscaling, asyncio.Task[None]]:
+    """A reconciler with autoscaling, on the Kubernetes runtime against the stand-in."""
+    scaling = Autoscaling(h.sessions, h.services, tick_s=0.1)
+
+    def factory(notify: Notify) -> KubernetesRuntime:
+        return KubernetesRuntime(k8s_settings, notify)
+
+    reconciler = Reconciler(
+        h.sessions, factory, "local", poll_seconds=0.05, lease_ttl=1.0, autoscaling=scaling
+    )
+    return scaling, asyncio.create_task(reconciler.run())
+
+
+def deployment_replicas(k8s: ApiStandIn) -> Any:
+    d = k8s.get("deployments", "triton-test")
+    return d and d["spec"]["replicas"]
+
+
 def state_of(h: Harness) -> ServiceState:
     row = h.row()
     return ServiceState(row.name, row.uid, row.generation, row.spec, row.stopped, row.deleting)
@@ -42,21 +62,12 @@ async def test_deployment_replicas_follow_the_autoscaler(
     k8s_settings: KubernetesSettings,
 ) -> None:
     h = harness
-    scaling = Autoscaling(h.sessions, h.services, tick_s=0.1)
-
-    def factory(notify: Notify) -> KubernetesRuntime:
-        return KubernetesRuntime(k8s_settings, notify)
-
-    reconciler = Reconciler(
-        h.sessions, factory, "local", poll_seconds=0.05, lease_ttl=1.0, autoscaling=scaling
-    )
-    task = asyncio.create_task(reconciler.run())
+    scaling, task = leading_on_kubernetes(h, k8s_settings)
     try:
         h.services.create(seed_spec(autoscaler=AUTO, metadata={"instance": 1, "cpu": 2}))
 
         def replicas() -> Any:
-            d = k8s.get("deployments", "triton-test")
-            return d and d["spec"]["replicas"]
+            return deployment_replicas(k8s)
 
         await h.until(lambda: replicas() == 1)
         for pod in k8s.sync_pods("triton-test"):
@@ -118,22 +129,13 @@ async def test_deployment_goes_to_zero_and_back_on_a_wake_up(
     k8s_settings: KubernetesSettings,
 ) -> None:
     h = harness
-    scaling = Autoscaling(h.sessions, h.services, tick_s=0.1)
-
-    def factory(notify: Notify) -> KubernetesRuntime:
-        return KubernetesRuntime(k8s_settings, notify)
-
-    reconciler = Reconciler(
-        h.sessions, factory, "local", poll_seconds=0.05, lease_ttl=1.0, autoscaling=scaling
-    )
-    task = asyncio.create_task(reconciler.run())
+    scaling, task = leading_on_kubernetes(h, k8s_settings)
     auto = {**AUTO, "min": 0, "behavior": {"onZero": {"scaleDownGracePeriodSeconds": 1}}}
     try:
         h.services.create(seed_spec(autoscaler=auto, metadata={"instance": 1, "cpu": 2}))
 
         def replicas() -> Any:
-            d = k8s.get("deployments", "triton-test")
-            return d and d["spec"]["replicas"]
+            return deployment_replicas(k8s)
 
         await h.until(lambda: replicas() == 1)
         for pod in k8s.sync_pods("triton-test"):
