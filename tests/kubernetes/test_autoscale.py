@@ -66,19 +66,16 @@ async def test_deployment_replicas_follow_the_autoscaler(
     try:
         h.services.create(seed_spec(autoscaler=AUTO, metadata={"instance": 1, "cpu": 2}))
 
-        def replicas() -> Any:
-            return deployment_replicas(k8s)
-
-        await h.until(lambda: replicas() == 1)
+        await h.until(lambda: deployment_replicas(k8s) == 1)
         for pod in k8s.sync_pods("triton-test"):
             k8s.set_pod_status(pod, ks.status_ready())
         await h.until(lambda: h.row().running_instances == 1)
 
         scaling.signals.receive(report("gw", triton_test=(330, 1.0)))
-        await h.until(lambda: replicas() == 4)
+        await h.until(lambda: deployment_replicas(k8s) == 4)
         await h.until(lambda: h.row().total_instances == 4)
         scaling.signals.receive(report("gw", triton_test=(0, 0.0)))
-        await h.until(lambda: replicas() == 1)
+        await h.until(lambda: deployment_replicas(k8s) == 1)
         messages = [e.message for e in h.services.events("local", "triton_test")]
         assert "scaled 1→4: qps 330.0 > 100 × 1" in messages
         assert "scaled 4→1: qps 0.0 < 100 × 4" in messages
@@ -134,21 +131,18 @@ async def test_deployment_goes_to_zero_and_back_on_a_wake_up(
     try:
         h.services.create(seed_spec(autoscaler=auto, metadata={"instance": 1, "cpu": 2}))
 
-        def replicas() -> Any:
-            return deployment_replicas(k8s)
-
-        await h.until(lambda: replicas() == 1)
+        await h.until(lambda: deployment_replicas(k8s) == 1)
         for pod in k8s.sync_pods("triton-test"):
             k8s.set_pod_status(pod, ks.status_ready())
 
-        await h.until(lambda: replicas() == 0)  # a second without requests
+        await h.until(lambda: deployment_replicas(k8s) == 0)  # a second without requests
         assert k8s.sync_pods("triton-test") == []
         await h.until(lambda: h.row().status == "ScaledToZero")
         assert k8s.get("deployments", "triton-test") is not None  # kept, at 0
 
         await h.until(lambda: scaling.signals.leading)
         assert await scaling.wake(NAME) == 1
-        await h.until(lambda: replicas() == 1)
+        await h.until(lambda: deployment_replicas(k8s) == 1)
         for pod in k8s.sync_pods("triton-test"):
             k8s.set_pod_status(pod, ks.status_ready())
         await h.until(lambda: h.row().status == "Running")
