@@ -6,13 +6,19 @@
 when offered: the pull checks it, so a corrupted copy is noticed and fetched again from OSS)
 or 404. ``PUT /objects/<address>`` (``Content-Length``, ``X-Openeas-Crc64``,
 ``X-Openeas-Etag``) offers an object a pull fetched and verified; 201, or 400/413 when it is
-refused. ``GET /healthz`` for probes. Old objects are swept at start and at most every
+refused. Both need ``Authorization: Bearer <token>`` (``OPENEAS_MODEL_CACHE_TOKEN``): the
+token is given to the pull init containers only, never to the replica's own containers,
+whose code shares the pod's address and so passes the NetworkPolicy — without it, code in one
+tenant's replica could plant bytes under the ETag of a model it knows. ``GET /healthz`` for
+probes needs none. Old objects are swept at start and at most every
 :data:`SWEEP_EVERY` seconds when requests come (none on an idle node).
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
+import os
 import shutil
 import threading
 import time
@@ -23,6 +29,7 @@ from processors.model_cache.store import ADDRESS, Refused, Store
 
 CRC_HEADER = "X-Openeas-Crc64"
 ETAG_HEADER = "X-Openeas-Etag"
+TOKEN_ENV = "OPENEAS_MODEL_CACHE_TOKEN"
 SWEEP_EVERY = 3600.0
 
 log = logging.getLogger(__name__)
@@ -31,9 +38,10 @@ log = logging.getLogger(__name__)
 class CacheServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, store: Store, host: str, port: int) -> None:
+    def __init__(self, store: Store, host: str, port: int, *, token: str) -> None:
         super().__init__((host, port), _Handler)
         self.store = store
+        self.authorization = f"Bearer {token}".encode()
         self._swept = time.monotonic()
         self._sweep_lock = threading.Lock()
         self._report(store.sweep())
@@ -102,6 +110,11 @@ class _Handler(BaseHTTPRequestHandler):
         return self._answer(201, "cached")
 
     def _key(self) -> str | None:
+        given = self.headers.get("Authorization", "").encode("latin-1", "replace")
+        if not hmac.compare_digest(given, self.server.authorization):
+            self.close_connection = True  # an upload's body stays unread
+            self._answer(401, f"give the cache's token (Authorization: Bearer ${TOKEN_ENV})")
+            return None
         prefix, _, key = self.path.partition("/objects/")
         if prefix or not ADDRESS.fullmatch(key):
             self._answer(404, "use /objects/<64 hex digits>")
@@ -121,8 +134,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve(root: Path, *, max_bytes: int, max_age_days: float, host: str, port: int) -> None:
-    """Run the cache until interrupted."""
+    """Run the cache until interrupted, with the token in ``OPENEAS_MODEL_CACHE_TOKEN``."""
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token:
+        raise SystemExit(f"openeas: set {TOKEN_ENV} (the chart's generated model-cache-token)")
     store = Store(root, max_bytes=max_bytes, max_age_s=max_age_days * 86400)
-    with CacheServer(store, host, port) as server:
+    with CacheServer(store, host, port, token=token) as server:
         log.info("model cache in %s (at most %d bytes) on %s", root, max_bytes, server.url)
         server.serve_forever()

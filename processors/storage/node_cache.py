@@ -7,8 +7,8 @@ nothing. Each file fetched from OSS instead is offered back (:meth:`NodeCache.of
 verified. The cache only ever saves time: a miss, an unreachable cache or a corrupted copy
 (dropped, with a warning) sends the file to OSS as if there were no cache.
 
-Configured by ``OPENEAS_MODEL_CACHE_URL`` (the Kubernetes runtime sets it on pull init
-containers when the chart's ``modelCache`` is on).
+Configured by ``OPENEAS_MODEL_CACHE_URL`` and ``OPENEAS_MODEL_CACHE_TOKEN`` (the Kubernetes
+runtime sets both on pull init containers when the chart's ``modelCache`` is on).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from processors.model_cache.server import CRC_HEADER, ETAG_HEADER
+from processors.model_cache.server import CRC_HEADER, ETAG_HEADER, TOKEN_ENV
 from processors.model_cache.store import address
 from processors.storage.crc64 import Crc64
 from processors.storage.plan import RemoteFile
@@ -33,21 +33,23 @@ log = logging.getLogger(__name__)
 
 
 class NodeCache:
-    def __init__(self, url: str, *, timeout: float = TIMEOUT_SECONDS) -> None:
+    def __init__(self, url: str, token: str, *, timeout: float = TIMEOUT_SECONDS) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self._auth = {"Authorization": f"Bearer {token}"}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> NodeCache | None:
         url = environ.get(ENV_URL, "").strip()
-        return cls(url) if url else None
+        return cls(url, environ.get(TOKEN_ENV, "")) if url else None
 
     def fetch(self, file: RemoteFile, into: Path) -> int | None:
         """Write the cached copy of ``file`` to ``into`` and return its CRC-64, or ``None``
         (a miss, no cache, a copy that does not check out: fetch from OSS)."""
         key = address(file.etag, file.size)
         try:
-            with urllib.request.urlopen(self._at(key), timeout=self.timeout) as response:
+            request = urllib.request.Request(self._at(key), headers=self._auth)
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 claimed = int(response.headers[CRC_HEADER])
                 crc, size = _copy(response, into)
         except urllib.error.HTTPError as e:
@@ -75,6 +77,7 @@ class NodeCache:
     def offer(self, file: RemoteFile, path: Path, crc: int) -> None:
         """Give the cache a verified copy of ``file`` (replacing a corrupted one)."""
         headers = {
+            **self._auth,
             "Content-Length": str(file.size),
             "Content-Type": "application/octet-stream",
             CRC_HEADER: str(crc),

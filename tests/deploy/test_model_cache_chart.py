@@ -81,7 +81,23 @@ def test_without_a_host_path_the_cache_itself_is_restricted() -> None:
 
 
 def test_replicas_using_the_cache_stay_restricted() -> None:
-    pod = replica_pod(model_cache_url=URL)
+    pod = replica_pod(model_cache_url=URL, model_cache_token="cache-token-for-tests")
     check_restricted(pod["spec"])
     pull = next(c for c in pod["spec"]["initContainers"] if c["name"] == "model-pull")
     assert {"name": "OPENEAS_MODEL_CACHE_URL", "value": URL} in pull["env"]
+
+
+def test_the_cache_and_the_control_plane_share_a_generated_token() -> None:
+    """The token is drawn in the cluster by the secrets hook, read by the cache and by the
+    control plane (which keeps it in the serving namespace for pull init containers)."""
+    objects = render({"modelCache": {"enabled": True}})
+    ref = {"secretKeyRef": {"name": "openeas-generated", "key": "model-cache-token"}}
+    (server,) = cache_pod(objects)["spec"]["containers"]
+    assert {"name": "OPENEAS_MODEL_CACHE_TOKEN", "valueFrom": ref} in server["env"]
+    control = find(objects, "Deployment", "openeas-controlplane")["spec"]["template"]["spec"]
+    assert {"name": "OPENEAS_K8S_MODEL_CACHE_TOKEN", "valueFrom": ref} in control["containers"][0][
+        "env"
+    ]
+    (job,) = find(objects, "Job", "openeas-secrets")["spec"]["template"]["spec"]["containers"]
+    assert [a for a in job["args"] if a.startswith("model-cache-token=")]
+    assert "model-cache-token" not in str(render({}))  # drawn only with the cache on

@@ -128,7 +128,7 @@ def api() -> Any:
 
 
 async def run_a_service_through_its_life(
-    api: AuditedStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    api: AuditedStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, cache: bool = False
 ) -> SpyClient:
     for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
         monkeypatch.delenv(name, raising=False)
@@ -137,6 +137,8 @@ async def run_a_service_through_its_life(
         kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig")),
         resource_groups=RESOURCE_GROUPS,  # type: ignore[arg-type]
         request_timeout_seconds=5,
+        model_cache_url="http://openeas-model-cache.openeas.svc:8090" if cache else "",
+        model_cache_token="cache-token-for-tests" if cache else "",  # type: ignore[arg-type]
     )
     client = SpyClient(settings)
     runtime = KubernetesRuntime(settings, lambda _service: None, client=client)
@@ -160,22 +162,28 @@ async def run_a_service_through_its_life(
     return client
 
 
+@pytest.mark.parametrize("cache", [False, True], ids=["plain", "model cache"])
 async def test_the_role_grants_exactly_what_the_runtime_calls(
-    api: AuditedStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    api: AuditedStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: bool
 ) -> None:
-    client = await run_a_service_through_its_life(api, tmp_path, monkeypatch)
+    client = await run_a_service_through_its_life(api, tmp_path, monkeypatch, cache=cache)
     assert client.called == API_METHODS, "extend the scenario to the client's new calls"
 
     # The first applies created the objects: authorized as create as well as patch.
-    assert sorted(api.created) == [
-        ("", "services", OBJECT),
-        ("apps", "deployments", OBJECT),
-        ("policy", "poddisruptionbudgets", OBJECT),
-    ]
+    assert (
+        sorted(api.created)
+        == [
+            ("", "secrets", "openeas-model-cache"),  # the cache's token for pull init containers
+            ("", "services", OBJECT),
+            ("apps", "deployments", OBJECT),
+            ("policy", "poddisruptionbudgets", OBJECT),
+        ][0 if cache else 1 :]
+    )
     used = {authorization(method, target) for method, target in list(api.requests)}
     used |= {(group, resource, "create") for group, resource, _ in api.created}
 
-    objects = render(VALUE_SETS["gpu resource groups"])  # serving namespace of its own
+    values = VALUE_SETS["gpu resource groups"]  # serving namespace of its own
+    objects = render({**values, "modelCache": {"enabled": True}} if cache else values)
     role = find(objects, "Role", "openeas-runtime")
     assert role["metadata"]["namespace"] == SERVING
     granted = {

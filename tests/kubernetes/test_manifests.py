@@ -7,6 +7,7 @@ each Kubernetes version it ships from 1.29 on."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -24,6 +25,7 @@ from controlplane.runtime.kubernetes.manifests import (
     WARM_UP_DIR,
     check_resource_group,
     desired_objects,
+    model_cache_secret,
 )
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.spec import ServiceSpec, StoredSpec, split_token
@@ -334,13 +336,24 @@ def test_warm_up_files_are_pulled_beside_the_models_and_gate_the_startup_probe()
 def test_pulls_ask_the_node_cache_when_there_is_one() -> None:
     url = "http://openeas-model-cache.openeas.svc:8090"
     body = {**spec(), "warm_up_data_path": "oss://triton-model-repo/warm-up"}
-    deployment, _ = objects(body, settings(model_cache_url=url))
+    cached = settings(model_cache_url=url, model_cache_token="cache-token-for-tests")
+    deployment, _ = objects(body, cached)
     for name in ("model-pull", "warm-up-pull"):
-        env = {e["name"]: e.get("value") for e in container(deployment, name)["env"]}
-        assert env["OPENEAS_MODEL_CACHE_URL"] == url
-    assert "OPENEAS_MODEL_CACHE_URL" not in json.dumps(container(deployment))
+        env = {e["name"]: e for e in container(deployment, name)["env"]}
+        assert env["OPENEAS_MODEL_CACHE_URL"]["value"] == url
+        # The token comes from the Secret the runtime keeps, never written in the pod spec.
+        assert env["OPENEAS_MODEL_CACHE_TOKEN"]["valueFrom"] == {
+            "secretKeyRef": {"name": "openeas-model-cache", "key": "token"}
+        }
+    assert "cache-token-for-tests" not in json.dumps(deployment)
+    # The replica's own container (tenant code) gets neither.
+    assert "OPENEAS_MODEL_CACHE" not in json.dumps(container(deployment))
+    secret = model_cache_secret(cached)
+    assert secret is not None and secret["metadata"]["name"] == "openeas-model-cache"
+    assert base64.b64decode(secret["data"]["token"]) == b"cache-token-for-tests"
     plain, _ = objects(body)
-    assert "OPENEAS_MODEL_CACHE_URL" not in json.dumps(plain)
+    assert "OPENEAS_MODEL_CACHE" not in json.dumps(plain)
+    assert model_cache_secret(settings(model_cache_url=url)) is None  # no token: no cache
 
 
 def test_params_the_processor_rejects_are_permanent() -> None:

@@ -7,11 +7,13 @@ changes, relisting after ``410 Gone``."""
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from controlplane import status as status_mod
 from controlplane.desired import ServiceState, desired
@@ -550,3 +552,32 @@ async def test_logs_skip_finished_pods_like_observe(
     [replica] = (await runtime.observe(NAME)).replicas
     assert replica.name == second
     assert await runtime.logs(NAME, 0, 5) == "serving\n"
+
+
+async def test_the_model_cache_token_is_kept_for_pull_init_containers(
+    k8s_settings: KubernetesSettings, k8s: ApiStandIn, notified: Recorder
+) -> None:
+    """Pods can only read Secrets of their own namespace: the runtime keeps the cache's
+    token there, and sets it back when it changed (a rotated token, a hand edit)."""
+
+    def stored() -> bytes:
+        secret = k8s.get("secrets", "openeas-model-cache")
+        assert secret is not None
+        return base64.b64decode(secret["data"]["token"])
+
+    cached = k8s_settings.model_copy(
+        update={"model_cache_url": "http://cache:8090", "model_cache_token": SecretStr("t1")}
+    )
+    rt = KubernetesRuntime(cached, notified)
+    try:
+        await rt.apply(want())
+        assert stored() == b"t1"
+    finally:
+        await rt.close()
+    rotated = cached.model_copy(update={"model_cache_token": SecretStr("t2")})
+    rt = KubernetesRuntime(rotated, notified)
+    try:
+        await rt.apply(want())
+        assert stored() == b"t2"
+    finally:
+        await rt.close()

@@ -17,9 +17,10 @@ import pytest
 
 from processors import repository
 from processors.model_cache.lru import Cached, to_evict
-from processors.model_cache.server import CRC_HEADER, CacheServer
+from processors.model_cache.server import CRC_HEADER, TOKEN_ENV, CacheServer
 from processors.model_cache.store import Refused, Store, address
 from processors.storage import pull
+from processors.storage.crc64 import Crc64
 from processors.storage.node_cache import ENV_URL, NodeCache
 from testing.oss_server import OssServer
 from tests.fixtures_oss import BUCKET
@@ -103,10 +104,14 @@ def test_the_store_stays_within_its_bound_and_sweeps_old_objects(tmp_path: Path)
     assert store.cached() == [] and list((tmp_path / "incoming").iterdir()) == []
 
 
+CACHE_TOKEN = "node-cache-token-for-tests"
+AUTH = {"Authorization": f"Bearer {CACHE_TOKEN}"}
+
+
 @pytest.fixture
 def cache_server(tmp_path: Path) -> Iterator[CacheServer]:
     store = Store(tmp_path / "node-cache", max_bytes=1 << 30, max_age_s=14 * DAY)
-    server = CacheServer(store, "127.0.0.1", 0)
+    server = CacheServer(store, "127.0.0.1", 0, token=CACHE_TOKEN)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -137,7 +142,7 @@ def test_a_second_pull_on_the_node_downloads_nothing_from_oss(
     tmp_path: Path,
 ) -> None:  # fmt: skip
     uri, files = repo
-    cache = NodeCache(cache_server.url)
+    cache = NodeCache(cache_server.url, CACHE_TOKEN)
     first = pull(uri, tmp_path / "pod-1" / "repository", node_cache=cache, part_size=256 << 10)
     total = sum(len(d) for d in files.values())
     assert (first.bytes_downloaded, first.bytes_from_cache) == (total, 0)
@@ -156,7 +161,7 @@ def test_a_changed_etag_is_a_miss(
     tmp_path: Path,
 ) -> None:  # fmt: skip
     uri, files = repo
-    cache = NodeCache(cache_server.url)
+    cache = NodeCache(cache_server.url, CACHE_TOKEN)
     pull(uri, tmp_path / "pod-1" / "repository", node_cache=cache)
     key = uri.removeprefix(f"oss://{BUCKET}/") + "/add_sub/config.pbtxt"
     oss_server.put(BUCKET, key, b'name: "add_sub"\nmax_batch_size: 8\n')  # a new ETag
@@ -177,7 +182,7 @@ def test_a_corrupted_cached_object_is_fetched_again_and_the_cache_repaired(
     tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     uri, files = repo
-    cache = NodeCache(cache_server.url)
+    cache = NodeCache(cache_server.url, CACHE_TOKEN)
     pull(uri, tmp_path / "pod-1" / "repository", node_cache=cache)
     data = files["big/1/model.bin"]
     (big,) = [c.address for c in cache_server.store.cached() if c.size == len(data)]
@@ -198,12 +203,14 @@ def test_a_corrupted_cached_object_is_fetched_again_and_the_cache_repaired(
 def test_the_server_answers_misses_and_refuses_bad_uploads(cache_server: CacheServer) -> None:
     key = address("etag", 4)
     with pytest.raises(urllib.error.HTTPError) as miss:
-        urllib.request.urlopen(f"{cache_server.url}/objects/{key}", timeout=5)
+        urllib.request.urlopen(
+            urllib.request.Request(f"{cache_server.url}/objects/{key}", headers=AUTH), timeout=5
+        )
     assert miss.value.code == 404
     bad = urllib.request.Request(
         f"{cache_server.url}/objects/{key}",
         data=b"1234",
-        headers={"Content-Length": "4", CRC_HEADER: "1"},
+        headers={**AUTH, "Content-Length": "4", CRC_HEADER: "1"},
         method="PUT",
     )
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -217,7 +224,9 @@ def test_an_unreachable_cache_only_costs_the_download(
     oss_server: OssServer, repo: tuple[str, dict[str, bytes]], tmp_path: Path
 ) -> None:
     uri, files = repo
-    report = pull(uri, tmp_path / "repository", node_cache=NodeCache("http://127.0.0.1:9"))
+    report = pull(
+        uri, tmp_path / "repository", node_cache=NodeCache("http://127.0.0.1:9", CACHE_TOKEN)
+    )
     assert report.bytes_downloaded == sum(len(d) for d in files.values())
 
 
@@ -227,6 +236,7 @@ def test_pulls_use_the_cache_named_in_the_environment(
 ) -> None:  # fmt: skip
     uri, _ = repo
     monkeypatch.setenv(ENV_URL, cache_server.url)
+    monkeypatch.setenv(TOKEN_ENV, CACHE_TOKEN)
     repository.pull(uri, tmp_path / "a", endpoint=None)
     oss_server.reset()
     assert repository.pull(uri, tmp_path / "b", endpoint=None).bytes_downloaded == 0
@@ -246,3 +256,34 @@ def test_the_local_runtimes_shared_cache_pulls_once_per_host(
     local = repository.local_repository(uri, models, endpoint=None)
     assert served(oss_server) == 0
     assert (local / "add_sub/config.pbtxt").read_bytes() == files["add_sub/config.pbtxt"]
+
+
+@pytest.mark.parametrize("token", [None, "wrong", CACHE_TOKEN + "x"])
+def test_reads_and_uploads_need_the_cache_token(
+    cache_server: CacheServer, token: str | None
+) -> None:
+    """What a replica's own code could send (it shares the pod's address with the pull, but
+    not the pull's token): no read, and no object planted under a model's address."""
+    data = b"planted bytes"
+    key = address("etag-of-a-public-model", len(data))
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    crc = Crc64()
+    crc.update(data)
+    plant = urllib.request.Request(
+        f"{cache_server.url}/objects/{key}",
+        data=data,
+        headers={**headers, "Content-Length": str(len(data)), CRC_HEADER: str(crc.value)},
+        method="PUT",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(plant, timeout=5)
+    assert refused.value.code == 401
+    read = urllib.request.Request(f"{cache_server.url}/objects/{key}", headers=headers)
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        urllib.request.urlopen(read, timeout=5)
+    assert denied.value.code == 401
+    assert cache_server.store.cached() == []
+    # The pull's own token stores it.
+    plant.headers["Authorization"] = f"Bearer {CACHE_TOKEN}"
+    with urllib.request.urlopen(plant, timeout=5) as stored:
+        assert stored.status == 201

@@ -48,7 +48,8 @@ DEPLOYMENT = Kind("Deployment", "apps/v1", "deployment")
 SERVICE = Kind("Service", "v1", "service")
 POD = Kind("Pod", "v1", "pod")
 DISRUPTION_BUDGET = Kind("PodDisruptionBudget", "policy/v1", "pod_disruption_budget")
-KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD, DISRUPTION_BUDGET)}
+SECRET = Kind("Secret", "v1", "secret")  # only the node cache's token (manifests.py)
+KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD, DISRUPTION_BUDGET, SECRET)}
 
 
 class Conflict(TemporaryRuntimeError):

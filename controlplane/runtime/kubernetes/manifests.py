@@ -14,6 +14,7 @@ write when nothing changed.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -28,6 +29,7 @@ from controlplane.runtime.kubernetes.settings import (
 )
 from processors import registry
 from processors.base import READY_FILE_ENV, Ports, ProcessorError, Pull, ReplicaPlan
+from processors.model_cache.server import TOKEN_ENV as NODE_CACHE_TOKEN_ENV
 from processors.storage.node_cache import ENV_URL as NODE_CACHE_ENV
 
 Manifest = dict[str, Any]
@@ -90,6 +92,26 @@ def desired_objects(desired: DesiredReplicaSet, settings: KubernetesSettings) ->
     if settings.disruption_budget:
         objects.append(_disruption_budget(desired, settings))
     return [_stamped(o) for o in objects]
+
+
+MODEL_CACHE_SECRET = "openeas-model-cache"
+CACHE_TOKEN_KEY = "token"
+
+
+def model_cache_secret(settings: KubernetesSettings) -> Manifest | None:
+    """The Secret the pull init containers read the node cache's token from, in the serving
+    namespace (the chart's generated token lives in the release namespace, which a pod
+    cannot reference). None without a cache (or without its token: then none is used)."""
+    token = settings.model_cache_token.get_secret_value()
+    if not (settings.model_cache_url and token):
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": MODEL_CACHE_SECRET, "labels": dict(MANAGED_BY)},
+        "type": "Opaque",
+        "data": {CACHE_TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    }
 
 
 def rollout(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Rollout:
@@ -330,8 +352,14 @@ def _pull_container(
     env.append(NO_GPUS)  # the pull needs none, whatever the replica holds
     if settings.oss_region:
         env.append({"name": "OSS_REGION", "value": settings.oss_region})
-    if settings.model_cache_url:
-        env.append({"name": NODE_CACHE_ENV, "value": settings.model_cache_url})
+    if model_cache_secret(settings) is not None:
+        env += [
+            {"name": NODE_CACHE_ENV, "value": settings.model_cache_url},
+            {
+                "name": NODE_CACHE_TOKEN_ENV,
+                "valueFrom": {"secretKeyRef": {"name": MODEL_CACHE_SECRET, "key": CACHE_TOKEN_KEY}},
+            },
+        ]
     if settings.oss_secret:
         env += [
             {

@@ -33,6 +33,7 @@ from controlplane.runtime.kubernetes.client import (
     DISRUPTION_BUDGET,
     KINDS,
     POD,
+    SECRET,
     SERVICE,
     Conflict,
     Gone,
@@ -47,6 +48,7 @@ from controlplane.runtime.kubernetes.manifests import (
     PULL_CONTAINER,
     SERVICE_LABEL,
     desired_objects,
+    model_cache_secret,
     selector,
 )
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
@@ -78,10 +80,14 @@ class KubernetesRuntime:
         # A pulled replica's last report, kept while it loads (one read each).
         self._pulled: dict[tuple[str, str], Progress] = {}  # (service, pod) → report
         self._progress_due: set[str] = set()  # services with a progress re-read scheduled
+        self._cache_secret = model_cache_secret(settings)  # kept once, before the first apply
 
     # -- Runtime --------------------------------------------------------------------------
     async def apply(self, desired: DesiredReplicaSet) -> None:
         self._start_watching()
+        if self._cache_secret is not None:
+            await asyncio.to_thread(self._keep_secret, self._cache_secret)
+            self._cache_secret = None
         for manifest in desired_objects(desired, self.settings):
             await asyncio.to_thread(self._apply_one, desired.service, manifest)
 
@@ -188,6 +194,12 @@ class KubernetesRuntime:
             except Conflict:
                 log.info("kubernetes: %s %s changed while applying; re-reading", kind.kind, name)
         raise TemporaryRuntimeError(f"{kind.kind} {name} kept changing while being applied")
+
+    def _keep_secret(self, manifest: Object) -> None:
+        """Create the Secret, or bring its data back to ours (a rotated token)."""
+        live = self._client.get(SECRET, manifest["metadata"]["name"])
+        if live is None or live.get("data") != manifest["data"]:
+            self._client.apply(manifest, field_manager=self.settings.field_manager)
 
     # -- delete ---------------------------------------------------------------------------
     def _delete(self, service: str) -> bool:

@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
+    SecretStr,
     StringConstraints,
     model_validator,
 )
@@ -143,6 +144,9 @@ class KubernetesSettings(BaseSettings):
     # The node-local model cache (the chart's modelCache DaemonSet, through its Service with
     # internalTrafficPolicy Local): pull init containers ask it before OSS. Empty: none.
     model_cache_url: str = ""
+    # Its token, handed to pull init containers through a Secret the runtime keeps in the
+    # serving namespace (manifests.MODEL_CACHE_SECRET), never to the replica's own containers.
+    model_cache_token: SecretStr = SecretStr("")
     # Memory-backed /dev/shm: Triton's python backend exchanges tensors through it and the
     # container runtime's default (64Mi) is too small. Empty: no mount.
     shm_size: str = "1Gi"

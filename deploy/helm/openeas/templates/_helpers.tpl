@@ -257,3 +257,13 @@ when given.
       name: {{ include "openeas.platformSecret" . }}
       key: {{ ternary .Values.auth.existingSecretRoutesKey "routes-token" (ne .Values.auth.existingSecret "") }}
 {{- end }}
+
+{{- /* The node model cache's token as env var NAME: (list $ "NAME"). */ -}}
+{{- define "openeas.modelCacheTokenEnv" -}}
+{{- $ := index . 0 }}
+- name: {{ index . 1 }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "openeas.platformSecret" $ }}
+      key: {{ ternary $.Values.auth.existingSecretModelCacheKey "model-cache-token" (ne $.Values.auth.existingSecret "") }}
+{{- end }}
