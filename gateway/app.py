@@ -174,13 +174,18 @@ class Gateway:
         self.routes.apply(saved.table)
         self.from_snapshot = saved
 
+    def _to_save(self) -> tuple[Path, RouteTable] | None:
+        """Where and what to save: the table in force, unless it came from the file."""
+        table = self.routes.table()
+        if self.snapshot_path is None or table is None or self.from_snapshot is not None:
+            return None
+        return self.snapshot_path, table
+
     def _save_snapshot_soon(self) -> None:
         """At the start of an outage: the table in force is the newest there will be."""
-        table = self.routes.table()
-        if self.snapshot_path is not None and table is not None and self.from_snapshot is None:
-            self._snapshot_task = asyncio.create_task(
-                asyncio.to_thread(snapshot.save, self.snapshot_path, table)
-            )
+        save = self._to_save()
+        if save is not None:
+            self._snapshot_task = asyncio.create_task(asyncio.to_thread(snapshot.save, *save))
 
     async def wait_for_routes(self, timeout: float | None = None) -> bool:
         """True once a first route table is in; False if ``timeout`` passed first."""
@@ -198,9 +203,9 @@ class Gateway:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._source_task = self._report_task = self._snapshot_task = None
-        table = self.routes.table()
-        if self.snapshot_path is not None and table is not None and self.from_snapshot is None:
-            snapshot.save(self.snapshot_path, table)
+        save = self._to_save()
+        if save is not None:
+            snapshot.save(*save)
         if self._predict is not None:
             await self._predict.mirrors.close()  # shadows in flight are dropped, not awaited
             await self._predict.waking.close()

@@ -153,21 +153,9 @@ class GrpcProxy:
                 f"(status: {entry.route.status})",
                 name,
             )
-        bucket = entry.bucket
-        if bucket is not None and not bucket.try_acquire():
-            raise Refusal(
-                "RESOURCE_EXHAUSTED",
-                f"service {name!r} is over its rate limit of {entry.route.rate_limit} requests/s",
-                name,
-            )
-        if not entry.in_flight.try_enter():
-            raise Refusal(
-                "RESOURCE_EXHAUSTED",
-                f"service {name!r} already has {entry.in_flight.limit} requests in flight",
-                name,
-            )
-        if not entry.in_flight.active:
-            self.activity.touch(name, entry.in_flight)
+        over = entry.take_place(self.activity)
+        if over is not None:
+            raise Refusal("RESOURCE_EXHAUSTED", over.detail, name)
         return entry
 
     def _count(self, service: str, code: grpc.StatusCode, started: float) -> None:

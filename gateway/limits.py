@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
 class TokenBucket:
@@ -101,6 +102,14 @@ class InFlight:
         requests, mean = self.requests, self.area / interval_s if interval_s > 0 else 0.0
         self.requests, self.area = 0, 0.0
         return requests, mean
+
+
+@dataclass(frozen=True, slots=True)
+class OverLimit:
+    """Why a call was not admitted, and when a retry may pass."""
+
+    detail: str
+    retry_after_s: int
 
 
 class Activity:

@@ -215,23 +215,10 @@ class PredictProxy:
             raise self._unavailable(
                 name, f"service {name!r} has no ready replica (status: {entry.route.status})"
             )
-        bucket = entry.bucket
-        if bucket is not None and not bucket.try_acquire():
-            raise Problem(
-                429,
-                f"service {name!r} is over its rate limit of {entry.route.rate_limit} requests/s",
-                service=name,
-                headers={"Retry-After": str(bucket.retry_after_s())},
-            )
-        if not entry.in_flight.try_enter():
-            raise Problem(
-                429,
-                f"service {name!r} already has {entry.in_flight.limit} requests in flight",
-                service=name,
-                headers={"Retry-After": "1"},
-            )
-        if not entry.in_flight.active:
-            self.activity.touch(name, entry.in_flight)
+        over = entry.take_place(self.activity)
+        if over is not None:
+            headers = {"Retry-After": str(over.retry_after_s)}
+            raise Problem(429, over.detail, service=name, headers=headers)
 
     def _unavailable(self, name: str, detail: str) -> Problem:
         """A 503 the caller may retry after a moment (replicas come and go)."""

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from contract.wire import ROUTES_PATH, GroupRoute, Route, RouteTable
 from gateway.auth import digest_bytes, token_digest_of
 from gateway.balancer import Endpoint, EndpointPool
-from gateway.limits import InFlight, TokenBucket
+from gateway.limits import Activity, InFlight, OverLimit, TokenBucket
 from gateway.traffic import MirrorState, SmoothWeighted
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,26 @@ class ServiceRoute:
     # The last Authorization value that passed, compared in constant time before hashing
     # (a hash per request cost more than the comparison). Never carried to a new table.
     accepted: bytes | None = None
+
+    def take_place(self, activity: Activity) -> OverLimit | None:
+        """Admit one call under the service's rate limit and in-flight bound (HTTP and gRPC
+        alike), and mark the service busy for the load report: None, or why not."""
+        bucket = self.bucket
+        name = self.route.service
+        if bucket is not None and not bucket.try_acquire():
+            return OverLimit(
+                f"service {name!r} is over its rate limit of {self.route.rate_limit} requests/s",
+                bucket.retry_after_s(),
+            )
+        in_flight = self.in_flight
+        if not in_flight.try_enter():
+            return OverLimit(
+                f"service {name!r} already has {in_flight.limit} requests in flight", 1
+            )
+        if not in_flight.active:
+            activity.touch(name, in_flight)
+        return None
+
     grpc_endpoints: tuple[Endpoint, ...] = ()  # the same replicas' gRPC ports
 
 
