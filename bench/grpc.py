@@ -40,11 +40,9 @@ SERVICE = "bench"
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
 
-def _http_bench() -> ModuleType:
-    """bench/gateway.py's process helpers (free ports, start/stop, pinning, percentiles)."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_gateway", Path(__file__).parent / "gateway.py"
-    )
+def _bench_module(name: str, file: str) -> ModuleType:
+    """A sibling benchmark loaded by path under ``name`` (this folder is off sys.path)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / file)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
@@ -52,7 +50,10 @@ def _http_bench() -> ModuleType:
     return module
 
 
-hb = _http_bench()
+# bench/gateway.py's process helpers (free ports, start/stop, pinning, percentiles); it
+# imports bench/deploy.py as ``deploy``, which the repository's deploy/ folder would shadow.
+_bench_module("deploy", "deploy.py")
+hb = _bench_module("bench_gateway", "gateway.py")
 
 
 # --- workloads -------------------------------------------------------------------------

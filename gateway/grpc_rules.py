@@ -9,9 +9,11 @@ gRPC library and its tables are tested as data.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Literal
 
-from gateway.auth import presented_token
+from gateway.auth import presented_token, token_digest_of
+from gateway.h2wire import block, parse_grpc_timeout
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -48,7 +50,7 @@ ADMIN_METHODS = frozenset(
 
 # Caller metadata that is the gateway's business only: never passed to a replica (the token;
 # the replica's admin-key header, which no tenant holds anyway).
-DROPPED_METADATA = frozenset({"authorization", "openeas-admin-key", "user-agent"})
+DROPPED_METADATA = frozenset({b"authorization", b"openeas-admin-key", b"user-agent"})
 
 
 class Refusal(Exception):
@@ -71,21 +73,18 @@ def admin_refusal(method: str, service: str) -> Refusal:
     )
 
 
-def credential(metadata: Iterable[tuple[str, str | bytes]]) -> bytes | None:
+def credential(fields: Iterable[tuple[bytes, bytes]]) -> bytes | None:
     """The token in the call's ``authorization`` metadata (``Bearer <token>`` or bare),
     None when absent or empty."""
-    for key, value in metadata:
-        if key == "authorization":
-            raw = value.encode("utf-8") if isinstance(value, str) else value
-            return presented_token(raw)
+    for key, value in fields:
+        if key == b"authorization":
+            return presented_token(value)
     return None
 
 
-def forwarded_metadata(
-    metadata: Iterable[tuple[str, str | bytes]],
-) -> tuple[tuple[str, str | bytes], ...]:
-    """The caller's metadata as sent to the replica: all but :data:`DROPPED_METADATA`."""
-    return tuple((k, v) for k, v in metadata if k not in DROPPED_METADATA)
+def forwarded(fields: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[bytes, bytes], ...]:
+    """The caller's headers as sent to the replica: all but :data:`DROPPED_METADATA`."""
+    return tuple((k, v) for k, v in fields if k not in DROPPED_METADATA)
 
 
 def deadline_s(route_timeout_s: float, client_remaining_s: float | None) -> tuple[float, bool]:
@@ -94,3 +93,53 @@ def deadline_s(route_timeout_s: float, client_remaining_s: float | None) -> tupl
     if client_remaining_s is not None and client_remaining_s < route_timeout_s:
         return max(client_remaining_s, 0.0), False
     return route_timeout_s, True
+
+
+def service_for(authority: bytes, domain: str) -> str | None:
+    """The service a call's ``:authority`` names under ``domain`` (``svc.example.com:8001``
+    → ``svc`` for ``example.com``); None when no domain is set or the host is not under it
+    (an address: the token then names the service)."""
+    if not domain:
+        return None
+    host = authority.decode("latin-1").rsplit(":", 1)[0] if authority[:1] != b"[" else ""
+    suffix = "." + domain.strip(".").lower()
+    host = host.lower().rstrip(".")
+    if not host.endswith(suffix) or len(host) == len(suffix):
+        return None
+    return host[: -len(suffix)]
+
+
+@dataclass(frozen=True, slots=True)
+class CallHead:
+    """What the relay needs of a call's request headers, decided once per distinct header
+    block: the method, the service's selectors, the client's deadline, the block to send
+    on to a replica (without ``grpc-timeout``), or why the request is not a gRPC call."""
+
+    method: str
+    authority: bytes
+    digest: bytes | None  # SHA-256 hex of the presented token
+    timeout_s: float | None
+    upstream_block: bytes
+    problem: str = ""
+
+
+def call_head(fields: tuple[tuple[bytes, bytes], ...]) -> CallHead:
+    """Read a request's decoded header fields (pure; the relay caches it per block)."""
+    get = dict(fields).get
+    path = get(b":path", b"").decode("latin-1")
+    prefix = f"/{SERVICE}/"
+    method = path[len(prefix) :] if path.startswith(prefix) else ""
+    problem = ""
+    if get(b":method") != b"POST" or not get(b"content-type", b"").startswith(b"application/grpc"):
+        problem = "not a gRPC request (POST with content-type application/grpc)"
+    token = credential(fields)
+    raw_timeout = get(b"grpc-timeout")
+    timeout = parse_grpc_timeout(raw_timeout.decode("latin-1")) if raw_timeout else None
+    return CallHead(
+        method=method,
+        authority=get(b":authority") or get(b"host", b""),
+        digest=None if token is None else token_digest_of(token),
+        timeout_s=timeout,
+        upstream_block=block((k.decode("latin-1"), v) for k, v in forwarded(fields)),
+        problem=problem,
+    )

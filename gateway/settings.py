@@ -52,6 +52,12 @@ class GatewaySettings(BaseSettings):
         "a free one); unset: no gRPC. `openeas up` defaults it to 8001.",
     )
     workers: int = Field(default=1, ge=1, le=256)
+    domain: str = Field(
+        default="",
+        description="Per-service host names: a gRPC call whose :authority is "
+        "`<service>.<domain>` is for that service (EAS's per-service domains); unset: calls "
+        "name their service by their token alone.",
+    )
 
     shutdown_grace_s: float = Field(
         default=30.0,

@@ -285,3 +285,103 @@ def test_route_timeout_is_deadline_exceeded(open_door: Any) -> None:
             assert "300 ms" in str(e.value.message())
         finally:
             client.close()
+
+
+def test_authority_selects_the_service(open_door: Any, triton_server: TritonServer) -> None:
+    """With OPENEAS_GATEWAY_DOMAIN set, ``<service>.<domain>`` names the service (EAS's
+    per-service host names); its token must be that service's."""
+    other = grpc_route(triton_server, service="other", token=OTHER_TOKEN)
+    door: Door = open_door(table(grpc_route(triton_server), other), domain="example.com")
+
+    def client(host: str) -> grpcclient.InferenceServerClient:
+        return grpcclient.InferenceServerClient(
+            url=door.runner.address, channel_args=[("grpc.default_authority", host)]
+        )
+
+    svc, nope = client(f"svc.example.com:{door.runner.port}"), client("nope.example.com")
+    try:
+        assert svc.is_server_ready(headers=bearer())
+        inputs, a, b = add_sub_inputs()
+        result: Any = svc.infer("add_sub", inputs, headers=bearer())
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+        # another service's token does not open this one, though it is a valid token
+        wrong = lambda: svc.is_server_ready(headers=bearer(OTHER_TOKEN))  # noqa: E731
+        assert status_of(wrong) == "StatusCode.UNAUTHENTICATED"
+        assert status_of(lambda: nope.is_server_ready(headers=bearer())) == ("StatusCode.NOT_FOUND")
+    finally:
+        svc.close()
+        nope.close()
+    metrics = door.metrics()
+    assert 'openeas_gateway_grpc_requests_total{service="svc",code="OK"} 2' in metrics
+    assert 'openeas_gateway_grpc_requests_total{service="",code="NOT_FOUND"} 1' in metrics
+
+
+def test_message_over_the_body_limit_is_resource_exhausted(
+    open_door: Any, triton_server: TritonServer
+) -> None:
+    door: Door = open_door(table(grpc_route(triton_server)), max_body_bytes=4096)
+    client = door.client()
+    try:
+        small = grpcclient.InferInput("INPUT0", [1000], "UINT8")
+        small.set_data_from_numpy(np.zeros(1000, dtype=np.uint8))
+        assert client.infer("identity", [small], headers=bearer()) is not None
+        big = grpcclient.InferInput("INPUT0", [8000], "UINT8")
+        big.set_data_from_numpy(np.zeros(8000, dtype=np.uint8))
+        call = lambda: client.infer("identity", [big], headers=bearer())  # noqa: E731
+        assert status_of(call) == "StatusCode.RESOURCE_EXHAUSTED"
+        assert client.is_server_ready(headers=bearer())  # the connection still serves
+    finally:
+        client.close()
+
+
+def test_many_concurrent_calls_and_tensors_beyond_the_windows(door: Door) -> None:
+    """64 calls at once on one connection, and 8 MiB each way (twice the 4 MiB stream
+    windows: credit must flow back on both legs), all answered right."""
+    client = door.client()
+    answers: queue.Queue[Any] = queue.Queue()
+    try:
+        for i in range(64):
+            x = np.full(4, float(i), dtype=np.float32)
+            inputs = [grpcclient.InferInput(n, [4], "FP32") for n in ("INPUT0", "INPUT1")]
+            inputs[0].set_data_from_numpy(x)
+            inputs[1].set_data_from_numpy(x)
+            client.async_infer(
+                "add_sub",
+                inputs,
+                callback=lambda result, error, i=i: answers.put((i, result, error)),
+                headers=bearer(),
+            )
+        for _ in range(64):
+            i, result, error = answers.get(timeout=30)
+            assert error is None
+            assert result.as_numpy("OUTPUT0").tolist() == [2.0 * i] * 4
+        payload = np.random.default_rng(8).integers(0, 256, 8 << 20, dtype=np.uint8)
+        tensor = grpcclient.InferInput("INPUT0", [payload.size], "UINT8")
+        tensor.set_data_from_numpy(payload)
+        got: Any = client.infer("identity", [tensor], headers=bearer())
+        assert got.as_numpy("OUTPUT0").tobytes() == payload.tobytes()
+    finally:
+        client.close()
+
+
+def test_a_caller_breaking_http2_is_hung_up_on(door: Door) -> None:
+    """Bytes that are not HTTP/2 end that connection only, with GOAWAY(PROTOCOL_ERROR)
+    after the door's SETTINGS; the door serves the next caller."""
+    goaway = b"\x00\x00\x08\x07\x00\x00\x00\x00\x00"  # the frame head, stream 0
+    for sent in (
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        # the preface, then SETTINGS with a 3-byte payload (must be a multiple of 6)
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x03\x04\x00\x00\x00\x00\x00abc",
+    ):
+        with socket.create_connection((door.runner.host, door.runner.port), timeout=5) as raw:
+            raw.sendall(sent)
+            reply = b""
+            while chunk := raw.recv(4096):
+                reply += chunk
+        assert reply[3] == 4  # SETTINGS first, as every HTTP/2 server does
+        assert reply[-17:-8] == goaway and reply[-4:] == b"\x00\x00\x00\x01", reply
+    client = door.client()
+    try:
+        assert client.is_server_ready(headers=bearer())
+    finally:
+        client.close()

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.auth import token_digest_of
 from gateway.grpc_rules import (
     ADMIN_METHODS,
     TENANT_METHODS,
     admin_refusal,
+    call_head,
     credential,
     deadline_s,
-    forwarded_metadata,
+    forwarded,
+    service_for,
 )
 
 
@@ -32,29 +35,29 @@ def test_tenant_and_admin_methods_cover_triton_service_apart() -> None:
 @pytest.mark.parametrize(
     ("metadata", "token"),
     [
-        ([("authorization", "Bearer tok")], b"tok"),
-        ([("authorization", "bearer  tok ")], b"tok"),
-        ([("authorization", "tok")], b"tok"),  # EAS's bare token
-        ([("x", "y"), ("authorization", b"tok")], b"tok"),
-        ([("authorization", "Bearer")], None),
-        ([("authorization", "")], None),
-        ([("x-authorization", "tok")], None),
+        ([(b"authorization", b"Bearer tok")], b"tok"),
+        ([(b"authorization", b"bearer  tok ")], b"tok"),
+        ([(b"authorization", b"tok")], b"tok"),  # EAS's bare token
+        ([(b"x", b"y"), (b"authorization", b"tok")], b"tok"),
+        ([(b"authorization", b"Bearer")], None),
+        ([(b"authorization", b"")], None),
+        ([(b"x-authorization", b"tok")], None),
         ([], None),
     ],
 )
-def test_credential(metadata: list[tuple[str, str | bytes]], token: bytes | None) -> None:
+def test_credential(metadata: list[tuple[bytes, bytes]], token: bytes | None) -> None:
     assert credential(metadata) == token
 
 
 def test_the_token_and_the_fence_header_are_not_forwarded() -> None:
     metadata = [
-        ("authorization", "Bearer tok"),
-        ("openeas-admin-key", "guess"),
-        ("user-agent", "grpc-python"),
-        ("triton_grpc_error", "true"),
-        ("x-trace", "1"),
+        (b"authorization", b"Bearer tok"),
+        (b"openeas-admin-key", b"guess"),
+        (b"user-agent", b"grpc-python"),
+        (b"triton_grpc_error", b"true"),
+        (b"x-trace", b"1"),
     ]
-    assert forwarded_metadata(metadata) == (("triton_grpc_error", "true"), ("x-trace", "1"))
+    assert forwarded(metadata) == ((b"triton_grpc_error", b"true"), (b"x-trace", b"1"))
 
 
 @pytest.mark.parametrize(
@@ -74,3 +77,67 @@ def test_admin_refusal_names_the_method() -> None:
     refusal = admin_refusal("RepositoryModelLoad", "svc")
     assert refusal.code == "PERMISSION_DENIED" and refusal.service == "svc"
     assert "RepositoryModelLoad" in refusal.details and "admin API" in refusal.details
+
+
+@pytest.mark.parametrize(
+    ("authority", "domain", "service"),
+    [
+        (b"svc.example.com:8001", "example.com", "svc"),
+        (b"svc.example.com", "example.com", "svc"),
+        (b"SVC.Example.com:443", ".example.com.", "svc"),  # case and dots as typed
+        (b"a.b.example.com:8001", "example.com", "a.b"),  # not a service: NOT_FOUND later
+        (b"example.com:8001", "example.com", None),  # the domain itself names nothing
+        (b"svc.example.org:8001", "example.com", None),  # not under it: the token decides
+        (b"127.0.0.1:8001", "example.com", None),
+        (b"[::1]:8001", "example.com", None),
+        (b"svc.example.com:8001", "", None),  # no domain set
+    ],
+)
+def test_service_for(authority: bytes, domain: str, service: str | None) -> None:
+    assert service_for(authority, domain) == service
+
+
+def _fields(**extra: bytes) -> tuple[tuple[bytes, bytes], ...]:
+    base = {
+        b":method": b"POST",
+        b":scheme": b"http",
+        b":path": b"/inference.GRPCInferenceService/ModelInfer",
+        b":authority": b"svc.example.com:8001",
+        b"content-type": b"application/grpc",
+        b"te": b"trailers",
+        b"authorization": b"Bearer tok",
+    }
+    base.update({k.replace("_", "-").encode(): v for k, v in extra.items()})
+    return tuple(base.items())
+
+
+def test_call_head_reads_what_admission_needs() -> None:
+    head = call_head(_fields(grpc_timeout=b"250m"))
+    assert head.method == "ModelInfer" and not head.problem
+    assert head.authority == b"svc.example.com:8001"
+    assert head.digest == token_digest_of(b"tok")
+    assert head.timeout_s == pytest.approx(0.25)
+    # The block sent on is the caller's, less the token, and decodes as such.
+    import hpack
+
+    sent = dict(hpack.Decoder().decode(head.upstream_block, raw=True))
+    assert b"authorization" not in sent
+    assert sent[b":path"] == b"/inference.GRPCInferenceService/ModelInfer"
+    assert sent[b"grpc-timeout"] == b"250m"
+
+
+@pytest.mark.parametrize(
+    ("change", "method", "problem"),
+    [
+        ({":path": b"/other.Service/Call"}, "", ""),  # another service: UNIMPLEMENTED later
+        ({":method": b"GET"}, "ModelInfer", "not a gRPC request"),
+        ({"content-type": b"application/json"}, "ModelInfer", "not a gRPC request"),
+        ({"content-type": b"application/grpc+proto"}, "ModelInfer", ""),
+    ],
+)
+def test_call_head_problems(change: dict[str, bytes], method: str, problem: str) -> None:
+    fields = dict(_fields())
+    fields.update({k.encode(): v for k, v in change.items()})
+    head = call_head(tuple(fields.items()))
+    assert head.method == method
+    assert head.problem.startswith(problem) if problem else not head.problem
