@@ -43,7 +43,7 @@ from gateway.route_table import (
 from gateway.server import HttpServer, Request
 from gateway.settings import GatewaySettings
 from gateway.upstream import UpstreamPool
-from gateway.wake import ControlPlaneWake
+from gateway.wake import ControlPlaneWake, Waking
 from gateway.workers import WorkerPeers
 
 log = logging.getLogger(__name__)
@@ -313,6 +313,12 @@ class Gateway:
     def _answer(request: Request, problem: Problem) -> None:
         write_problem(request, problem)
         request.finish()
+
+    @property
+    def waking(self) -> Waking:
+        """Calls held for services at zero (either door's); after :meth:`start`."""
+        assert self._predict is not None, "the gateway is not started"
+        return self._predict.waking
 
 
 class GatewayRunner:

@@ -23,7 +23,8 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from typing import Protocol, cast
+from collections.abc import Coroutine
+from typing import Any, Protocol, cast
 
 from gateway import h2wire as h2
 from gateway.balancer import Endpoint
@@ -50,13 +51,24 @@ _UPSTREAM_SETTINGS = (
 )
 
 
+class Asleep(Exception):
+    """The call's service is at zero and wakes on request: hold the call."""
+
+    def __init__(self, entry: ServiceRoute) -> None:
+        super().__init__(entry.route.service)
+        self.entry = entry
+
+
 class Admission(Protocol):
     """What the relay asks of the gateway per call (:class:`gateway.grpc_server.GrpcDoor`)."""
 
     max_message_bytes: int
 
     def admit(self, head: CallHead) -> ServiceRoute:
-        """The call's service, its place taken; raises :class:`Refusal`."""
+        """The call's service, its place taken; raises :class:`Refusal` or :class:`Asleep`."""
+
+    async def wake(self, entry: ServiceRoute) -> None:
+        """Until the service at zero has a ready replica; raises :class:`Refusal`."""
 
     def choose(self, entry: ServiceRoute) -> Endpoint: ...
 
@@ -107,6 +119,7 @@ class Call:
         "entry",
         "finished",
         "headers_sent",
+        "held",
         "msg_left",
         "prefix",
         "service",
@@ -130,6 +143,8 @@ class Call:
         self.headers_sent = False
         self.finished = False
         self.code = "OK"
+        # What the caller sent while the call waits for its service to wake from zero.
+        self.held: list[tuple[Bytes, int, int]] | None = None
         self.msg_left = 0  # bytes of the current request message still to come
         self.prefix = b""  # a message's 5-byte prefix, while split across frames
 
@@ -469,11 +484,14 @@ class ClientConn(Conn):
         call, relay = leg.call, self.relay
         if end:
             leg.ended_in = True
-        if call.up is None or call.finished:
+        if call.finished or (call.up is None and call.held is None):
             return
         if data and call.over_limit(data, relay.admission.max_message_bytes):
             limit = relay.admission.max_message_bytes
             relay.end(call, "RESOURCE_EXHAUSTED", f"a request message is over {limit} bytes")
+            return
+        if call.up is None:  # held: its stream window bounds what waits here
+            call.held.append((data, end, length))  # type: ignore[union-attr]
             return
         call.up.conn.send(call.up, h2.DATA, data, bool(end), length)
 
@@ -614,7 +632,37 @@ class Relay:
             call = self._track(Call(client, sid, None, refusal.service), end)
             self.end(call, refusal.code, refusal.details)
             return
-        call = self._track(Call(client, sid, entry), end)
+        except Asleep as asleep:
+            call = self._track(Call(client, sid, None, asleep.entry.route.service), end)
+            call.held = []
+            self._spawn(self._wake(call, head, asleep.entry))
+            return
+        self._splice(self._track(Call(client, sid, entry), end), head, entry)
+
+    async def _wake(self, call: Call, head: CallHead, asleep: ServiceRoute) -> None:
+        """Hold ``call`` until its service has a ready replica, then admit it again and
+        send on what the caller sent meanwhile."""
+        try:
+            await self.admission.wake(asleep)
+            entry = self.admission.admit(head)
+        except Refusal as refusal:
+            self.end(call, refusal.code, refusal.details)
+        except Asleep:
+            self.end(call, "UNAVAILABLE", f"service {call.service!r} has no ready replica yet")
+        else:
+            if call.finished:  # the caller gave up meanwhile
+                entry.in_flight.leave()
+                return
+            call.entry = entry
+            self._splice(call, head, entry)
+            held, call.held = call.held or [], None
+            assert call.up is not None
+            for data, end, length in held:
+                call.up.conn.send(call.up, h2.DATA, data, bool(end), length)
+        self.flush()
+
+    def _splice(self, call: Call, head: CallHead, entry: ServiceRoute) -> None:
+        """Send an admitted call on to a replica of ``entry``."""
         endpoint = call.endpoint = self.admission.choose(entry)
         endpoint.outstanding += 1
         timeout, ours = deadline_s(entry.timeout_s, head.timeout_s)
@@ -624,7 +672,7 @@ class Relay:
         call.up = leg = up.attach(call)
         # The caller's grpc-timeout passes as sent; the route's own is kept here (on expiry
         # the replica's stream is reset, which ends its work as a deadline would).
-        up.send(leg, h2.HEADERS, head.upstream_block, end)
+        up.send(leg, h2.HEADERS, head.upstream_block, call.down.ended_in and not call.held)
 
     def _track(self, call: Call, end: bool) -> Call:
         call.down.ended_in = end
@@ -690,10 +738,13 @@ class Relay:
         conn = self.upstreams.get(endpoint)
         if conn is None:
             conn = self.upstreams[endpoint] = UpstreamConn(self, endpoint)
-            task = asyncio.get_running_loop().create_task(self._connect(conn))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._connect(conn))
         return conn
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _connect(self, conn: UpstreamConn) -> None:
         loop = asyncio.get_running_loop()

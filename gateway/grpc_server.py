@@ -12,8 +12,9 @@ that service's) or, for clients that only have an address, by its token alone (t
 unique per cluster; the route table keeps a digest → service index). Refusals:
 UNAUTHENTICATED (no or unknown token), NOT_FOUND (no service of that host name),
 PERMISSION_DENIED (admin API), UNAVAILABLE (no ready replica), RESOURCE_EXHAUSTED (rate
-limit, max in flight, message over the body limit), DEADLINE_EXCEEDED (the route's
-timeout). A replica's own status passes unchanged.
+limit, max in flight, message over the body limit, the wake queue full), DEADLINE_EXCEEDED
+(the route's timeout). A call for a service its autoscaler took to zero is held until a
+replica is ready, as on the HTTP door. A replica's own status passes unchanged.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gateway.balancer import Endpoint
-from gateway.grpc_relay import Call, ClientConn, Relay
+from gateway.grpc_relay import Asleep, Call, ClientConn, Relay
 from gateway.grpc_rules import (
     ADMIN_METHODS,
     TENANT_METHODS,
@@ -35,6 +36,7 @@ from gateway.grpc_rules import (
     service_for,
 )
 from gateway.route_table import RouteChange, ServiceRoute
+from gateway.wake import NotWakeable, QueueFull, WakeTimeout, queue_bound
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -49,6 +51,7 @@ class GrpcDoor:
         self.balancer = gateway.balancer
         self.metrics = gateway.metrics
         self.activity = gateway.activity
+        self.waking = gateway.waking
         self.max_message_bytes = gateway.settings.max_body_bytes
         self.relay = Relay(self, gateway.settings.connect_timeout_s)
         gateway.routes.listeners.append(self._on_change)
@@ -86,6 +89,8 @@ class GrpcDoor:
         if method in ADMIN_METHODS:
             raise admin_refusal(method, name)
         if not entry.grpc_endpoints:
+            if entry.route.wakeable:
+                raise Asleep(entry)
             raise Refusal(
                 "UNAVAILABLE",
                 f"service {name!r} has no ready replica with a gRPC port "
@@ -96,6 +101,32 @@ class GrpcDoor:
         if over is not None:
             raise Refusal("RESOURCE_EXHAUSTED", over.detail, name)
         return entry
+
+    async def wake(self, entry: ServiceRoute) -> None:
+        """Hold a call for a service at zero as the HTTP door does (:mod:`gateway.wake`),
+        with its answers as gRPC statuses."""
+        name = entry.route.service
+        try:
+            await self.waking.hold_call(entry, self.activity, self.settings.wake_queue)
+        except QueueFull:
+            bound = queue_bound(entry, self.settings.wake_queue)
+            raise Refusal(
+                "RESOURCE_EXHAUSTED",
+                f"service {name!r} is waking up from zero and already holds {bound} calls: "
+                "this one was not processed, retry in a moment",
+                name,
+            ) from None
+        except WakeTimeout:
+            raise Refusal(
+                "DEADLINE_EXCEEDED",
+                f"service {name!r} was scaled to zero and no replica was ready within "
+                f"{entry.timeout_s * 1000:.0f} ms (its timeout)",
+                name,
+            ) from None
+        except NotWakeable as e:
+            raise Refusal(
+                "UNAVAILABLE", f"service {name!r} has no ready replica: {e}", name
+            ) from None
 
     def choose(self, entry: ServiceRoute) -> Endpoint:
         endpoint = self.balancer.choose(entry.grpc_endpoints)

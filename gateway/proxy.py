@@ -43,7 +43,7 @@ from gateway.upstream import (
     UpstreamPool,
     request_head,
 )
-from gateway.wake import NotWakeable, Push, QueueFull, WakeTimeout, Waking
+from gateway.wake import NotWakeable, Push, QueueFull, WakeTimeout, Waking, queue_bound
 
 # EAS's answer when a service's queue is full; the request was not processed: retry.
 QUEUE_FULL = 450
@@ -263,17 +263,9 @@ class PredictProxy:
         """Hold an authenticated call for a service at zero until a replica is ready, then
         admit it again (the route changed) and forward it."""
         name = asleep.route.service
-        limit = asleep.route.max_queue_size
-        bound = min(self.settings.wake_queue, limit) if limit else self.settings.wake_queue
-        in_flight = asleep.in_flight  # the service's own (kept across its route changes)
-        in_flight.enter_held()
-        if not in_flight.active:
-            self.activity.touch(name, in_flight)
+        bound = queue_bound(asleep, self.settings.wake_queue)
         try:
-            try:
-                await self.waking.hold(name, bound, asleep.timeout_s)
-            finally:
-                in_flight.leave()
+            await self.waking.hold_call(asleep, self.activity, self.settings.wake_queue)
             entry, authenticated = self._resolve(request, target)
             self._admit(request, target, entry, authenticated)
         except (Problem, QueueFull, WakeTimeout, NotWakeable, Asleep) as e:

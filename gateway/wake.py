@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from contract.wire import WAKE_PATH, WakeRequest
+from gateway.limits import Activity
 from gateway.metrics import GatewayMetrics
-from gateway.route_table import RouteChange, RouteState
+from gateway.route_table import RouteChange, RouteState, ServiceRoute
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,19 @@ class Waking:
         if asleep.refused is not None:
             raise NotWakeable(asleep.refused)
 
+    async def hold_call(self, entry: ServiceRoute, activity: Activity, wake_queue: int) -> None:
+        """Hold one call (either door's) for ``entry``'s service at zero, counted in its
+        in-flight load meanwhile so the autoscaler sees the demand; :meth:`hold`'s errors."""
+        name = entry.route.service
+        in_flight = entry.in_flight  # the service's own (kept across its route changes)
+        in_flight.enter_held()
+        if not in_flight.active:
+            activity.touch(name, in_flight)
+        try:
+            await self.hold(name, queue_bound(entry, wake_queue), entry.timeout_s)
+        finally:
+            in_flight.leave()
+
     def _forget(self, service: str, asleep: _Asleep) -> None:
         if self._asleep.get(service) is asleep:
             del self._asleep[service]
@@ -146,6 +160,13 @@ class Waking:
                 asleep.push.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await asleep.push
+
+
+def queue_bound(entry: ServiceRoute, wake_queue: int) -> int:
+    """How many calls a service waking from zero holds: the gateway's bound, or the
+    service's ``metadata.rpc.max_queue_size`` when lower."""
+    limit = entry.route.max_queue_size
+    return min(wake_queue, limit) if limit else wake_queue
 
 
 class ControlPlaneWake:

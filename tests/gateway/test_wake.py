@@ -227,3 +227,51 @@ def test_a_route_from_an_older_control_plane_is_not_wakeable() -> None:
     older = route([]).model_dump(exclude={"wakeable"})
     assert "wakeable" not in older
     assert Route.model_validate(older).wakeable is False
+
+
+@pytest.mark.slow
+def test_grpc_calls_wake_the_service_and_are_answered(
+    gateway: Callable[..., Gateway], cp: FakeControlPlane, lt: LoopThread, triton_server: Any
+) -> None:
+    """The gRPC door holds calls for a service at zero like the HTTP door (one wake-up, the
+    request's bytes kept meanwhile), and the wake queue bound is RESOURCE_EXHAUSTED."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from gateway.grpc_server import start_grpc
+
+    gw = gateway(wake_queue=4)
+    door = lt.run(start_grpc(gw.runner.gateway, host="127.0.0.1", port=0))
+    awake = route([triton_server.base_url]).model_copy(
+        update={"grpc_endpoints": [f"http://127.0.0.1:{triton_server.grpc_port}"]}
+    )
+    wake_after(lt, cp, 0.5, table(awake, version=2))
+    client = grpcclient.InferenceServerClient(url=door.address)
+
+    def infer(i: int) -> Any:
+        x = np.full(4, float(i), dtype=np.float32)
+        inputs = [grpcclient.InferInput(n, [4], "FP32") for n in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(x)
+        try:
+            result = client.infer("add_sub", inputs, headers={"authorization": TOKEN})
+        except InferenceServerException as e:
+            return e.status()
+        return result.as_numpy("OUTPUT0").tolist()
+
+    try:
+        started = time.monotonic()
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(infer, range(6)))
+        took = time.monotonic() - started
+    finally:
+        client.close()
+        lt.run(door.close(grace_s=1.0))
+    full = [i for i, a in enumerate(answers) if a == "StatusCode.RESOURCE_EXHAUSTED"]
+    assert len(full) == 2, answers  # past the bound of 4
+    for i, answer in enumerate(answers):
+        assert i in full or answer == [2.0 * i] * 4, answers  # each its own sum
+    assert took >= 0.4  # held until the replica was ready
+    assert cp.wakes == ["svc"]
+    assert cold_starts(gw) == 1
