@@ -198,6 +198,7 @@ SAMPLE: dict[str, Any] = {
         "shutdownGraceS": 120,
         "healthPath": "/healthz",
         "metricsPath": "/gateway/metrics",
+        "domain": "eas.example.com",
     },
     "serving": {
         "requestTimeoutSeconds": 10,
