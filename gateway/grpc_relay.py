@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, cast
 
 from gateway import h2wire as h2
@@ -114,6 +114,7 @@ class Call:
 
     __slots__ = (
         "code",
+        "deadline",
         "down",
         "endpoint",
         "entry",
@@ -121,11 +122,11 @@ class Call:
         "headers_sent",
         "held",
         "msg_left",
+        "ours",
         "prefix",
         "service",
         "started",
         "timeout_s",
-        "timer",
         "up",
     )
 
@@ -138,8 +139,9 @@ class Call:
         self.service = entry.route.service if entry is not None else service
         self.endpoint: Endpoint | None = None
         self.started = time.perf_counter()
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline: set[Call] | None = None  # its slot in Deadlines, while it runs
         self.timeout_s = 0.0
+        self.ours = True  # the deadline is the route's (not the caller's grpc-timeout)
         self.headers_sent = False
         self.finished = False
         self.code = "OK"
@@ -596,6 +598,40 @@ def _response_head(fields: Fields) -> tuple[bytes, str]:
     return h2.block((k.decode("latin-1"), v) for k, v in fields), code
 
 
+class Deadlines:
+    """Calls' deadlines in slots of :data:`SLOT_S`, one timer per slot rather than one per
+    call: a call costs a set insert and discard where a timer of its own cost about 12 µs
+    (uvloop, 64 calls in flight). A call expires up to one slot late; a slot's timer runs
+    once, so no timer runs while no call is in flight."""
+
+    SLOT_S = 0.01
+
+    def __init__(self, expire: Callable[[Call], None]) -> None:
+        self.expire = expire
+        self.slots: dict[int, set[Call]] = {}
+
+    def add(self, call: Call, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        slot = int((loop.time() + timeout_s) / self.SLOT_S) + 1
+        members = self.slots.get(slot)
+        if members is None:
+            members = self.slots[slot] = set()
+            loop.call_at(slot * self.SLOT_S, self._due, slot)
+        members.add(call)
+        call.deadline = members
+
+    @staticmethod
+    def remove(call: Call) -> None:
+        if call.deadline is not None:
+            call.deadline.discard(call)
+            call.deadline = None
+
+    def _due(self, slot: int) -> None:
+        for call in self.slots.pop(slot, ()):
+            call.deadline = None
+            self.expire(call)
+
+
 # -- the relay --------------------------------------------------------------------------------
 
 
@@ -609,6 +645,7 @@ class Relay:
         self.upstreams: dict[Endpoint, UpstreamConn] = {}
         self.retired: set[UpstreamConn] = set()
         self.dirty: list[Conn] = []
+        self.deadlines = Deadlines(self._expired)
         self.calls = 0  # in progress
         self.idle = asyncio.Event()
         self.idle.set()
@@ -666,8 +703,8 @@ class Relay:
         endpoint = call.endpoint = self.admission.choose(entry)
         endpoint.outstanding += 1
         timeout, ours = deadline_s(entry.timeout_s, head.timeout_s)
-        call.timeout_s = timeout
-        call.timer = asyncio.get_running_loop().call_later(timeout, self._expired, call, ours)
+        call.timeout_s, call.ours = timeout, ours
+        self.deadlines.add(call, timeout)
         up = self.upstream(endpoint)
         call.up = leg = up.attach(call)
         # The caller's grpc-timeout passes as sent; the route's own is kept here (on expiry
@@ -681,10 +718,10 @@ class Relay:
         self.idle.clear()
         return call
 
-    def _expired(self, call: Call, ours: bool) -> None:
+    def _expired(self, call: Call) -> None:
         message = (
             f"the replica did not answer within {call.timeout_s * 1000:.0f} ms"
-            if ours
+            if call.ours
             else "Deadline Exceeded"
         )
         self.end(call, "DEADLINE_EXCEEDED", message)
@@ -711,8 +748,7 @@ class Relay:
 
     def finish(self, call: Call, code: str) -> None:
         call.finished = True
-        if call.timer is not None:
-            call.timer.cancel()
+        self.deadlines.remove(call)
         down, up = call.down, call.up
         if not down.ended_in and not down.conn.closed:
             down.conn.write(h2.rst_stream(down.sid, h2.NO_ERROR))

@@ -9,7 +9,10 @@ a call may do is decided in :mod:`gateway.grpc_rules`. This module admits calls:
 A call names its service by its ``:authority`` (``<service>.<domain>`` when
 ``OPENEAS_GATEWAY_DOMAIN`` is set, as EAS's per-service domains do; its token must then be
 that service's) or, for clients that only have an address, by its token alone (tokens are
-unique per cluster; the route table keeps a digest → service index). Refusals:
+unique per cluster; the route table keeps a digest → service index). Service groups work
+as on the HTTP door: ``<group>.<domain>``, or the group's token alone, reaches the member
+its traffic split picks (the group's token or any member's opens it), and
+``<group>.<service>.<domain>`` one member. Refusals:
 UNAUTHENTICATED (no or unknown token), NOT_FOUND (no service of that host name),
 PERMISSION_DENIED (admin API), UNAVAILABLE (no ready replica), RESOURCE_EXHAUSTED (rate
 limit, max in flight, message over the body limit, the wake queue full), DEADLINE_EXCEEDED
@@ -35,7 +38,7 @@ from gateway.grpc_rules import (
     admin_refusal,
     service_for,
 )
-from gateway.route_table import RouteChange, ServiceRoute
+from gateway.route_table import GroupEntry, RouteChange, ServiceRoute
 from gateway.wake import NotWakeable, QueueFull, WakeTimeout, queue_bound
 
 if TYPE_CHECKING:
@@ -60,25 +63,67 @@ class GrpcDoor:
         self.relay.release(list(change.released))
 
     def _service(self, head: CallHead) -> ServiceRoute:
+        """The service that serves the call, its caller authenticated. Names resolve as
+        on the HTTP door: a group's name wins over a service's (a member is picked), and
+        ``<group>.<service>`` reaches a member with its token or the group's."""
         named = service_for(head.authority, self.settings.domain)
-        if named is not None:
-            entry = self.routes.get(named)
-            if entry is None:
-                raise Refusal("NOT_FOUND", f"no service {named!r} behind this gateway")
-            if head.digest is None or not hmac.compare_digest(head.digest, entry.digest):
-                raise Refusal(
-                    "UNAUTHENTICATED", f"missing or wrong token for service {named!r}", named
-                )
-            return entry
+        if named is None:
+            return self._by_token(head)
+        routes = self.routes
+        group = routes.groups.get(named)
+        if group is not None:
+            wrong = f"the token matches neither group {named!r} nor its members"
+            self._authenticate(head, routes.group_tokens(group), named, wrong)
+            return self._member(group)
+        group_name, dot, member = named.partition(".")
+        entry = routes.get(member if dot else named)
+        if entry is None or (dot and entry.route.group != group_name):
+            raise Refusal("NOT_FOUND", f"no service {named!r} behind this gateway")
+        group = routes.groups.get(group_name) if dot else None
+        tokens = [entry.digest] if group is None else [entry.digest, group.digest]
+        name = entry.route.service
+        self._authenticate(head, tokens, name, f"the token does not match service {name!r}")
+        return entry
+
+    @staticmethod
+    def _authenticate(head: CallHead, digests: list[bytes], name: str, wrong: str) -> None:
+        if head.digest is None:
+            raise Refusal("UNAUTHENTICATED", f"missing authorization metadata for {name!r}", name)
+        if not any(hmac.compare_digest(head.digest, d) for d in digests):
+            raise Refusal("UNAUTHENTICATED", wrong, name)
+
+    def _by_token(self, head: CallHead) -> ServiceRoute:
+        """For callers that only have the gateway's address: the service, or the group
+        (a member is picked), whose token the call carries."""
         if head.digest is None:
             raise Refusal(
                 "UNAUTHENTICATED", "missing authorization metadata with the service token"
             )
-        name = self.routes.by_digest.get(head.digest)
-        found = None if name is None else self.routes.get(name)
-        if found is None:
-            raise Refusal("UNAUTHENTICATED", "the token matches no service")
-        return found
+        routes = self.routes
+        name = routes.by_digest.get(head.digest)
+        found = None if name is None else routes.get(name)
+        if found is not None:
+            return found
+        group_name = routes.group_by_digest.get(head.digest)
+        group = None if group_name is None else routes.groups.get(group_name)
+        if group is None:
+            raise Refusal("UNAUTHENTICATED", "the token matches no service or group")
+        return self._member(group)
+
+    def _member(self, group: GroupEntry) -> ServiceRoute:
+        """The member that takes this call of ``group`` (its traffic split, as on HTTP)."""
+        entry = self.routes.pick(group, grpc=True)
+        if entry is not None:
+            return entry
+        asleep = self.routes.asleep_member(group)
+        if asleep is not None:
+            raise Asleep(asleep)
+        name = group.route.group
+        raise Refusal(
+            "UNAVAILABLE",
+            f"group {name!r} has no member taking group traffic with a ready gRPC replica",
+            name,
+        )
 
     def admit(self, head: CallHead) -> ServiceRoute:
         method = head.method

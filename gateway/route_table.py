@@ -118,6 +118,7 @@ class RouteState:
         # Token digest → service, for callers that name their service by its token alone
         # (gRPC clients that only have the gateway's address); tokens are unique per cluster.
         self.by_digest: dict[bytes, str] = {}
+        self.group_by_digest: dict[bytes, str] = {}  # a group token's digest → the group
 
     def by_token(self, token: bytes) -> ServiceRoute | None:
         """The service whose token ``token`` is (one hash, one lookup)."""
@@ -137,19 +138,19 @@ class RouteState:
             groups=[entry.route for entry in self.groups.values()],
         )
 
-    def pick(self, group: GroupEntry) -> ServiceRoute | None:
+    def pick(self, group: GroupEntry, *, grpc: bool = False) -> ServiceRoute | None:
         """The member that takes the next request of ``group``: among those taking group
-        traffic with a ready replica, by weight ("customized") or ready replicas ("auto")."""
+        traffic with a ready replica (on the gRPC door: one with a gRPC port), by weight
+        ("customized") or ready replicas ("auto")."""
         auto = group.route.traffic_mode == "auto"
         candidates = {}
         for name in self.members.get(group.route.group, ()):
             entry = self.services[name]
-            if entry.route.grouping and entry.endpoints:
-                candidates[name] = entry
-        chosen = group.picker.pick(
-            (name, len(e.endpoints) if auto else e.route.weight) for name, e in candidates.items()
-        )
-        return None if chosen is None else candidates[chosen]
+            ready = entry.grpc_endpoints if grpc else entry.endpoints
+            if entry.route.grouping and ready:
+                candidates[name] = (entry, len(ready) if auto else entry.route.weight)
+        chosen = group.picker.pick((name, share) for name, (_, share) in candidates.items())
+        return None if chosen is None else candidates[chosen][0]
 
     def asleep_member(self, group: GroupEntry) -> ServiceRoute | None:
         """When no member can take the group's traffic now: the one to wake (taking group
@@ -177,6 +178,7 @@ class RouteState:
             self._refs.clear()
             self.members.clear()
             self.by_digest.clear()
+            self.group_by_digest.clear()
             for route in table.routes:
                 self._put(route, old.get(route.service))
             for group in table.groups:
@@ -187,7 +189,7 @@ class RouteState:
             for route in table.routes:
                 self._put(route, self._drop(route.service))
             for name in table.removed_groups:
-                self.groups.pop(name, None)
+                self._drop_group(name)
             for group in table.groups:
                 self._put_group(group, self.groups.get(group.group))
         after = set(self._refs)
@@ -207,7 +209,16 @@ class RouteState:
 
     def _put_group(self, route: GroupRoute, prev: GroupEntry | None) -> None:
         picker = prev.picker if prev is not None else SmoothWeighted()  # keeps its rhythm
-        self.groups[route.group] = GroupEntry(route, digest_bytes(route.token_sha256), picker)
+        self._drop_group(route.group)  # a rotated token stops opening it
+        entry = self.groups[route.group] = GroupEntry(
+            route, digest_bytes(route.token_sha256), picker
+        )
+        self.group_by_digest[entry.digest] = route.group
+
+    def _drop_group(self, name: str) -> None:
+        entry = self.groups.pop(name, None)
+        if entry is not None and self.group_by_digest.get(entry.digest) == name:
+            del self.group_by_digest[entry.digest]
 
     def _drop(self, name: str) -> ServiceRoute | None:
         entry = self.services.pop(name, None)

@@ -5,6 +5,7 @@ status, 1 MB outputs equal to the HTTP door's, service selection by token, metri
 from __future__ import annotations
 
 import queue
+import re
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from contract.wire import Route, RouteTable
+from contract.wire import GroupRoute, Route, RouteTable, token_digest
 from gateway.grpc_server import GrpcRunner, start_grpc
 from testing.waiting import wait_until
 from tests.fixtures_triton import TritonServer, free_port
@@ -314,6 +315,83 @@ def test_authority_selects_the_service(open_door: Any, triton_server: TritonServ
     metrics = door.metrics()
     assert 'openeas_gateway_grpc_requests_total{service="svc",code="OK"} 2' in metrics
     assert 'openeas_gateway_grpc_requests_total{service="",code="NOT_FOUND"} 1' in metrics
+
+
+def test_groups_split_and_open_as_on_http(open_door: Any, triton_server: TritonServer) -> None:
+    """A service group on the gRPC door: its token alone, or ``<group>.<domain>``, reaches
+    the member its weights pick (exactly, as on HTTP); a member's token opens the group;
+    ``<group>.<member>.<domain>`` reaches one member with the group's token."""
+    group_token = "group-token-" + "g" * 20
+
+    def member(name: str, weight: int) -> Route:
+        base = grpc_route(triton_server, service=name, token=f"token-of-{name}-" + "m" * 16)
+        return base.model_copy(update={"group": "g", "weight": weight, "grouping": True})
+
+    group = GroupRoute(group="g", token_sha256=token_digest(group_token), traffic_mode="customized")
+    routes = RouteTable(version=1, routes=[member("a", 100), member("b", 300)], groups=[group])
+    door: Door = open_door(routes, domain="example.com")
+
+    def calls(host: str | None, token: str, n: int) -> dict[str, int]:
+        args = [] if host is None else [("grpc.default_authority", host)]
+        client = grpcclient.InferenceServerClient(url=door.runner.address, channel_args=args)
+        before = served(door.metrics())
+        try:
+            for _ in range(n):
+                assert client.is_server_ready(headers=bearer(token))
+        finally:
+            client.close()
+        after = served(door.metrics())
+        return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+    assert calls(None, group_token, 8) == {"a": 2, "b": 6}  # by the group's token alone
+    assert calls("g.example.com", group_token, 8) == {"a": 2, "b": 6}
+    assert calls("g.example.com", "token-of-a-" + "m" * 16, 4) == {"a": 1, "b": 3}
+    assert calls("g.a.example.com", group_token, 3) == {"a": 3}
+    client = grpcclient.InferenceServerClient(
+        url=door.runner.address, channel_args=[("grpc.default_authority", "x.a.example.com")]
+    )
+    try:
+        wrong = bearer("wrong-" + "z" * 26)
+        assert status_of(lambda: client.is_server_ready(headers=bearer(group_token))) == (
+            "StatusCode.NOT_FOUND"  # a is not in group x
+        )
+    finally:
+        client.close()
+    client = grpcclient.InferenceServerClient(
+        url=door.runner.address, channel_args=[("grpc.default_authority", "g.example.com")]
+    )
+    try:
+        assert status_of(lambda: client.is_server_ready(headers=wrong)) == (
+            "StatusCode.UNAUTHENTICATED"
+        )
+        # a group whose members take no group traffic has nobody to answer
+        door.publish(RouteTable(version=2, routes=[member("a", 0), member("b", 0)], full=False))
+        assert status_of(lambda: client.is_server_ready(headers=bearer(group_token))) == (
+            "StatusCode.UNAVAILABLE"
+        )
+        # a rotated group token stops opening it, by host and by token alone
+        rotated = GroupRoute(
+            group="g", token_sha256=token_digest("rotated-" + "r" * 24), traffic_mode="customized"
+        )
+        door.publish(RouteTable(version=3, routes=[], groups=[rotated], full=False))
+        assert status_of(lambda: client.is_server_ready(headers=bearer(group_token))) == (
+            "StatusCode.UNAUTHENTICATED"
+        )
+    finally:
+        client.close()
+    bare = door.client()
+    try:
+        assert status_of(lambda: bare.is_server_ready(headers=bearer(group_token))) == (
+            "StatusCode.UNAUTHENTICATED"
+        )
+    finally:
+        bare.close()
+
+
+def served(metrics: str) -> dict[str, int]:
+    """OK calls per service in the gateway's gRPC metrics."""
+    found = re.findall(r'grpc_requests_total\{service="(\w+)",code="OK"\} (\d+)', metrics)
+    return {name: int(n) for name, n in found}
 
 
 def test_message_over_the_body_limit_is_resource_exhausted(

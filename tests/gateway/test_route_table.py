@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from contract.wire import RouteTable
+from contract.wire import GroupRoute, RouteTable, token_digest
 from gateway.balancer import EndpointPool
 from gateway.route_table import ControlPlaneRouteSource, RouteChange, RouteState
 from testing.waiting import seconds_until
@@ -91,6 +91,22 @@ def test_the_token_index_follows_deltas() -> None:
     assert state.by_token(b"token-a") is None and len(state.by_digest) == 1
     state.apply(table(route([], service="c", token="token-c"), version=4))  # whole table
     assert list(state.by_digest.values()) == ["c"]
+
+
+def test_the_group_token_index_follows_deltas() -> None:
+    """Group token digest → group: a rotation or removal stops the old token at once."""
+    state = RouteState(EndpointPool(), default_timeout_ms=1000)
+
+    def group(token: str) -> GroupRoute:
+        return GroupRoute(group="g", token_sha256=token_digest(token), traffic_mode="auto")
+
+    digest = {t: token_digest(t).encode() for t in ("t1", "t2")}
+    state.apply(RouteTable(version=1, routes=[], groups=[group("t1")]))
+    assert state.group_by_digest == {digest["t1"]: "g"}
+    state.apply(RouteTable(version=2, routes=[], groups=[group("t2")], full=False))
+    assert state.group_by_digest == {digest["t2"]: "g"}
+    state.apply(RouteTable(version=3, routes=[], removed_groups=["g"], full=False))
+    assert state.group_by_digest == {} and state.groups == {}
 
 
 def test_grpc_endpoints_are_routed_and_released_like_http_ones() -> None:
