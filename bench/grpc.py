@@ -13,13 +13,16 @@ route to that Triton, gRPC door open), both pinned to ``--server-cpu``, the load
    own cost stays small), as calls/s and as the ratio gateway/direct (target: 0.8 at 64).
 
 Throughput points run ``--repeat`` interleaved rounds (direct, gateway, direct, …) and
-report the median. Every call must succeed; a run with failures says so.
+report the median. ``--base DIR`` adds another checkout's gateway (its own
+``bench/grpc.py --serve-gateway``, same pinning) as a third target, for before/after
+figures in one run. Every call must succeed; a run with failures says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import os
 import secrets
@@ -190,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--client-cpu", type=int, default=1)
     ap.add_argument("--models", default="add_sub,identity")
+    ap.add_argument("--base", type=Path, help="another checkout's gateway, measured beside")
     ap.add_argument(
         "--serve-gateway", nargs=4, metavar=("GRPC_PORT", "HTTP_UP", "GRPC_UP", "TOKEN")
     )
@@ -218,16 +222,16 @@ def main(argv: list[str] | None = None) -> int:
         "--log-verbose=0",
         *server.args,
     ]
-    gateway_argv = [
-        sys.executable,
-        __file__,
-        "--serve-gateway",
-        str(gateway_port),
-        f"http://127.0.0.1:{http_port}",
-        f"http://127.0.0.1:{grpc_port}",
-        token,
-    ]
-    direct, through = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{gateway_port}"
+
+    def gateway_argv(script: Path, port: int) -> list[str]:
+        upstreams = [f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{grpc_port}"]
+        return [sys.executable, str(script), "--serve-gateway", str(port), *upstreams, token]
+
+    gateways = {"gateway": (Path(__file__), gateway_port)}
+    if args.base is not None:
+        gateways["base"] = (args.base.resolve() / "bench" / "grpc.py", hb.free_port())
+    targets = {"direct": (f"127.0.0.1:{grpc_port}", None)}
+    targets |= {name: (f"127.0.0.1:{port}", token) for name, (_, port) in gateways.items()}
     with tempfile.TemporaryDirectory(prefix="openeas-bench-grpc-") as tmpdir:
         tmp = Path(tmpdir)
         triton = hb.process(
@@ -237,48 +241,62 @@ def main(argv: list[str] | None = None) -> int:
         )
         with triton as triton_proc:
             hb.wait_http(f"http://127.0.0.1:{http_port}/v2/health/ready", triton_proc)
-            gateway = hb.process(hb.pinned(args.server_cpu, gateway_argv), tmp / "gateway.log")
-            with gateway:
-                ready_deadline = time.monotonic() + 30
-                while True:
-                    try:
-                        sequential_latency(through, "add_sub", token, 0)
-                        break
-                    except Exception:
-                        if time.monotonic() > ready_deadline:
-                            print((tmp / "gateway.log").read_text()[-2000:], file=sys.stderr)
-                            raise
-                        time.sleep(0.2)
-                report(args, direct, through, token)
+            with contextlib.ExitStack() as running:
+                for name, (script, port) in gateways.items():
+                    argv = hb.pinned(args.server_cpu, gateway_argv(script, port))
+                    running.enter_context(hb.process(argv, tmp / f"{name}.log"))
+                for name in gateways:
+                    ready(targets[name][0], token, tmp / f"{name}.log")
+                report(args, targets)
     return 0
 
 
-def report(args: argparse.Namespace, direct: str, through: str, token: str) -> None:
+def ready(address: str, token: str, log: Path) -> None:
+    """Until the gateway at ``address`` answers a call (its log shown if it never does)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            sequential_latency(address, "add_sub", token, 0)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                print(log.read_text()[-2000:], file=sys.stderr)
+                raise
+            time.sleep(0.2)
+
+
+def report(args: argparse.Namespace, targets: dict[str, tuple[str, str | None]]) -> None:
+    """``targets``: name → (address, token); "direct" first, the others as ratios to it."""
     models = args.models.split(",")
+    others = [name for name in targets if name != "direct"]
     print(f"# gRPC: direct Triton vs the gateway's door (server cpu {args.server_cpu})")
     print("\n## sequential latency, tritonclient.grpc (ms)")
     print(f"{'model':<10} {'target':<8} {'p50':>8} {'p95':>8} {'added p50':>10}")
     for model in models:
         n = args.sequential_small if model == "add_sub" else args.sequential_large
-        base = sequential_latency(direct, model, None, n)
-        gw = sequential_latency(through, model, token, n)
-        b50, g50 = statistics.median(base), statistics.median(gw)
-        print(f"{model:<10} {'direct':<8} {b50:8.3f} {hb.pct(base, 95):8.3f}")
-        print(f"{model:<10} {'gateway':<8} {g50:8.3f} {hb.pct(gw, 95):8.3f} {g50 - b50:10.3f}")
+        samples = {name: sequential_latency(*targets[name], model, n) for name in targets}
+        d50 = statistics.median(samples["direct"])
+        for name, got in samples.items():
+            p50 = statistics.median(got)
+            added = f"{p50 - d50:10.3f}" if name != "direct" else ""
+            print(f"{model:<10} {name:<8} {p50:8.3f} {hb.pct(got, 95):8.3f} {added}")
     print("\n## throughput, ModelInfer calls/s (median of interleaved runs)")
-    print(f"{'model':<10} {'streams':>7} {'direct':>9} {'gateway':>9} {'ratio':>7}")
+    columns = "".join(f" {name:>9} {'ratio':>7}" for name in others)
+    print(f"{'model':<10} {'streams':>7} {'direct':>9}{columns}")
     failures = 0
     for model in models:
         body = encoded_request(model)
         for concurrency in (int(c) for c in args.concurrency.split(",")):
-            runs: dict[str, list[float]] = {"direct": [], "gateway": []}
+            runs: dict[str, list[float]] = {name: [] for name in targets}
             for _ in range(args.repeat):
-                for target, address, tok in (("direct", direct, None), ("gateway", through, token)):
+                for name, (address, tok) in targets.items():
                     rate, failed = throughput(address, body, tok, concurrency, args.duration)
-                    runs[target].append(rate)
+                    runs[name].append(rate)
                     failures += failed
-            d, g = statistics.median(runs["direct"]), statistics.median(runs["gateway"])
-            print(f"{model:<10} {concurrency:>7} {d:9.0f} {g:9.0f} {hb.ratio(g, d):>7}")
+            rates = {name: statistics.median(got) for name, got in runs.items()}
+            d = rates["direct"]
+            cells = "".join(f" {rates[n]:9.0f} {hb.ratio(rates[n], d):>7}" for n in others)
+            print(f"{model:<10} {concurrency:>7} {d:9.0f}{cells}")
     print(f"\nfailed calls: {failures}" if failures else "\nevery call succeeded")
 
 
