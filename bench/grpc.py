@@ -274,7 +274,7 @@ def report(args: argparse.Namespace, targets: dict[str, tuple[str, str | None]])
     print(f"{'model':<10} {'target':<8} {'p50':>8} {'p95':>8} {'added p50':>10}")
     for model in models:
         n = args.sequential_small if model == "add_sub" else args.sequential_large
-        samples = {name: sequential_latency(*targets[name], model, n) for name in targets}
+        samples = {name: sequential_latency(a, model, tok, n) for name, (a, tok) in targets.items()}
         d50 = statistics.median(samples["direct"])
         for name, got in samples.items():
             p50 = statistics.median(got)

@@ -38,8 +38,9 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:
-    from controlplane import route_feed
+    from controlplane import route_feed, service_watch
 
     sessions = sessionmaker(engine, expire_on_commit=False)
     route_feed.install(sessions)
+    service_watch.install(sessions)
     return sessions

@@ -60,9 +60,15 @@ def overrides(pairs: list[str]) -> dict[str, Any]:
     return patch
 
 
+WATCH_S = 5.0  # one long-poll's wait: an answer at least this often keeps proxies content
+
+
 def wait(client: Client, name: str, timeout: float, interval: float = 0.2) -> int:
     """Print status lines as the service changes until Running (0) or Failed (1); while
-    replicas pull and load their models, keep one progress line up to date under them."""
+    replicas pull and load their models, keep one progress line up to date under them.
+    Each read is a long-poll that answers when the service changes, so Running shows the
+    moment it is stored; against a control plane that does not long-poll, every
+    ``interval``."""
     live = LiveLine(sys.stdout, tty=sys.stdout.isatty())
 
     def say(line: str) -> None:
@@ -73,8 +79,9 @@ def wait(client: Client, name: str, timeout: float, interval: float = 0.2) -> in
     synced = False
     last = ""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        svc = client.call("GET", client.service_path(name))
+    state: str | None = None
+    while (left := deadline - time.monotonic()) > 0:
+        svc, state = client.watch(client.service_path(name), state, min(left, WATCH_S))
         if not synced and svc["ObservedGeneration"] >= svc["Generation"]:
             say("[OK] Successfully synchronized resources")
             synced = True
@@ -94,7 +101,8 @@ def wait(client: Client, name: str, timeout: float, interval: float = 0.2) -> in
         text, kind = render.progress(svc)
         if synced and text:
             live.show(f"[..] {text}", kind)
-        time.sleep(interval)
+        if state is None:
+            time.sleep(interval)
     say(f"[FAILED] service {name!r} was not running after {timeout:.0f}s: see 'eascmd desc {name}'")
     return 1
 

@@ -35,6 +35,15 @@ class Client:
         body: dict[str, Any] = self._request(method, path, **kwargs).json()
         return body
 
+    def watch(self, path: str, after: str | None, wait: float) -> tuple[dict[str, Any], str | None]:
+        """GET ``path`` as a long-poll: once it differs from the state ``after`` (None: at
+        once), or after ``wait`` seconds. Also the state to pass next; None from a control
+        plane that does not long-poll (the caller then paces itself)."""
+        params = {"after": after, "wait": f"{wait:.3f}"} if after is not None else None
+        response = self._request("GET", path, params=params)
+        body: dict[str, Any] = response.json()
+        return body, response.headers.get("X-OpenEAS-State")
+
     def text(self, path: str, **kwargs: Any) -> str:
         return self._request("GET", path, **kwargs).text
 

@@ -6,6 +6,7 @@ as domain exceptions and turned into problem+json by ``controlplane.api.problems
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Annotated, Literal
 
@@ -13,6 +14,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
+from controlplane import service_watch
 from controlplane.api import schemas
 from controlplane.api.auth import AdminAuth
 from controlplane.api.problems import json_body
@@ -104,10 +106,30 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         )
 
     @api.get("/{cluster}/{name}")
-    def describe(
-        request: Request, response: Response, cluster: str, name: str
+    async def describe(
+        request: Request,
+        response: Response,
+        cluster: str,
+        name: str,
+        after: Annotated[str | None, Query(max_length=64)] = None,
+        wait: Annotated[float, Query(ge=0, le=service_watch.MAX_WAIT_S)] = 0,
     ) -> schemas.ServicePublic:
-        return public(request, services.get(cluster, name), response)
+        """The service; with ``after`` (the ``X-OpenEAS-State`` of an earlier answer) and
+        ``wait``, a long-poll: answers once the service differs from that state, or after
+        ``wait`` seconds as it is (see :mod:`controlplane.service_watch`)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        commits = service_watch.SERVICE_COMMITS
+        while True:
+            seen = commits.count
+            row = await run_in_threadpool(services.get, cluster, name)
+            body = public(request, row, response)
+            state = service_watch.state_digest(body.model_dump_json().encode())
+            left = deadline - loop.time()
+            if after is None or state != after or left <= 0:
+                response.headers["X-OpenEAS-State"] = state
+                return body
+            await commits.wait_past(seen, min(left, service_watch.REREAD_S))
 
     @api.put("/{cluster}/{name}", openapi_extra=SPEC_BODY)
     async def update(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
 from contract.wire import token_digest
+from controlplane import service_watch
 from tests.controlplane.conftest import ADMIN, seed_spec
 
 SVC = "/api/v2/services/local/triton_test"
@@ -378,6 +380,58 @@ def test_stop_start_scale_rotate_delete(client: TestClient) -> None:
     assert client.put(SVC + "/scale", json={"Instance": 1}).status_code == 409
     reasons = [e["Reason"] for e in client.get(SVC + "/events").json()["Events"]]
     assert reasons == ["Created", "Stopping", "Starting", "Scaled", "TokenRotated", "Deleting"]
+
+
+class Poll(threading.Thread):
+    """A long-poll of the service in the background: its answer and how long it took."""
+
+    def __init__(self, client: TestClient, state: str, wait: float) -> None:
+        super().__init__()
+        self.client, self.params = client, {"after": state, "wait": wait}
+        self.answer: Any = None
+        self.took = 0.0
+        self.start()
+
+    def run(self) -> None:
+        started = time.monotonic()
+        self.answer = self.client.get(SVC, params=self.params)
+        self.took = time.monotonic() - started
+
+
+@pytest.mark.parametrize("signal", ["this process's commit", "another process's commit"])
+def test_describe_long_polls_until_the_service_changes(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, signal: str
+) -> None:
+    """``?after=<X-OpenEAS-State>&wait=s`` answers when the service changes: at once on a
+    commit in this process, within a re-read for one made elsewhere (fire disabled)."""
+    if signal == "this process's commit":
+        monkeypatch.setattr(service_watch, "REREAD_S", 60.0)  # only the commit can wake it
+    else:
+        monkeypatch.setattr(service_watch.SERVICE_COMMITS, "fire", lambda: None)
+    create(client)
+    state = client.get(SVC).headers["X-OpenEAS-State"]
+    started = time.monotonic()
+    same = client.get(SVC, params={"after": state, "wait": 0.3})
+    assert time.monotonic() - started >= 0.3  # nothing changed: the whole wait
+    assert same.status_code == 200 and same.headers["X-OpenEAS-State"] == state
+    poll = Poll(client, state, wait=20)
+    time.sleep(0.3)
+    assert poll.is_alive()  # waiting
+    assert client.put(SVC + "/scale", json={"Instance": 3}).status_code == 200
+    poll.join(10)
+    assert not poll.is_alive() and poll.answer.status_code == 200
+    assert poll.answer.json()["ServiceConfig"]["metadata"]["instance"] == 3
+    assert poll.answer.headers["X-OpenEAS-State"] != state
+    # a state it no longer has answers at once
+    again = client.get(SVC, params={"after": state, "wait": 20}).json()
+    assert again["ServiceConfig"]["metadata"]["instance"] == 3
+
+
+def test_a_bad_wait_is_a_4xx_naming_it(client: TestClient) -> None:
+    create(client)
+    for wait in ("-1", "31", "soon"):
+        r = client.get(SVC, params={"after": "x", "wait": wait})
+        assert r.status_code == 422 and "wait" in r.text, r.text
 
 
 def test_unknown_service_and_cluster_are_404(client: TestClient) -> None:

@@ -88,16 +88,21 @@ def test_desc_shows_progress_per_replica() -> None:
 
 
 class FakeClient:
-    """The statuses a service goes through, one per poll."""
+    """The statuses a service goes through, one per long-poll; each answer's state is its
+    index, and the ``after`` each poll passed is kept."""
 
     def __init__(self, statuses: list[dict[str, Any]]) -> None:
-        self._statuses: Iterator[dict[str, Any]] = iter(statuses)
+        self._statuses: Iterator[tuple[int, dict[str, Any]]] = enumerate(statuses)
+        self.afters: list[str | None] = []
 
     def service_path(self, name: str, action: str = "") -> str:
         return name
 
-    def call(self, method: str, path: str, **_: Any) -> dict[str, Any]:
-        return next(self._statuses)
+    def watch(self, path: str, after: str | None, wait: float) -> tuple[dict[str, Any], str]:
+        assert 0 < wait <= cli.WATCH_S
+        self.afters.append(after)
+        n, status = next(self._statuses)
+        return status, str(n)
 
 
 def test_wait_goes_from_waiting_through_pulling_and_loading_to_running(
@@ -111,7 +116,9 @@ def test_wait_goes_from_waiting_through_pulling_and_loading_to_running(
             service("Running", replica(0, "Running", None)),
         ]
     )
-    assert cli.wait(client, "svc", timeout=30, interval=0) == 0  # type: ignore[arg-type]
+    # interval: the pace against a control plane without long-polls, never used here
+    assert cli.wait(client, "svc", timeout=30, interval=3600) == 0  # type: ignore[arg-type]
+    assert client.afters == [None, "0", "1", "2"]  # each poll waits past the last answer
     assert capsys.readouterr().out.splitlines() == [
         "[OK] Service is now deploying",
         "[OK] Successfully synchronized resources",
@@ -121,6 +128,26 @@ def test_wait_goes_from_waiting_through_pulling_and_loading_to_running(
         "[OK] Running [Total: 1, Pending: 0, Running: 1]",
         "[OK] Service is running",
     ]
+
+
+class OlderServer(FakeClient):
+    """A control plane from before long-polls: it answers at once, without a state."""
+
+    def watch(self, path: str, after: str | None, wait: float) -> tuple[dict[str, Any], None]:
+        assert after is None
+        return super().watch(path, after, wait)[0], None
+
+
+def test_against_a_server_without_long_polls_it_polls_at_its_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(cli.time, "sleep", slept.append)
+    client = OlderServer(
+        [service("Waiting", replica(0, "Pending", None))] * 2 + [service("Running")]
+    )
+    assert cli.wait(client, "svc", timeout=30, interval=0.2) == 0  # type: ignore[arg-type]
+    assert slept == [0.2, 0.2]
 
 
 WARMING = Progress("warming up", 0, 0, 0, 0, requests_done=1, requests_total=2, started_at=9.0)
@@ -138,7 +165,7 @@ def test_wait_shows_the_warm_up_and_desc_keeps_its_duration(
             service("Running", replica(0, "Running", WARMED)),
         ]
     )
-    assert cli.wait(client, "svc", timeout=30, interval=0) == 0  # type: ignore[arg-type]
+    assert cli.wait(client, "svc", timeout=30, interval=3600) == 0  # type: ignore[arg-type]
     assert capsys.readouterr().out.splitlines()[3:] == [
         "[..] replica 0: loading models (pulled 4.0 GB, 10 files)",
         "[..] replica 0: warming up: 1/2 requests replayed",
