@@ -1,11 +1,19 @@
 """HTTP client of ``eascmd`` for the control plane's REST API. Turns problem+json answers
-and connection failures into :class:`ApiError` with a message a user can act on."""
+and connection failures into :class:`ApiError` with a message a user can act on.
+
+On the standard library's ``urllib.request`` (proxies from the environment, HTTPS with the
+system's CAs): an HTTP library's import cost more than most commands' whole request.
+"""
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from email.message import Message
 from typing import Any
-
-import httpx
 
 from eascmd.profile import Profile
 
@@ -16,17 +24,34 @@ class ApiError(RuntimeError):
         self.status = status
 
 
+@dataclass(frozen=True)
+class Response:
+    status: int
+    headers: Message
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as it is (the admin token never follows it elsewhere)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 class Client:
     def __init__(self, profile: Profile, timeout: float = 30.0) -> None:
         self.profile = profile
-        self._http = httpx.Client(
-            base_url=profile.endpoint,
-            headers={"Authorization": f"Bearer {profile.token}"},
-            timeout=timeout,
-            # Loading the CA bundle costs ~0.1 s of every command; a plain-HTTP endpoint
-            # (openeas up) never uses it. Redirects are not followed, so no TLS either.
-            verify=profile.endpoint.startswith("https:"),
-        )
+        self.timeout = timeout
+        self._base = profile.endpoint.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {profile.token}", "Accept": "application/json"}
+        self._open = urllib.request.build_opener(_NoRedirects).open
 
     def service_path(self, name: str, action: str = "") -> str:
         return f"/api/v2/services/{self.profile.region}/{name}" + (f"/{action}" if action else "")
@@ -47,26 +72,50 @@ class Client:
     def text(self, path: str, **kwargs: Any) -> str:
         return self._request("GET", path, **kwargs).text
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+    ) -> Response:
+        url = self._base + path
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        headers = dict(self._headers)
+        data = None
+        if json is not None:
+            data = _dumps(json)
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as e:
+            with self._open(request, timeout=self.timeout) as answer:
+                response = Response(answer.status, answer.headers, answer.read())
+        except urllib.error.HTTPError as e:
+            response = Response(e.code, e.headers, e.read())
+        except (urllib.error.URLError, OSError) as e:
+            why = getattr(e, "reason", e)
             raise ApiError(
                 f"cannot reach the control plane at {self.profile.endpoint} "
-                f"({type(e).__name__}): is 'openeas up' running? (eascmd config -e ...)"
+                f"({type(why).__name__}): is 'openeas up' running? (eascmd config -e ...)"
             ) from e
-        if response.is_success:
+        if 200 <= response.status < 300:
             return response
-        raise ApiError(_problem_text(response), response.status_code)
+        raise ApiError(_problem_text(response), response.status)
 
 
-def _problem_text(response: httpx.Response) -> str:
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+
+
+def _problem_text(response: Response) -> str:
     try:
         body = response.json()
     except ValueError:
-        return f"HTTP {response.status_code} from the control plane"
+        return f"HTTP {response.status} from the control plane"
     if not isinstance(body, dict):
-        return f"HTTP {response.status_code} from the control plane"
+        return f"HTTP {response.status} from the control plane"
     title = body.get("title", "Error")
     errors = body.get("errors") or []
     if not errors:

@@ -114,9 +114,9 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         after: Annotated[str | None, Query(max_length=64)] = None,
         wait: Annotated[float, Query(ge=0, le=service_watch.MAX_WAIT_S)] = 0,
     ) -> schemas.ServicePublic:
-        """The service; with ``after`` (the ``X-OpenEAS-State`` of an earlier answer) and
-        ``wait``, a long-poll: answers once the service differs from that state, or after
-        ``wait`` seconds as it is (see :mod:`controlplane.service_watch`)."""
+        """The service. With `after` (the `X-OpenEAS-State` header of an earlier answer)
+        and `wait` (seconds, at most 30), a long-poll: answers as soon as the service
+        differs from that state, else after `wait` seconds as it is."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         commits = service_watch.SERVICE_COMMITS

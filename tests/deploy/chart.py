@@ -48,6 +48,15 @@ VALUE_SETS: dict[str, Obj] = {
                 "tlsSecret": "predict-tls",
                 "annotations": {"nginx.ingress.kubernetes.io/proxy-body-size": "64m"},
             },
+            "grpc": {
+                "ingress": {
+                    "enabled": True,
+                    "className": "nginx",
+                    "host": "grpc.example.com",
+                    "tlsSecret": "grpc-tls",
+                },
+            },
+            "config": {"domain": "eas.example.com"},
         },
         "controlplane": {"ingress": {"enabled": True, "host": "eas.example.com"}},
     },

@@ -268,10 +268,33 @@ def test_ingress_routes_predict_traffic_to_the_gateway(rendered: dict[str, list[
         "/api/predict",
         GW,
     )
+    assert {o["metadata"]["name"] for o in rendered["defaults"] if o["kind"] == "Ingress"} == set()
     find(objects, "Ingress", CP)
     env = _env(container(objects, "Deployment", CP, "controlplane"))
     assert env["OPENEAS_PUBLIC_URL"]["value"] == "https://predict.example.com"
     assert env["OPENEAS_INTRANET_URL"]["value"] == f"http://{GW}.{NAMESPACE}.svc.cluster.local"
+
+
+def test_grpc_ingress_routes_triton_grpc_by_host_and_domain(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    """The gRPC door's Ingress: its own host (token-selected services) and, with the
+    gateway's domain set, every <service>.<domain>, to the gateway's gRPC port, spoken to
+    as gRPC."""
+    ingress = find(rendered["ingress"], "Ingress", f"{GW}-grpc")
+    annotations = ingress["metadata"]["annotations"]
+    assert annotations["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPC"
+    hosts = ["grpc.example.com", "*.eas.example.com"]
+    assert ingress["spec"]["tls"] == [{"hosts": hosts, "secretName": "grpc-tls"}]
+    routes = [
+        (rule["host"], path["path"], path["backend"]["service"]["name"],
+         path["backend"]["service"]["port"]["number"])
+        for rule in ingress["spec"]["rules"]
+        for path in rule["http"]["paths"]
+    ]  # fmt: skip
+    assert routes == [(h, "/inference.GRPCInferenceService/", GW, 8001) for h in hosts]
+    env = _env(container(rendered["ingress"], "Deployment", GW, "gateway"))
+    assert env["OPENEAS_GATEWAY_DOMAIN"]["value"] == "eas.example.com"
 
 
 def test_hpa_scales_the_gateway_and_owns_its_replica_count(
@@ -340,6 +363,10 @@ def test_notes_tell_how_to_reach_the_api_and_the_gateway(
             "at '/database/url': 'mysql://db/openeas' does not match pattern",
         ),
         ({"gateway": {"ingress": {"enabled": True}}}, "at '/gateway/ingress/host': minLength"),
+        (
+            {"gateway": {"grpc": {"ingress": {"enabled": True}}}},
+            "at '/gateway/grpc/ingress/host': minLength",
+        ),
         (
             {"serving": {"resourceGroups": {"a10": {"tolerations": [{"operator": "Equals"}]}}}},
             "at '/serving/resourceGroups/a10/tolerations/0/operator': value must be one of "

@@ -112,7 +112,8 @@ def test_eascmd_commands_and_options_say_what_and_default() -> None:
 
 def test_eascmd_help_is_fast_and_loads_no_http_client() -> None:
     code = "import sys, eascmd.cli as c\ntry:\n c.main(['--help'])\nexcept SystemExit: pass\n"
-    code += "assert 'httpx' not in sys.modules, 'httpx imported for --help'"
+    code += "assert 'eascmd.client' not in sys.modules, 'HTTP client imported for --help'\n"
+    code += "assert 'urllib.request' not in sys.modules, 'urllib.request imported for --help'"
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
     eascmd = Path(sys.executable).parent / "eascmd"
     best = float("inf")
