@@ -10,6 +10,10 @@ It starts ``testing/oss_server.py`` as a separate process, uploads generated rep
    config.pbtxt, labels and version files of a real Triton repository);
 3. ``big`` (``--big-mib``): one large object.
 
+``--first-byte-ms`` makes the stand-in wait that long before each answer, as OSS's
+first-byte latency does (a few ms in-region; the loopback has none, which leaves nothing for
+parallel fetches to hide and measures CPU alone).
+
 The baseline of each is plain ``oss2`` as a user would write it: one single-stream GET per
 object, sequentially, over one connection, straight to disk, no verification. The pull
 verifies every byte (CRC64, part by part). Each case prints both times and the ratio
@@ -45,10 +49,11 @@ MiB = 1 << 20
 
 
 @contextmanager
-def stand_in() -> Iterator[str]:
+def stand_in(first_byte_ms: float = 0.0) -> Iterator[str]:
     """Run ``testing.oss_server`` in a child process; yield its endpoint."""
     argv = [sys.executable, "-m", "testing.oss_server", "--access-key-id", KEY_ID]
     argv += ["--access-key-secret", SECRET, "--bucket", BUCKET]
+    argv += ["--first-byte-ms", str(first_byte_ms)]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -162,6 +167,12 @@ def main() -> None:
     parser.add_argument("--part-mib", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3, help="keep the best of this many runs")
     parser.add_argument("--base", type=Path, help="another checkout to measure beside this one")
+    parser.add_argument(
+        "--first-byte-ms",
+        type=float,
+        default=0.0,
+        help="the stand-in's latency per request, as OSS's first byte (0: loopback's)",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -176,8 +187,14 @@ def main() -> None:
     rng = random.Random(7)
     trees = {"pull": ROOT} | ({"base pull": args.base.resolve()} if args.base else {})
     part = args.part_mib * MiB
-    print(f"pull: workers={args.workers}, part size={args.part_mib} MiB, CPUs={os.cpu_count()}")
-    with tempfile.TemporaryDirectory(prefix="openeas-bench-") as tmp, stand_in() as endpoint:
+    print(
+        f"pull: workers={args.workers}, part size={args.part_mib} MiB, CPUs={os.cpu_count()}, "
+        f"first byte after {args.first_byte_ms:g} ms"
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="openeas-bench-") as tmp,
+        stand_in(args.first_byte_ms) as endpoint,
+    ):
         work = Path(tmp)
         for case in args.cases.split(","):
             src = work / "source" / case

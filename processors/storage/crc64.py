@@ -51,6 +51,8 @@ for _ in range(63):
 
 def combine(crc1: int, crc2: int, length2: int) -> int:
     """CRC of A+B from CRC(A), CRC(B) and len(B) in bytes."""
+    if not crc1:  # the product below is then 0: no need to raise x to len(B) (a file's first part)
+        return crc2
     shift, bits, k = _TOP, length2 * 8, 0
     while bits:
         if bits & 1:

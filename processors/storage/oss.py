@@ -99,13 +99,15 @@ class OssBucket:
         region = env.get(ENV_REGION, "").strip() or None
         oss2 = _sdk()
         auth = _auth(oss2, env, region, location)
+        session = oss2.Session(pool_size=pool_size)
+        _proxies_once(session.session, self.endpoint)
         with _translated(str(location)):
             self._bucket = oss2.Bucket(
                 auth,
                 self.endpoint,
                 location.bucket,
                 connect_timeout=TIMEOUT_SECONDS,
-                session=oss2.Session(pool_size=pool_size),
+                session=session,
                 # We check CRCs ourselves, per part, so ranged and resumed reads are verified too.
                 enable_crc=False,
                 region=region,
@@ -134,6 +136,17 @@ class OssBucket:
             body.close()
             raise TemporaryStorageError(f"{where}: OSS answered range {got!r} to {start}-{end}")
         return body
+
+
+def _proxies_once(http: Any, endpoint: str) -> None:
+    """``requests`` reads the proxy variables (scanning the whole environment) and
+    ``~/.netrc`` on every request, a noticeable share of a small file's fetch: resolve the
+    proxy for this endpoint once, as it would (``HTTPS_PROXY``, ``NO_PROXY``...), and stop.
+    OSS requests are signed, so a ``.netrc`` login is never wanted."""
+    import requests.utils
+
+    http.proxies = requests.utils.get_environ_proxies(endpoint)
+    http.trust_env = False
 
 
 def _endpoint(explicit: str | None, env: Mapping[str, str]) -> str:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import time
 import uuid
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
@@ -242,6 +244,19 @@ def test_fault_knobs_and_counters(oss_server: OssServer, key: str) -> None:
     assert client.get_object(key).read() == b"0123456789"
     assert oss_server.requests_for(key) == 4
     assert oss_server.bytes_served(key) == 3 + 10 + 10
+
+
+def test_first_byte_latency_delays_each_answer(
+    oss_server: OssServer, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The benchmarks' OSS first-byte latency: each request waits, concurrent ones overlap."""
+    client = oss_bucket(oss_server)
+    monkeypatch.setattr(oss_server, "first_byte_s", 0.2)
+    started = time.monotonic()
+    with ThreadPoolExecutor(4) as pool:
+        bodies = list(pool.map(lambda _: client.get_object(key).read(), range(4)))
+    took = time.monotonic() - started
+    assert bodies == [b"0123456789"] * 4 and 0.2 <= took < 0.8
 
 
 def test_multipart_etags_and_a_replacement_between_reads(oss_server: OssServer) -> None:

@@ -295,6 +295,29 @@ def test_endpoint_argument_overrides_the_environment(
     assert same_tree(tmp_path / "r", EXAMPLE_MODELS)
 
 
+def test_proxy_variables_are_honoured_once_per_bucket(
+    oss_model_repo: str,
+    oss_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The proxy for the endpoint is resolved as ``requests`` would, once, not per file:
+    NO_PROXY exempts the stand-in (the pull works), and without it the proxy is used."""
+    proxy = "http://proxy.invalid:3128"
+    monkeypatch.setenv("HTTP_PROXY", proxy)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    location = OssLocation(BUCKET, "")
+    exempt = oss_module.OssBucket(location)._bucket.session.session
+    assert (exempt.proxies, exempt.trust_env) == ({}, False)
+    pull(oss_model_repo, tmp_path / "r")
+    assert same_tree(tmp_path / "r", EXAMPLE_MODELS)
+    monkeypatch.delenv("NO_PROXY")
+    proxied = oss_module.OssBucket(location)._bucket.session.session
+    assert proxied.proxies["http"] == proxy
+    with pytest.raises(TemporaryStorageError, match=r"\(ProxyError\)"):
+        pull(oss_model_repo, tmp_path / "via-proxy")  # through proxy.invalid: unreachable
+
+
 def test_local_uris_are_copied(tmp_path: Path) -> None:
     report = pull(f"file://{EXAMPLE_MODELS}", tmp_path / "r")
     assert same_tree(tmp_path / "r", EXAMPLE_MODELS)
