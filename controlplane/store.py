@@ -26,13 +26,18 @@ def find(s: Session, cluster: str, name: str) -> ServiceRow | None:
 
 
 def token_taken(s: Session, cluster: str, digest: str, by: int | None = None) -> bool:
-    """Whether a service of ``cluster`` other than the row ``by`` has the token ``digest``."""
+    """Whether a service of ``cluster`` other than the row ``by``, or a group of it, has
+    the token ``digest`` (the gateway's gRPC door routes by the token alone: a service
+    holding a group's token would take that group's calls)."""
     query = select(ServiceRow.id).where(
         ServiceRow.cluster == cluster, ServiceRow.token_sha256 == digest
     )
     if by is not None:
         query = query.where(ServiceRow.id != by)
-    return s.scalar(query.limit(1)) is not None
+    if s.scalar(query.limit(1)) is not None:
+        return True
+    group = select(GroupRow.id).where(GroupRow.cluster == cluster, GroupRow.token_sha256 == digest)
+    return s.scalar(group.limit(1)) is not None
 
 
 def routable(s: Session, cluster: str) -> Sequence[ServiceRow]:

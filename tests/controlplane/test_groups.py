@@ -89,6 +89,11 @@ def test_traffic_mode_and_the_group_token(client: TestClient) -> None:
     rotated = client.post(f"{GROUPS}/local/g/token").json()["Token"]
     assert rotated != token and routes(client).groups[0].token_sha256 == token_digest(rotated)
     assert client.get(f"{GROUPS}/local/nope").status_code == 404
+    # A service may not hold a group's token (gRPC callers are routed by the token alone).
+    taken = client.post("/api/v2/services", json=seed_spec(name="thief", token=rotated))
+    assert taken.status_code == 409 and taken.json()["errors"][0]["field"] == "token"
+    r = client.put("/api/v2/services/local/blue", json={"token": rotated})
+    assert r.status_code == 409 and r.json()["errors"][0]["field"] == "token"
 
 
 def test_group_names_are_checked(client: TestClient) -> None:
