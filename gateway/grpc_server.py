@@ -63,23 +63,19 @@ class GrpcDoor:
         self.relay.release(list(change.released))
 
     def _service(self, head: CallHead) -> ServiceRoute:
-        """The service that serves the call, its caller authenticated. Names resolve as
-        on the HTTP door: a group's name wins over a service's (a member is picked), and
-        ``<group>.<service>`` reaches a member with its token or the group's."""
+        """The service that serves the call, its caller authenticated; a host name
+        resolves as on the HTTP door (:meth:`RouteState.named`)."""
         named = service_for(head.authority, self.settings.domain)
         if named is None:
             return self._by_token(head)
-        routes = self.routes
-        group = routes.groups.get(named)
-        if group is not None:
+        found = self.routes.named(named)
+        if isinstance(found, GroupEntry):
             wrong = f"the token matches neither group {named!r} nor its members"
-            self._authenticate(head, routes.group_tokens(group), named, wrong)
-            return self._member(group)
-        group_name, dot, member = named.partition(".")
-        entry = routes.get(member if dot else named)
-        if entry is None or (dot and entry.route.group != group_name):
+            self._authenticate(head, self.routes.group_tokens(found), named, wrong)
+            return self._member(found)
+        if found is None:
             raise Refusal("NOT_FOUND", f"no service {named!r} behind this gateway")
-        group = routes.groups.get(group_name) if dot else None
+        entry, group = found
         tokens = [entry.digest] if group is None else [entry.digest, group.digest]
         name = entry.route.service
         self._authenticate(head, tokens, name, f"the token does not match service {name!r}")

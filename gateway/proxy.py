@@ -134,23 +134,21 @@ class PredictProxy:
         ``<group>.<service>`` (EAS's spelling) and, without a clash, at its own name."""
         name = target.service
         routes = self.routes
-        group = routes.groups.get(name) if routes.groups else None
-        if group is not None:
-            self._authenticate_group(request, group)
-            entry = routes.pick(group)
+        found = routes.named(name)
+        if isinstance(found, GroupEntry):
+            self._authenticate_group(request, found)
+            entry = routes.pick(found)
             if entry is None:
-                asleep = routes.asleep_member(group)
+                asleep = routes.asleep_member(found)
                 if asleep is not None:
                     raise Asleep(asleep)
                 raise self._unavailable(
                     name, f"group {name!r} has no member taking group traffic with a ready replica"
                 )
             return entry, True
-        group_name, dot, member = name.partition(".")
-        entry = routes.services.get(member if dot else name)
-        if entry is None or (dot and entry.route.group != group_name):
+        if found is None:
             raise Problem(404, f"no service named {name!r}")
-        group = routes.groups.get(group_name) if dot else None
+        entry, group = found
         if group is not None and self._accepts(request, lambda: (group.digest,), group):
             return entry, True
         return entry, False

@@ -138,6 +138,20 @@ class RouteState:
             groups=[entry.route for entry in self.groups.values()],
         )
 
+    def named(self, name: str) -> GroupEntry | tuple[ServiceRoute, GroupEntry | None] | None:
+        """What a caller's name for its target reaches (a path segment on HTTP, a host
+        label on gRPC): a group, whose name wins over a service's (the group endpoint is
+        what callers of a released service use); a service, with the group whose token
+        also opens it when named ``<group>.<service>`` (EAS's spelling); or nothing."""
+        group = self.groups.get(name) if self.groups else None
+        if group is not None:
+            return group
+        group_name, dot, member = name.partition(".")
+        entry = self.services.get(member if dot else name)
+        if entry is None or (dot and entry.route.group != group_name):
+            return None
+        return entry, self.groups.get(group_name) if dot else None
+
     def pick(self, group: GroupEntry, *, grpc: bool = False) -> ServiceRoute | None:
         """The member that takes the next request of ``group``: among those taking group
         traffic with a ready replica (on the gRPC door: one with a gRPC port), by weight
