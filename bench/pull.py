@@ -132,9 +132,8 @@ def child_pull(endpoint: str, prefix: str, dest: str, workers: int, part: int) -
     from processors.storage import pull
 
     os.environ.update(OSS_ACCESS_KEY_ID=KEY_ID, OSS_ACCESS_KEY_SECRET=SECRET)
-    report = pull(
-        f"oss://{BUCKET}/{prefix}", Path(dest), endpoint=endpoint, workers=workers, part_size=part
-    )
+    uri = f"oss://{BUCKET}/{prefix}"
+    report = pull(uri, Path(dest), endpoint=endpoint, workers=workers, part_size=part or None)
     return {
         "seconds": report.seconds,
         "files": report.files,
@@ -164,7 +163,9 @@ def main() -> None:
     parser.add_argument("--big-mib", type=int, default=192)
     parser.add_argument("--cases", default="mixed,small,big")
     parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--part-mib", type=int, default=8)
+    parser.add_argument(
+        "--part-mib", type=int, default=0, help="ranged part size (0: the pull's own choice)"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="keep the best of this many runs")
     parser.add_argument("--base", type=Path, help="another checkout to measure beside this one")
     parser.add_argument(
@@ -188,7 +189,8 @@ def main() -> None:
     trees = {"pull": ROOT} | ({"base pull": args.base.resolve()} if args.base else {})
     part = args.part_mib * MiB
     print(
-        f"pull: workers={args.workers}, part size={args.part_mib} MiB, CPUs={os.cpu_count()}, "
+        f"pull: workers={args.workers}, part size={args.part_mib or 'auto'} MiB, "
+        f"CPUs={os.cpu_count()}, "
         f"first byte after {args.first_byte_ms:g} ms"
     )
     with (

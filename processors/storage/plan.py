@@ -81,6 +81,19 @@ def plan(
     return Plan(reuse, fetch)
 
 
+SMALLEST_PART = 8 * 2**20
+LARGEST_PART = 64 * 2**20
+
+
+def file_part_size(size: int, workers: int) -> int:
+    """The part size for a file of ``size`` bytes: its share of the ``workers`` (each part
+    is a request of its own, so fewer parts cost fewer round trips), no less than
+    :data:`SMALLEST_PART` and no more than :data:`LARGEST_PART` (what an interrupted pull
+    may have to fetch again per worker)."""
+    share = -(-size // max(workers, 1))
+    return max(SMALLEST_PART, min(share, LARGEST_PART))
+
+
 def part_ranges(size: int, part_size: int) -> list[tuple[int, int]]:
     """Inclusive byte ranges covering ``size`` bytes in ``part_size`` pieces (none for 0)."""
     if part_size <= 0:

@@ -29,7 +29,7 @@ from processors.storage.manifest import Entry, Manifest
 from processors.storage.node_cache import NodeCache
 from processors.storage.oss import OssBucket, RemoteObject
 from processors.storage.partial import Partial
-from processors.storage.plan import LocalStat, RemoteFile, plan, remote_files
+from processors.storage.plan import LocalStat, RemoteFile, file_part_size, plan, remote_files
 from processors.storage.retry import Backoff
 from processors.storage.staging import Workspace
 from processors.storage.uri import LocalLocation, OssLocation, parse_uri
@@ -57,7 +57,7 @@ def pull(
     *,
     endpoint: str | None = None,
     workers: int = 8,
-    part_size: int = 8 * 2**20,
+    part_size: int | None = None,
     progress: Sink | None = None,
     node_cache: NodeCache | None = None,
 ) -> PullReport:
@@ -68,8 +68,10 @@ def pull(
     and :class:`~processors.storage.errors.TemporaryStorageError` when a later retry may work.
     ``progress`` hears how far an ``oss://`` pull is, at most twice a second and at the end.
     ``node_cache``: asked for each file before OSS, and offered what came from OSS.
+    ``part_size``: the size of a big file's ranged parts; by default its share of the
+    ``workers``, 8-64 MiB (:func:`~processors.storage.plan.file_part_size`).
     """
-    if workers < 1 or part_size < 1:
+    if workers < 1 or (part_size is not None and part_size < 1):
         raise ValueError(f"workers and part_size must be positive, not {workers}, {part_size}")
     started = time.monotonic()
     location = parse_uri(uri)
@@ -120,7 +122,7 @@ def _pull_oss(
     work: Workspace,
     tree: Path,
     workers: int,
-    part_size: int,
+    part_size: int | None,
     sink: Sink,
     node_cache: NodeCache | None,
 ) -> tuple[int, int, int, int]:
@@ -130,7 +132,11 @@ def _pull_oss(
     todo = plan(files, entries, _local_stats(work.dest, entries))
     hits = _from_cache(node_cache, todo.fetch, work.partials, workers)
     cached = sum(f.size for f in todo.fetch if f.path in hits)
-    partials = [Partial(work.partials, f, part_size) for f in todo.fetch if f.path not in hits]
+    partials = [
+        Partial(work.partials, f, part_size or file_part_size(f.size, workers))
+        for f in todo.fetch
+        if f.path not in hits
+    ]
     log.info(
         "%s: %d files, %d to fetch (%d bytes), %d unchanged",
         bucket.location,

@@ -25,7 +25,16 @@ from processors.storage import (
 from processors.storage import oss as oss_module
 from processors.storage.manifest import NAME as MANIFEST
 from processors.storage.oss import RemoteObject
-from processors.storage.plan import LocalStat, RemoteFile, part_ranges, plan, remote_files
+from processors.storage.plan import (
+    LARGEST_PART,
+    SMALLEST_PART,
+    LocalStat,
+    RemoteFile,
+    file_part_size,
+    part_ranges,
+    plan,
+    remote_files,
+)
 from processors.storage.retry import Backoff
 from processors.storage.uri import OssLocation
 from testing.oss_server import Call, OssServer
@@ -622,6 +631,34 @@ def test_part_ranges() -> None:
     assert part_ranges(0, 4) == []
     assert part_ranges(4, 4) == [(0, 3)]
     assert part_ranges(9, 4) == [(0, 3), (4, 7), (8, 8)]
+
+
+@pytest.mark.parametrize(
+    ("size", "workers", "part"),
+    [
+        (5 * MiB, 8, SMALLEST_PART),  # small: the smallest part
+        (200 * MiB, 8, 25 * MiB),  # one part per worker: 8 requests, not 25
+        (201 * MiB + 1, 8, 25 * MiB + 128 * 1024 + 1),  # rounded up: still 8
+        (10_000 * MiB, 8, LARGEST_PART),  # bounded: what a crash may fetch again
+        (100 * MiB, 1, LARGEST_PART),
+        (0, 8, SMALLEST_PART),
+    ],
+)
+def test_a_files_part_size_is_its_share_of_the_workers(size: int, workers: int, part: int) -> None:
+    assert file_part_size(size, workers) == part
+    assert len(part_ranges(size, part)) <= max(workers, -(-size // LARGEST_PART))
+
+
+def test_a_big_file_is_split_among_the_workers(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Without a part size, a big file's parts are its share of the workers."""
+    key = f"big-{uuid.uuid4().hex[:6]}/m/1/model.bin"
+    data = put_random(oss_server, key, 2 * SMALLEST_PART + 123)
+    oss_server.reset()
+    pull(f"oss://{BUCKET}/{key.rsplit('/', 3)[0]}", tmp_path / "r", workers=2)
+    assert (tmp_path / "r/m/1/model.bin").read_bytes() == data
+    assert len(gets(oss_server)) == 2  # two halves, not three parts of the smallest size
 
 
 def test_manifest_records_what_was_pulled(
