@@ -132,8 +132,10 @@ def child_pull(endpoint: str, prefix: str, dest: str, workers: int, part: int) -
     from processors.storage import pull
 
     os.environ.update(OSS_ACCESS_KEY_ID=KEY_ID, OSS_ACCESS_KEY_SECRET=SECRET)
-    uri = f"oss://{BUCKET}/{prefix}"
-    report = pull(uri, Path(dest), endpoint=endpoint, workers=workers, part_size=part or None)
+    sized = {"part_size": part} if part else {}  # else each tree's own default
+    report = pull(
+        f"oss://{BUCKET}/{prefix}", Path(dest), endpoint=endpoint, workers=workers, **sized
+    )
     return {
         "seconds": report.seconds,
         "files": report.files,
