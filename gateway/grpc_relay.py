@@ -38,12 +38,19 @@ CONN_WINDOW = 1 << 30
 # gRPC's peers take 4 MiB frames (grpc-core's own setting): a 1 MB tensor passes in one.
 FRAME_MAX_ADVERTISED = 4 * 1024 * 1024
 _PASS_ON = 65_536  # DATA frames larger than this are passed on as they arrive
+MAX_HEADER_BLOCK = 65_536  # a header block past this (CONTINUATIONs included) ends the connection
+# A caller's streams at once: with the stream window, what one connection may make us hold.
+MAX_STREAMS = 256
+_COPY_BELOW = 16_384  # a queued DATA payload smaller than this is copied, not a view that
+# would keep its whole read buffer (up to 256 KiB) alive
 _SETTINGS = [
     (h2.INITIAL_WINDOW_SIZE, STREAM_WINDOW),
     (h2.MAX_FRAME_SIZE, FRAME_MAX_ADVERTISED),
     (h2.MAX_HEADER_LIST_SIZE, 65_536),
 ]
-_CLIENT_SETTINGS = h2.settings(_SETTINGS) + h2.window_update(0, CONN_WINDOW - h2.DEFAULT_WINDOW)
+_CLIENT_SETTINGS = h2.settings([(h2.MAX_CONCURRENT_STREAMS, MAX_STREAMS), *_SETTINGS]) + (
+    h2.window_update(0, CONN_WINDOW - h2.DEFAULT_WINDOW)
+)
 _UPSTREAM_SETTINGS = (
     h2.PREFACE
     + h2.settings([(h2.ENABLE_PUSH, 0), *_SETTINGS])
@@ -86,7 +93,17 @@ class Leg:
     window), what waits for that window, and the credit owed to the peer for bytes of it
     already passed on."""
 
-    __slots__ = ("call", "conn", "ended_in", "ended_out", "owed", "pending", "sid", "window")
+    __slots__ = (
+        "call",
+        "conn",
+        "ended_in",
+        "ended_out",
+        "owed",
+        "pending",
+        "sid",
+        "unacked",
+        "window",
+    )
 
     def __init__(self, call: Call, conn: Conn, sid: int) -> None:
         self.call = call
@@ -96,6 +113,7 @@ class Leg:
         # (frame type, payload, end stream, credit for the other leg's peer)
         self.pending: deque[tuple[int, Bytes, bool, int]] = deque()
         self.owed = 0
+        self.unacked = 0  # bytes the peer sent on it that no WINDOW_UPDATE has given back
         self.ended_in = False  # the peer ended its side of the stream
         self.ended_out = False  # the relay ended ours
 
@@ -106,7 +124,15 @@ class Leg:
         self.owed += amount
         if self.owed >= STREAM_WINDOW // 4:
             self.conn.write(h2.window_update(self.sid, self.owed))
+            self.unacked -= self.owed
             self.owed = 0
+
+    def received(self, length: int) -> None:
+        """``length`` bytes of DATA arrived on it: a peer sending past the window it was
+        given breaks the protocol (and would make the relay hold what it sends)."""
+        self.unacked += length
+        if self.unacked > STREAM_WINDOW:
+            raise h2.ProtocolError(f"stream {self.sid}: DATA past the flow-control window")
 
 
 class Call:
@@ -196,6 +222,7 @@ class Conn(asyncio.Protocol):
         self.received = 0  # DATA bytes not yet credited on the connection window
         self._headers: tuple[int, int, bytearray] | None = None  # a block in CONTINUATIONs
         self.closed = False
+        self.paused = False  # the peer does not read: nothing more is sent to it
 
     # -- output ---------------------------------------------------------------------------
 
@@ -215,10 +242,18 @@ class Conn(asyncio.Protocol):
                 self.transport.writelines(out)  # large payloads are not copied
 
     def send(self, leg: Leg, kind: int, payload: Bytes, end: bool, credit: int = 0) -> None:
-        """DATA (flow-controlled) or a header block on ``leg``, in order after what waits."""
-        if leg.pending or (kind == h2.DATA and len(payload) > min(leg.window, self.send_window)):
+        """DATA (flow-controlled) or a header block on ``leg``, in order after what waits;
+        what the windows do not take now waits for the peer's WINDOW_UPDATE."""
+        if (
+            leg.pending
+            or self.paused
+            or (kind == h2.DATA and len(payload) > min(leg.window, self.send_window))
+        ):
+            if isinstance(payload, memoryview) and len(payload) < _COPY_BELOW:
+                payload = bytes(payload)
             leg.pending.append((kind, payload, end, credit))
             self.blocked[leg] = None
+            self._drain(leg)  # what fits goes now: a peer that got nothing sends no update
             return
         self._emit(leg, kind, payload, end, credit)
 
@@ -246,22 +281,40 @@ class Conn(asyncio.Protocol):
 
     def _unblock(self) -> None:
         for leg in list(self.blocked):
-            while leg.pending:
-                kind, payload, end, credit = leg.pending[0]
-                if kind == h2.DATA:
-                    room = min(leg.window, self.send_window)
-                    if room <= 0:
-                        break
-                    if room < len(payload):  # send what fits, keep the rest (and the credit)
-                        leg.pending[0] = (kind, payload[room:], end, credit)
-                        self._emit(leg, kind, payload[:room], False, 0)
-                        continue
-                leg.pending.popleft()
-                self._emit(leg, kind, payload, end, credit)
-            if not leg.pending:
-                self.blocked.pop(leg, None)
+            self._drain(leg)
             if self.send_window <= 0:
                 return
+
+    def _drain(self, leg: Leg) -> None:
+        """Send what waits on ``leg`` as far as the windows allow."""
+        while leg.pending and not self.paused:
+            kind, payload, end, credit = leg.pending[0]
+            if kind == h2.DATA:
+                room = min(leg.window, self.send_window)
+                if room < len(payload):  # send what fits, keep the rest (and the credit)
+                    if room <= 0:
+                        break
+                    leg.pending[0] = (kind, payload[room:], end, credit)
+                    self._emit(leg, kind, payload[:room], False, 0)
+                    continue
+            leg.pending.popleft()
+            self._emit(leg, kind, payload, end, credit)
+        if not leg.pending:
+            self.blocked.pop(leg, None)
+
+    def pause_writing(self) -> None:
+        """The peer reads slower than we write: stop sending to it (what is for it waits,
+        uncredited, so its senders are held back by flow control) and stop reading it."""
+        self.paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+        self._unblock()
+        self.relay.flush()
 
     def drop(self, leg: Leg) -> None:
         """Forget ``leg``: its stream is over on this connection."""
@@ -334,6 +387,8 @@ class Conn(asyncio.Protocol):
                 if kind == h2.DATA and length > _PASS_ON and not flags & h2.PADDED:
                     self._count_received(length)
                     leg = self.legs.get(sid)
+                    if leg is not None:
+                        leg.received(length)
                     self._passing = (leg, end - n, flags & h2.END_STREAM)
                     if leg is not None:
                         self.on_data(leg, buf[at + 9 :], 0, n - at - 9)
@@ -347,9 +402,12 @@ class Conn(asyncio.Protocol):
                 self._count_received(length)
                 leg = self.legs.get(sid)
                 if leg is not None:
+                    leg.received(length)
                     self.on_data(leg, h2.unpad(flags, payload), flags & h2.END_STREAM, length)
             elif kind == h2.HEADERS:
                 fragment = h2.unpad(flags, payload, priority=True)
+                if len(fragment) > MAX_HEADER_BLOCK:
+                    raise h2.ProtocolError("header block larger than the relay takes")
                 if flags & h2.END_HEADERS:
                     self.on_headers(sid, bytes(fragment), flags & h2.END_STREAM)
                 else:
@@ -358,6 +416,8 @@ class Conn(asyncio.Protocol):
                 if self._headers is None or self._headers[0] != sid:
                     raise h2.ProtocolError("CONTINUATION without its HEADERS")
                 self._headers[2].extend(payload)
+                if len(self._headers[2]) > MAX_HEADER_BLOCK:
+                    raise h2.ProtocolError("header block larger than the relay takes")
                 if flags & h2.END_HEADERS:
                     first, first_flags, block = self._headers
                     self._headers = None
@@ -372,6 +432,8 @@ class Conn(asyncio.Protocol):
                 if not flags & h2.ACK:
                     self._settings(h2.parse_settings(payload))
             elif kind == h2.PING:
+                if length != 8:
+                    raise h2.ProtocolError("PING payload is not 8 bytes")
                 if not flags & h2.ACK:
                     self.write(h2.ping_ack(bytes(payload)))
             elif kind == h2.GOAWAY:
@@ -477,7 +539,7 @@ class ClientConn(Conn):
         if sid <= self.last_sid:
             return  # a stream already over (reset by the relay)
         self.last_sid = sid
-        if self.going_away:
+        if self.going_away or len(self.legs) >= MAX_STREAMS:  # past the SETTINGS it was sent
             self.write(h2.rst_stream(sid, h2.REFUSED_STREAM))
             return
         self.relay.open(self, sid, head, bool(end))
@@ -527,6 +589,9 @@ class UpstreamConn(Conn):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        if self.closed:  # retired while connecting, with no call left on it
+            transport.close()
+            return
         self.connected = True
         self._out.insert(0, _UPSTREAM_SETTINGS)
         self.flush()
@@ -563,7 +628,11 @@ class UpstreamConn(Conn):
         call.down.conn.send(call.down, h2.DATA, data, bool(end), length)
 
     def on_reset(self, leg: Leg, code: int) -> None:
+        answered = leg.ended_in
         leg.ended_in = leg.ended_out = True
+        if answered:  # after its trailers (RFC 9113 §8.1): it wants no more of the request
+            self.drop(leg)
+            return
         call = leg.call
         if not call.finished:
             name = h2.RESET_CODES.get(code, "INTERNAL")

@@ -142,7 +142,7 @@ def literal_field(name: str, value: str | bytes) -> bytes:
     """One header as "literal without indexing, new name" (RFC 7541 §6.2.2): the receiver's
     dynamic table is left as it was."""
     raw = value.encode("latin-1") if isinstance(value, str) else value
-    return b"\x00" + _string(name.encode("ascii")) + _string(raw)
+    return b"\x00" + _string(name.encode("latin-1")) + _string(raw)  # as decoded: any byte
 
 
 STATUS_200 = b"\x88"  # ``:status: 200``, static table entry 8
@@ -260,6 +260,6 @@ def parse_grpc_timeout(value: str) -> float | None:
     """Seconds of a ``grpc-timeout`` header (``100m``, ``5S``…); None when malformed."""
     unit = _TIMEOUT_UNITS.get(value[-1:])
     digits = value[:-1]
-    if unit is None or not digits.isdigit() or len(digits) > 8:
+    if unit is None or not (digits.isascii() and digits.isdigit()) or len(digits) > 8:
         return None
     return int(digits) * unit

@@ -21,6 +21,7 @@ T = TypeVar("T")
 Fields = tuple[tuple[bytes, bytes], ...]
 
 _CACHED_BLOCKS = 256
+_CACHED_BLOCK_BYTES = 2048  # a client's steady per-call block is ~100 bytes: bounds memory
 MAX_HEADER_LIST = 65_536
 
 
@@ -43,7 +44,7 @@ class BlockDecoder(Generic[T]):
         except hpack.HPACKError as e:
             raise ProtocolError(f"header block: {e}") from e
         result = self._digest(fields)
-        if state_neutral(block):
+        if len(block) <= _CACHED_BLOCK_BYTES and state_neutral(block):
             if len(self._cache) >= _CACHED_BLOCKS:
                 self._cache.clear()
             self._cache[block] = result

@@ -4,12 +4,14 @@ status, 1 MB outputs equal to the HTTP door's, service selection by token, metri
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import re
 import socket
 from collections.abc import Iterator
 from typing import Any
 
+import hpack
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -17,6 +19,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from contract.wire import GroupRoute, Route, RouteTable, token_digest
+from gateway import h2wire as h2
 from gateway.grpc_server import GrpcRunner, start_grpc
 from testing.waiting import wait_until
 from tests.fixtures_triton import TritonServer, free_port
@@ -463,3 +466,141 @@ def test_a_caller_breaking_http2_is_hung_up_on(door: Door) -> None:
         assert client.is_server_ready(headers=bearer())
     finally:
         client.close()
+
+
+# -- the door at the frame level: what grpc-core clients never do, others may -------------
+
+
+class RawCaller:
+    """An HTTP/2 connection to the door, frame by frame (h2wire encodes, hpack decodes)."""
+
+    def __init__(self, door: Door) -> None:
+        self.sock = socket.create_connection((door.runner.host, door.runner.port), timeout=5)
+        self.sock.sendall(h2.PREFACE + h2.settings([]))
+        self.buf = b""
+        self.decoder = hpack.Decoder()
+
+    def frame(self) -> tuple[int, int, int, bytes]:
+        """The next frame: type, flags, stream, payload."""
+        while len(self.buf) < 9 or len(self.buf) < 9 + int.from_bytes(self.buf[:3], "big"):
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise EOFError("the door closed the connection")
+            self.buf += chunk
+        length, kind, flags, sid = h2.parse_head(self.buf, 0)
+        payload, self.buf = self.buf[9 : 9 + length], self.buf[9 + length :]
+        return kind, flags, sid, payload
+
+    def call(self, sid: int, model: str, tensor: np.ndarray) -> None:
+        from tritonclient.grpc import service_pb2
+
+        request = service_pb2.ModelInferRequest(model_name=model)
+        tensor_in = request.inputs.add(name="INPUT0", datatype="UINT8", shape=[tensor.size])
+        assert tensor_in.name == "INPUT0"
+        request.raw_input_contents.append(tensor.tobytes())
+        body = request.SerializeToString()
+        message = b"\0" + len(body).to_bytes(4, "big") + body
+        path = "/inference.GRPCInferenceService/ModelInfer"
+        fields = [(":method", "POST"), (":scheme", "http"), (":path", path),
+                  (":authority", "door"), ("content-type", "application/grpc"),
+                  ("te", "trailers"), ("authorization", f"Bearer {TOKEN}")]  # fmt: skip
+        self.sock.sendall(h2.headers_frames(sid, h2.block(fields), end_stream=False))
+        for at in range(0, len(message), h2.FRAME_MAX):  # the door's window: 4 MiB
+            part = message[at : at + h2.FRAME_MAX]
+            end = h2.END_STREAM if at + h2.FRAME_MAX >= len(message) else 0
+            self.sock.sendall(h2.head(len(part), h2.DATA, end, sid) + part)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_caller_with_http2s_default_windows_gets_the_whole_answer(door: Door) -> None:
+    """A caller that keeps HTTP/2's 64 KiB windows (grpc-go does) gets what fits at once,
+    the rest after its WINDOW_UPDATE: a 100 KB answer must not wait for an update the
+    caller has no reason to send."""
+    tensor = np.arange(100_000, dtype=np.uint32).astype(np.uint8)
+    caller = RawCaller(door)
+    try:
+        caller.call(1, "identity", tensor)
+        data = b""
+        while len(data) < h2.DEFAULT_WINDOW:  # before any WINDOW_UPDATE of ours
+            kind, flags, sid, payload = caller.frame()
+            if kind == h2.DATA and sid == 1:
+                data += payload
+        assert len(data) == h2.DEFAULT_WINDOW
+        caller.sock.sendall(h2.window_update(0, 1 << 20) + h2.window_update(1, 1 << 20))
+        trailers: dict[bytes, bytes] = {}
+        while not trailers:
+            kind, flags, sid, payload = caller.frame()
+            if kind == h2.DATA and sid == 1:
+                data += payload
+            elif kind == h2.HEADERS and sid == 1 and flags & h2.END_STREAM:
+                trailers = dict(caller.decoder.decode(payload, raw=True))
+    finally:
+        caller.close()
+    from tritonclient.grpc import service_pb2
+
+    assert trailers[b"grpc-status"] == b"0"
+    answer = service_pb2.ModelInferResponse.FromString(data[5:])
+    assert answer.raw_output_contents[0] == tensor.tobytes()
+
+
+def goaway_code(caller: RawCaller) -> int:
+    """Frames until the door's GOAWAY; its error code."""
+    while True:
+        kind, _, _, payload = caller.frame()
+        if kind == h2.GOAWAY:
+            return int.from_bytes(payload[4:8], "big")
+
+
+def test_a_caller_ignoring_the_limits_is_hung_up_on(open_door: Any) -> None:
+    """The door advertises 256 streams and 64 KiB header lists; a header block that never
+    ends, or DATA past the stream window (here to a replica that reads nothing, so nothing
+    is credited back), ends the connection instead of filling the gateway's memory."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        stuck = route([], timeout_ms=30_000).model_copy(
+            update={"grpc_endpoints": [f"http://127.0.0.1:{silent.getsockname()[1]}"]}
+        )
+        door: Door = open_door(table(stuck))
+        caller = RawCaller(door)
+        try:
+            kind, _, _, payload = caller.frame()
+            assert kind == h2.SETTINGS and (h2.MAX_CONCURRENT_STREAMS, 256) in (
+                h2.parse_settings(payload)
+            )
+            block = h2.block([(":method", "POST"), ("x-pad", "p" * 16_000)])
+            caller.sock.sendall(h2.head(len(block), h2.HEADERS, 0, 1) + block)
+            for _ in range(5):  # 80 KB of one header block
+                caller.sock.sendall(h2.head(len(block), h2.CONTINUATION, 0, 1) + block)
+            assert goaway_code(caller) == h2.PROTOCOL_ERROR
+        finally:
+            caller.close()
+        caller = RawCaller(door)
+        try:
+            big = np.zeros(5 << 20, dtype=np.uint8)  # past the 4 MiB stream window
+            with contextlib.suppress(OSError):  # the door may hang up mid-send
+                caller.call(1, "identity", big)
+            assert goaway_code(caller) == h2.PROTOCOL_ERROR
+        finally:
+            caller.close()
+
+
+def test_a_caller_that_does_not_read_is_not_read_either(door: Door) -> None:
+    """PINGs sent by a caller that never reads the answers: the door stops reading it once
+    its answers back up, so they wait in the caller's socket, not in gateway memory."""
+    caller = RawCaller(door)
+    caller.sock.settimeout(2)
+    pings = (h2.head(8, h2.PING, 0, 0) + b"12345678") * 100_000  # 1.7 MB a batch
+    try:
+        with contextlib.suppress(TimeoutError):  # the door stopped reading: send blocks
+            for _ in range(40):
+                caller.sock.sendall(pings)
+        clients = door.gw.lt.call(lambda: list(door.runner.door.relay.clients))
+        buffered = door.gw.lt.call(
+            lambda: max(c.transport.get_write_buffer_size() for c in clients)
+        )
+        assert buffered < 4 << 20
+    finally:
+        caller.close()
