@@ -13,6 +13,11 @@ slow reader holds back only its own streams and memory stays within the windows.
 connection's own window is kept wide open. Writes made while handling one read are sent
 in one system call (:meth:`Relay.flush`).
 
+What a peer can make the relay hold is bounded: a stream's bytes by the window it was
+given (sending past it ends the connection), a caller's streams by MAX_CONCURRENT_STREAMS,
+a header block by :data:`MAX_HEADER_BLOCK`, and answers to a peer that does not read by
+its transport's high-water mark (the relay then stops reading that peer too).
+
 Admission (which service, its token, its limits) and the balancer are the HTTP door's, in
 :mod:`gateway.grpc_server`, through the :class:`Admission` interface.
 """
