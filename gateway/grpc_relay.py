@@ -454,13 +454,21 @@ class Conn(asyncio.Protocol):
             self.received = 0
 
     def _window_update(self, sid: int, increment: int) -> None:
+        # RFC 9113 §6.9: a zero increment, or a window past 2^31-1, is an error (a stream
+        # error may be treated as the connection's, §5.4.1)
+        if not increment:
+            raise h2.ProtocolError("WINDOW_UPDATE of 0")
         if sid == 0:
             self.send_window += increment
+            window = self.send_window
         else:
             leg = self.legs.get(sid)
             if leg is None:
                 return
             leg.window += increment
+            window = leg.window
+        if window > h2.MAX_WINDOW:
+            raise h2.ProtocolError("flow-control window past 2^31-1")
         if self.blocked:
             self._unblock()
 
@@ -551,6 +559,8 @@ class ClientConn(Conn):
 
     def on_data(self, leg: Leg, data: Bytes, end: int, length: int) -> None:
         call, relay = leg.call, self.relay
+        if leg.ended_in:  # §5.1: a half-closed stream takes no DATA (§5.4.1: the connection's)
+            raise h2.ProtocolError(f"DATA on stream {leg.sid} after its END_STREAM")
         if end:
             leg.ended_in = True
         if call.finished or (call.up is None and call.held is None):

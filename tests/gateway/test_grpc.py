@@ -556,7 +556,8 @@ def goaway_code(caller: RawCaller) -> int:
 def test_a_caller_ignoring_the_limits_is_hung_up_on(open_door: Any) -> None:
     """The door advertises 256 streams and 64 KiB header lists; a header block that never
     ends, or DATA past the stream window (here to a replica that reads nothing, so nothing
-    is credited back), ends the connection instead of filling the gateway's memory."""
+    is credited back), ends the connection instead of filling the gateway's memory; so do
+    a zero WINDOW_UPDATE and DATA after END_STREAM (RFC 9113 §6.9, §5.1)."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
@@ -585,6 +586,17 @@ def test_a_caller_ignoring_the_limits_is_hung_up_on(open_door: Any) -> None:
             assert goaway_code(caller) == h2.PROTOCOL_ERROR
         finally:
             caller.close()
+        for breach in (
+            h2.window_update(0, 0),  # a zero increment
+            h2.head(1, h2.DATA, 0, 1) + b"x",  # DATA on stream 1 after its END_STREAM
+        ):
+            caller = RawCaller(door)
+            try:
+                caller.call(1, "identity", np.zeros(8, dtype=np.uint8))  # held: stuck replica
+                caller.sock.sendall(breach)
+                assert goaway_code(caller) == h2.PROTOCOL_ERROR
+            finally:
+                caller.close()
 
 
 def test_a_caller_that_does_not_read_is_not_read_either(door: Door) -> None:
