@@ -227,7 +227,7 @@ class Conn(asyncio.Protocol):
         self.received = 0  # DATA bytes not yet credited on the connection window
         self._headers: tuple[int, int, bytearray] | None = None  # a block in CONTINUATIONs
         self.closed = False
-        self.paused = False  # the peer does not read: nothing more is sent to it
+        self.paused = False  # a caller that does not read: nothing more is sent to it
 
     # -- output ---------------------------------------------------------------------------
 
@@ -306,20 +306,6 @@ class Conn(asyncio.Protocol):
             self._emit(leg, kind, payload, end, credit)
         if not leg.pending:
             self.blocked.pop(leg, None)
-
-    def pause_writing(self) -> None:
-        """The peer reads slower than we write: stop sending to it (what is for it waits,
-        uncredited, so its senders are held back by flow control) and stop reading it."""
-        self.paused = True
-        if self.transport is not None:
-            self.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        if self.transport is not None and not self.closed:
-            self.transport.resume_reading()
-        self._unblock()
-        self.relay.flush()
 
     def drop(self, leg: Leg) -> None:
         """Forget ``leg``: its stream is over on this connection."""
@@ -518,6 +504,23 @@ class ClientConn(Conn):
         self.preface = False
         self.last_sid = 0
         self.going_away = False
+
+    def pause_writing(self) -> None:
+        """The caller reads slower than we write: stop sending to it (what is for it
+        waits, uncredited, so flow control holds back the replica) and stop reading it, so
+        that its requests (PINGs, new streams) cannot pile answers up here. A replica's
+        connection is never paused so: flow control bounds what it takes, and not reading
+        a replica that waits for us to read would deadlock both."""
+        self.paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+        self._unblock()
+        self.relay.flush()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)

@@ -445,6 +445,32 @@ def test_many_concurrent_calls_and_tensors_beyond_the_windows(door: Door) -> Non
         client.close()
 
 
+def test_sustained_megabyte_calls_on_one_connection_all_complete(door: Door) -> None:
+    """32 streams sending 1 MiB each, again and again: the relay's writes to the replica
+    back up, and it must keep reading the replica's answers meanwhile (not reading a peer
+    that waits for us to read would deadlock both: calls would end DEADLINE_EXCEEDED)."""
+    payload = np.random.default_rng(1).integers(0, 256, 1 << 20, dtype=np.uint8)
+    tensor = grpcclient.InferInput("INPUT0", [payload.size], "UINT8")
+    tensor.set_data_from_numpy(payload)
+    client = door.client()
+    answers: queue.Queue[Any] = queue.Queue()
+    try:
+        for i in range(256):
+            client.async_infer(
+                "identity",
+                [tensor],
+                callback=lambda result, error: answers.put(error),
+                headers=bearer(),
+                client_timeout=20,
+            )
+            if i >= 32:
+                assert answers.get(timeout=30) is None  # one in, one out: 32 in flight
+        for _ in range(32):
+            assert answers.get(timeout=30) is None
+    finally:
+        client.close()
+
+
 def test_a_caller_breaking_http2_is_hung_up_on(door: Door) -> None:
     """Bytes that are not HTTP/2 end that connection only, with GOAWAY(PROTOCOL_ERROR)
     after the door's SETTINGS; the door serves the next caller."""
