@@ -4,10 +4,12 @@ status, 1 MB outputs equal to the HTTP door's, service selection by token, metri
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import queue
 import re
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -446,29 +448,40 @@ def test_many_concurrent_calls_and_tensors_beyond_the_windows(door: Door) -> Non
 
 
 def test_sustained_megabyte_calls_on_one_connection_all_complete(door: Door) -> None:
-    """32 streams sending 1 MiB each, again and again: the relay's writes to the replica
-    back up, and it must keep reading the replica's answers meanwhile (not reading a peer
-    that waits for us to read would deadlock both: calls would end DEADLINE_EXCEEDED)."""
-    payload = np.random.default_rng(1).integers(0, 256, 1 << 20, dtype=np.uint8)
-    tensor = grpcclient.InferInput("INPUT0", [payload.size], "UINT8")
-    tensor.set_data_from_numpy(payload)
-    client = door.client()
-    answers: queue.Queue[Any] = queue.Queue()
-    try:
-        for i in range(256):
-            client.async_infer(
-                "identity",
-                [tensor],
-                callback=lambda result, error: answers.put(error),
-                headers=bearer(),
-                client_timeout=20,
-            )
-            if i >= 32:
-                assert answers.get(timeout=30) is None  # one in, one out: 32 in flight
-        for _ in range(32):
-            assert answers.get(timeout=30) is None
-    finally:
-        client.close()
+    """64 streams sending 1 MiB each for 3 s, as bytes (grpc.aio, so the load is the
+    relay's): its writes to the replica back up, and it must keep reading the replica's
+    answers meanwhile (not reading a peer that waits for us to read would deadlock both:
+    calls would end DEADLINE_EXCEEDED)."""
+    import grpc
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name="identity")
+    request.inputs.add(name="INPUT0", datatype="UINT8", shape=[1 << 20])
+    request.raw_input_contents.append(bytes(1 << 20))
+    body = request.SerializeToString()
+    method = "/inference.GRPCInferenceService/ModelInfer"
+
+    async def load() -> tuple[int, list[str]]:
+        options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+        async with grpc.aio.insecure_channel(door.runner.address, options=options) as channel:
+            call = channel.unary_unary(method)
+            done, failed = 0, []
+            stop_at = time.monotonic() + 3
+
+            async def worker() -> None:
+                nonlocal done
+                while time.monotonic() < stop_at:
+                    try:
+                        await call(body, metadata=(("authorization", TOKEN),), timeout=8)
+                        done += 1
+                    except grpc.aio.AioRpcError as e:
+                        failed.append(str(e.code()))
+
+            await asyncio.gather(*(worker() for _ in range(64)))
+            return done, failed
+
+    done, failed = asyncio.run(load())
+    assert failed == [] and done > 64
 
 
 def test_a_caller_breaking_http2_is_hung_up_on(door: Door) -> None:
