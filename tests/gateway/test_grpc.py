@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import re
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import hpack
@@ -24,7 +27,7 @@ from contract.wire import GroupRoute, Route, RouteTable, token_digest
 from gateway import h2wire as h2
 from gateway.grpc_server import GrpcRunner, start_grpc
 from testing.waiting import wait_until
-from tests.fixtures_triton import TritonServer, free_port
+from tests.fixtures_triton import TritonServer, free_port, launch_triton
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import SERVICE, TOKEN, Gateway, LoopThread, route, table
 
@@ -447,11 +450,29 @@ def test_many_concurrent_calls_and_tensors_beyond_the_windows(door: Door) -> Non
         client.close()
 
 
-def test_sustained_megabyte_calls_on_one_connection_all_complete(door: Door) -> None:
+def test_sustained_megabyte_calls_on_one_connection_all_complete(
+    open_door: Any, tmp_path: Path
+) -> None:
     """64 streams sending 1 MiB each for 3 s, as bytes (grpc.aio, so the load is the
-    relay's): its writes to the replica back up, and it must keep reading the replica's
-    answers meanwhile (not reading a peer that waits for us to read would deadlock both:
-    calls would end DEADLINE_EXCEEDED)."""
+    relay's), with the gateway's loop and its own Triton on one core (as bench/grpc.py
+    runs them): the relay's writes to the replica back up, and it must keep reading the
+    replica's answers meanwhile (not reading a peer that waits for us to read deadlocks
+    both: calls ended DEADLINE_EXCEEDED)."""
+    triton, process = launch_triton(tmp_path / "tritonserver.log")
+    door: Door = open_door(table(grpc_route(triton)))
+    try:
+        subprocess.run(
+            ["taskset", "-a", "-cp", "0", str(process.pid)], check=True, capture_output=True
+        )
+        door.gw.lt.call(lambda: os.sched_setaffinity(0, {0}))  # the loop's thread only
+        _sustained_load(door)
+    finally:
+        door.gw.lt.call(lambda: os.sched_setaffinity(0, os.sched_getaffinity(os.getpid())))
+        process.terminate()
+        process.wait(30)
+
+
+def _sustained_load(door: Door) -> None:
     import grpc
     from tritonclient.grpc import service_pb2
 
