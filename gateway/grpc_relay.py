@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from abc import ABCMeta, abstractmethod
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, cast
@@ -206,7 +207,7 @@ class Call:
 # -- connections ------------------------------------------------------------------------------
 
 
-class Conn(asyncio.Protocol):
+class Conn(asyncio.Protocol, metaclass=ABCMeta):
     """What both ends share: framing, SETTINGS, PING, connection and stream windows."""
 
     def __init__(self, relay: Relay) -> None:
@@ -480,19 +481,23 @@ class Conn(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    # -- per end ----------------------------------------------------------------------------
+    # -- per end (the caller's and the replica's differ) -------------------------------------
 
+    @abstractmethod
     def on_data(self, leg: Leg, data: Bytes, end: int, length: int) -> None:
-        raise NotImplementedError
+        """DATA on ``leg``'s stream (``length`` counts padding, for flow control)."""
 
+    @abstractmethod
     def on_headers(self, sid: int, block: bytes, end: int) -> None:
-        raise NotImplementedError
+        """A whole header block (CONTINUATIONs joined) on stream ``sid``."""
 
+    @abstractmethod
     def on_reset(self, leg: Leg, code: int) -> None:
-        raise NotImplementedError
+        """RST_STREAM on ``leg``'s stream."""
 
+    @abstractmethod
     def on_goaway(self, last_sid: int) -> None:
-        raise NotImplementedError
+        """GOAWAY: streams above ``last_sid`` were never seen by the peer."""
 
 
 class ClientConn(Conn):

@@ -13,12 +13,14 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import oss2
 import pytest
 
 from processors.storage import (
     PermanentStorageError,
+    PullReport,
     TemporaryStorageError,
     pull,
 )
@@ -174,16 +176,23 @@ def test_a_locally_edited_file_is_fetched_again(
     assert same_tree(tmp_path / "repo", EXAMPLE_MODELS)
 
 
+def pull_big(
+    oss_server: OssServer, size: int, dest: Path, **kw: Any
+) -> tuple[bytes, str, PullReport]:
+    """Pull a repository of one ``size``-byte file into ``dest``, counting from zero: its
+    bytes, its key and the pull's report (after checking the copy is exact)."""
+    key = f"big-{uuid.uuid4().hex[:6]}/m/1/model.bin"
+    data = put_random(oss_server, key, size)
+    oss_server.reset()
+    report = pull(f"oss://{BUCKET}/{key.rsplit('/', 3)[0]}", dest, **kw)
+    assert (dest / "m/1/model.bin").read_bytes() == data
+    return data, key, report
+
+
 def test_big_files_come_in_ranged_parts(
     oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
 ) -> None:
-    key = f"big-{uuid.uuid4().hex[:6]}/m/1/model.bin"
-    data = put_random(oss_server, key, 5 * MiB + 123)
-    oss_server.reset()
-
-    report = pull(f"oss://{BUCKET}/{key.rsplit('/', 3)[0]}", tmp_path / "r", part_size=MiB)
-
-    assert (tmp_path / "r/m/1/model.bin").read_bytes() == data
+    data, key, report = pull_big(oss_server, 5 * MiB + 123, tmp_path / "r", part_size=MiB)
     ranges = sorted(c.range or "" for c in gets(oss_server))
     expected = [f"bytes={s}-{e}" for s, e in part_ranges(len(data), MiB)]
     assert ranges == sorted(expected) and len(ranges) == 6
@@ -653,11 +662,7 @@ def test_a_big_file_is_split_among_the_workers(
     oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
 ) -> None:
     """Without a part size, a big file's parts are its share of the workers."""
-    key = f"big-{uuid.uuid4().hex[:6]}/m/1/model.bin"
-    data = put_random(oss_server, key, 2 * SMALLEST_PART + 123)
-    oss_server.reset()
-    pull(f"oss://{BUCKET}/{key.rsplit('/', 3)[0]}", tmp_path / "r", workers=2)
-    assert (tmp_path / "r/m/1/model.bin").read_bytes() == data
+    pull_big(oss_server, 2 * SMALLEST_PART + 123, tmp_path / "r", workers=2)
     assert len(gets(oss_server)) == 2  # two halves, not three parts of the smallest size
 
 
