@@ -37,7 +37,7 @@ from gateway.balancer import Endpoint
 from gateway.grpc_rules import CallHead, Refusal, call_head, deadline_s
 from gateway.h2wire import Bytes
 from gateway.hpack_codec import BlockDecoder, Fields
-from gateway.route_table import ServiceRoute
+from gateway.route_table import Asleep, ServiceRoute
 
 STREAM_WINDOW = 4 * 1024 * 1024  # per stream, each way: a 1 MB tensor never waits on credit
 CONN_WINDOW = 1 << 30
@@ -62,14 +62,6 @@ _UPSTREAM_SETTINGS = (
     + h2.settings([(h2.ENABLE_PUSH, 0), *_SETTINGS])
     + h2.window_update(0, CONN_WINDOW - h2.DEFAULT_WINDOW)
 )
-
-
-class Asleep(Exception):
-    """The call's service is at zero and wakes on request: hold the call."""
-
-    def __init__(self, entry: ServiceRoute) -> None:
-        super().__init__(entry.route.service)
-        self.entry = entry
 
 
 class Admission(Protocol):

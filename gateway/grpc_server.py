@@ -29,7 +29,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gateway.balancer import Endpoint
-from gateway.grpc_relay import Asleep, Call, ClientConn, Relay
+from gateway.grpc_relay import Call, ClientConn, Relay
 from gateway.grpc_rules import (
     ADMIN_METHODS,
     TENANT_METHODS,
@@ -38,7 +38,7 @@ from gateway.grpc_rules import (
     admin_refusal,
     service_for,
 )
-from gateway.route_table import GroupEntry, RouteChange, ServiceRoute
+from gateway.route_table import Asleep, GroupEntry, RouteChange, ServiceRoute
 from gateway.wake import NotWakeable, QueueFull, WakeTimeout, queue_bound
 
 if TYPE_CHECKING:
@@ -108,12 +108,9 @@ class GrpcDoor:
 
     def _member(self, group: GroupEntry) -> ServiceRoute:
         """The member that takes this call of ``group`` (its traffic split, as on HTTP)."""
-        entry = self.routes.pick(group, grpc=True)
+        entry = self.routes.member(group, grpc=True)
         if entry is not None:
             return entry
-        asleep = self.routes.asleep_member(group)
-        if asleep is not None:
-            raise Asleep(asleep)
         name = group.route.group
         raise Refusal(
             "UNAVAILABLE",

@@ -44,10 +44,10 @@ class BlockDecoder(Generic[T]):
         except hpack.HPACKError as e:
             raise ProtocolError(f"header block: {e}") from e
         result = self._digest(fields)
-        if len(block) <= _CACHED_BLOCK_BYTES and state_neutral(block):
+        if not state_neutral(block):
+            self._cache.clear()  # the table changed: remembered indices may mean other fields
+        elif len(block) <= _CACHED_BLOCK_BYTES:
             if len(self._cache) >= _CACHED_BLOCKS:
                 self._cache.clear()
             self._cache[block] = result
-        else:
-            self._cache.clear()  # the table changed: remembered indices may mean other fields
         return result

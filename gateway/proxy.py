@@ -33,7 +33,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.mirror import Copy, Mirrors, RecordingExchange
 from gateway.paths import Target, is_admin_path
 from gateway.problems import Problem, unauthorized, write_problem
-from gateway.route_table import GroupEntry, RouteState, ServiceRoute
+from gateway.route_table import Asleep, GroupEntry, RouteState, ServiceRoute
 from gateway.server import BodyTooLarge, ClientGone, Request
 from gateway.settings import GatewaySettings
 from gateway.upstream import (
@@ -50,14 +50,6 @@ QUEUE_FULL = 450
 
 # What a client that stops waiting is counted as (nginx's convention), for metrics only.
 CLIENT_CLOSED = 499
-
-
-class Asleep(Exception):
-    """The service that should answer is at zero and wakes on request."""
-
-    def __init__(self, entry: ServiceRoute) -> None:
-        super().__init__(entry.route.service)
-        self.entry = entry
 
 
 async def relay(
@@ -137,11 +129,8 @@ class PredictProxy:
         found = routes.named(name)
         if isinstance(found, GroupEntry):
             self._authenticate_group(request, found)
-            entry = routes.pick(found)
+            entry = routes.member(found)
             if entry is None:
-                asleep = routes.asleep_member(found)
-                if asleep is not None:
-                    raise Asleep(asleep)
                 raise self._unavailable(
                     name, f"group {name!r} has no member taking group traffic with a ready replica"
                 )

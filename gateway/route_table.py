@@ -82,6 +82,15 @@ class ServiceRoute:
     grpc_endpoints: tuple[Endpoint, ...] = ()  # the same replicas' gRPC ports
 
 
+class Asleep(Exception):
+    """The service that should answer is at zero and wakes on request: hold the call
+    (either door) until it has a ready replica."""
+
+    def __init__(self, entry: ServiceRoute) -> None:
+        super().__init__(entry.route.service)
+        self.entry = entry
+
+
 @dataclass(slots=True)
 class GroupEntry:
     """A service group as the proxy uses it: its token digest and its traffic split."""
@@ -165,6 +174,17 @@ class RouteState:
                 candidates[name] = (entry, len(ready) if auto else entry.route.weight)
         chosen = group.picker.pick((name, share) for name, (_, share) in candidates.items())
         return None if chosen is None else candidates[chosen][0]
+
+    def member(self, group: GroupEntry, *, grpc: bool = False) -> ServiceRoute | None:
+        """The member that takes this call of ``group`` (:meth:`pick`); when none can,
+        raises :class:`Asleep` for the one to wake, else None (the door answers that
+        nobody can take it)."""
+        entry = self.pick(group, grpc=grpc)
+        if entry is None:
+            asleep = self.asleep_member(group)
+            if asleep is not None:
+                raise Asleep(asleep)
+        return entry
 
     def asleep_member(self, group: GroupEntry) -> ServiceRoute | None:
         """When no member can take the group's traffic now: the one to wake (taking group
