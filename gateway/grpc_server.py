@@ -56,7 +56,9 @@ class GrpcDoor:
         self.activity = gateway.activity
         self.waking = gateway.waking
         self.max_message_bytes = gateway.settings.max_body_bytes
-        self.relay = Relay(self, gateway.settings.connect_timeout_s)
+        self.relay = Relay(
+            self, gateway.settings.connect_timeout_s, yield_at=gateway.settings.grpc_yield_at
+        )
         gateway.routes.listeners.append(self._on_change)
 
     def _on_change(self, change: RouteChange) -> None:

@@ -38,7 +38,9 @@ MAX_WINDOW = 2**31 - 1
 # (whose limit is at least this) and passes with only its stream id rewritten.
 FRAME_MAX = 16_384
 
-_HEAD = struct.Struct(">BHBBI")  # 24-bit length as 8 + 16 bits, type, flags, stream
+# A frame header as (length << 8 | type, flags, stream): the 24-bit length and the type
+# share one 32-bit field, so a header packs and unpacks in one call.
+HEAD = struct.Struct(">IBI")
 _U32 = struct.Struct(">I")
 _SETTING = struct.Struct(">HI")
 _GOAWAY = struct.Struct(">II")
@@ -53,17 +55,13 @@ class ProtocolError(Exception):
 
 def head(length: int, kind: int, flags: int, stream: int) -> bytes:
     """A 9-byte frame header."""
-    return _HEAD.pack(length >> 16, length & 0xFFFF, kind, flags, stream & MAX_WINDOW)
+    return HEAD.pack(length << 8 | kind, flags, stream & MAX_WINDOW)
 
 
 def parse_head(buf: Bytes, at: int) -> tuple[int, int, int, int]:
     """``(length, type, flags, stream)`` of the frame header at ``buf[at:at + 9]``."""
-    return (
-        buf[at] << 16 | buf[at + 1] << 8 | buf[at + 2],
-        buf[at + 3],
-        buf[at + 4],
-        _U32.unpack_from(buf, at + 5)[0] & MAX_WINDOW,
-    )
+    length_kind, flags, stream = HEAD.unpack_from(buf, at)
+    return length_kind >> 8, length_kind & 0xFF, flags, stream & MAX_WINDOW
 
 
 def settings(values: Iterable[tuple[int, int]]) -> bytes:

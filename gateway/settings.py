@@ -51,6 +51,14 @@ class GatewaySettings(BaseSettings):
         description="Port of the gRPC door (tritonclient.grpc with the service token; 0 picks "
         "a free one); unset: no gRPC. `openeas up` defaults it to 8001.",
     )
+    grpc_yield_at: int = Field(
+        default=2,
+        ge=0,
+        le=100_000,
+        description="With this many gRPC calls in flight or more, the door gives up the CPU "
+        "after each read (sched_yield): a replica sharing the core answers several calls "
+        "before the next read, which then carries them all (0: never).",
+    )
     workers: int = Field(default=1, ge=1, le=256)
     domain: str = Field(
         default="",

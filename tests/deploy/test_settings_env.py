@@ -199,6 +199,7 @@ SAMPLE: dict[str, Any] = {
         "healthPath": "/healthz",
         "metricsPath": "/gateway/metrics",
         "domain": "eas.example.com",
+        "grpcYieldAt": 16,
     },
     "serving": {
         "requestTimeoutSeconds": 10,

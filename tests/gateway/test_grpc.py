@@ -450,6 +450,45 @@ def test_many_concurrent_calls_and_tensors_beyond_the_windows(door: Door) -> Non
         client.close()
 
 
+def concurrent_add_sub(client: grpcclient.InferenceServerClient, n: int) -> None:
+    """``n`` add_sub calls in flight at once on ``client``'s connection, all answered."""
+    answers: queue.Queue[Any] = queue.Queue()
+    inputs, a, b = add_sub_inputs()
+    for _ in range(n):
+        client.async_infer(
+            "add_sub",
+            inputs,
+            callback=lambda result, error: answers.put((result, error)),
+            headers=bearer(),
+        )
+    for _ in range(n):
+        result, error = answers.get(timeout=30)
+        assert error is None
+        assert result.as_numpy("OUTPUT0").tolist() == (a + b).tolist()
+
+
+@pytest.mark.parametrize("yield_at", [2, 0])
+def test_a_busy_door_yields_the_cpu_and_a_lone_call_never_does(
+    open_door: Any, triton_server: TritonServer, monkeypatch: pytest.MonkeyPatch, yield_at: int
+) -> None:
+    """With calls in flight the door gives up the CPU after its reads (so a replica on the
+    same core answers several before the next read); one call at a time, or
+    ``grpc_yield_at=0``, never does."""
+    yields: list[int] = []
+    monkeypatch.setattr("gateway.grpc_relay._sched_yield", lambda: yields.append(1))
+    door = open_door(table(grpc_route(triton_server)), grpc_yield_at=yield_at)
+    client = door.client()
+    try:
+        inputs, _, _ = add_sub_inputs()
+        for _ in range(5):
+            client.infer("add_sub", inputs, headers=bearer())
+        assert yields == []
+        concurrent_add_sub(client, 32)
+    finally:
+        client.close()
+    assert bool(yields) == bool(yield_at)
+
+
 def test_sustained_megabyte_calls_on_one_connection_all_complete(
     open_door: Any, tmp_path: Path
 ) -> None:

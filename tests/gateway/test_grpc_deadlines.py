@@ -1,11 +1,14 @@
-"""The gRPC relay's deadlines: one timer per 10 ms slot, none left once calls end."""
+"""The gRPC relay's timing: deadlines (one timer per 10 ms slot, none left once calls
+end) and when it gives up the CPU."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, cast
 
-from gateway.grpc_relay import Call, Deadlines
+import pytest
+
+from gateway.grpc_relay import Call, Deadlines, cedes_cpu
 
 
 class Stub:
@@ -35,3 +38,22 @@ def test_calls_expire_by_slot_and_ended_ones_leave_no_timer() -> None:
     expired, deadlines = asyncio.run(scenario())
     assert expired == [late] and late.deadline is None
     assert deadlines.slots == {}
+
+
+@pytest.mark.parametrize(
+    ("calls", "yield_at", "cedes"),
+    [
+        (0, 2, False),  # idle
+        (1, 2, False),  # a lone call: nothing to batch, never waits for another process
+        (2, 2, True),
+        (64, 2, True),
+        (7, 8, False),
+        (8, 8, True),
+        (64, 0, False),  # 0: never
+        (1, 1, True),
+    ],
+)
+def test_the_relay_yields_the_cpu_only_with_enough_calls_in_flight(
+    calls: int, yield_at: int, cedes: bool
+) -> None:
+    assert cedes_cpu(calls, yield_at) is cedes
