@@ -15,7 +15,10 @@ route to that Triton, gRPC door open), both pinned to ``--server-cpu``, the load
 Throughput points run ``--repeat`` interleaved rounds (direct, gateway, direct, …) and
 report the median. ``--base DIR`` adds another checkout's gateway (its own
 ``bench/grpc.py --serve-gateway``, same pinning) as a third target, for before/after
-figures in one run. Every call must succeed; a run with failures says so.
+figures in one run. ``--floor`` adds a blind TCP forwarder written on the same event loop
+(uvloop), pinned the same way: what any Python relay sharing the core with Triton costs at
+least (its 1 MiB calls are bound by the kernel's copies through loopback, not by Python).
+Every call must succeed; a run with failures says so.
 """
 
 from __future__ import annotations
@@ -180,6 +183,55 @@ def serve_gateway(grpc_port: int, http_upstream: str, grpc_upstream: str, token:
     run(main())
 
 
+def serve_floor(port: int, upstream_port: int) -> None:
+    """``--serve-floor``: the least any relay written on this event loop can cost, a blind
+    TCP forwarder (one replica connection per caller connection, bytes passed as read, no
+    HTTP/2 parsed, no token checked), measured beside the door as a reference."""
+    import uvloop
+
+    class Leg(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.peer: Leg | None = None
+            self.transport: asyncio.Transport | None = None
+            self.early: list[bytes] = []  # what the caller sent before the replica answered
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport  # type: ignore[assignment]
+
+        def data_received(self, data: bytes) -> None:
+            peer = self.peer
+            if peer is not None and peer.transport is not None:
+                peer.transport.write(data)
+            else:
+                self.early.append(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.peer is not None and self.peer.transport is not None:
+                self.peer.transport.close()
+
+    class Caller(Leg):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            asyncio.get_running_loop().create_task(self.connect())
+
+        async def connect(self) -> None:
+            loop = asyncio.get_running_loop()
+            _, replica = await loop.create_connection(Leg, "127.0.0.1", upstream_port)
+            replica.peer, self.peer = self, replica
+            # What either side sent before they were joined (the replica's SETTINGS too).
+            for leg in (self, replica):
+                assert leg.peer is not None and leg.peer.transport is not None
+                leg.peer.transport.writelines(leg.early)
+                leg.early = []
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(Caller, "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+
+    uvloop.run(main())
+
+
 # --- orchestration ----------------------------------------------------------------------
 
 
@@ -195,12 +247,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="add_sub,identity")
     ap.add_argument("--base", type=Path, help="another checkout's gateway, measured beside")
     ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure a blind TCP forwarder on the same event loop (the relay's floor)",
+    )
+    ap.add_argument("--serve-floor", nargs=2, type=int, metavar=("PORT", "UPSTREAM_PORT"))
+    ap.add_argument(
         "--serve-gateway", nargs=4, metavar=("GRPC_PORT", "HTTP_UP", "GRPC_UP", "TOKEN")
     )
     args = ap.parse_args(argv)
     if args.serve_gateway:
         port, http_up, grpc_up, token = args.serve_gateway
         serve_gateway(int(port), http_up, grpc_up, token)
+        return 0
+    if args.serve_floor:
+        serve_floor(*args.serve_floor)
         return 0
     sys.path.insert(0, str(ROOT))
     from processors.triton import binary
@@ -232,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         gateways["base"] = (args.base.resolve() / "bench" / "grpc.py", hb.free_port())
     targets = {"direct": (f"127.0.0.1:{grpc_port}", None)}
     targets |= {name: (f"127.0.0.1:{port}", token) for name, (_, port) in gateways.items()}
+    floor_port = hb.free_port()
+    if args.floor:
+        targets["floor"] = (f"127.0.0.1:{floor_port}", None)
     with tempfile.TemporaryDirectory(prefix="openeas-bench-grpc-") as tmpdir:
         tmp = Path(tmpdir)
         triton = hb.process(
@@ -245,7 +309,11 @@ def main(argv: list[str] | None = None) -> int:
                 for name, (script, port) in gateways.items():
                     argv = hb.pinned(args.server_cpu, gateway_argv(script, port))
                     running.enter_context(hb.process(argv, tmp / f"{name}.log"))
-                for name in gateways:
+                if args.floor:
+                    argv = [sys.executable, __file__, "--serve-floor", str(floor_port)]
+                    argv = hb.pinned(args.server_cpu, [*argv, str(grpc_port)])
+                    running.enter_context(hb.process(argv, tmp / "floor.log"))
+                for name in [*gateways, *(["floor"] if args.floor else [])]:
                     ready(targets[name][0], token, tmp / f"{name}.log")
                 report(args, targets)
     return 0
