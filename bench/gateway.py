@@ -20,6 +20,11 @@ shows as throughput Triton loses, as it would on a busy node. For both models (`
 2. throughput with ``wrk`` (a Lua script POSTs the same binary infer body) at 1, 8 and 64
    connections, as requests/s and as ratios to direct Triton and to nginx.
 
+The ``floor`` target (``--targets …,floor``) is a blind TCP forwarder written on the
+gateway's event loop (uvloop), pinned like the proxies: bytes pass to Triton as sent, nothing
+parsed, no token checked — the least any Python proxy here costs, for reading the gateway's
+figures against nginx's.
+
 The ``group`` row is also compared with the ``gateway`` row (the direct service through the
 same gateway): the cost of the group endpoint (member choice) is that ratio; the target is
 at most 5 %.
@@ -363,6 +368,56 @@ def serve_gateway(port: int, upstream: str, token: str, workers: int = 1) -> Non
         os.waitpid(pid, 0)
 
 
+def serve_floor(port: int, upstream_port: int) -> None:
+    """``--serve-floor``: the least any relay written on this event loop can cost, a blind
+    TCP forwarder (one upstream connection per caller connection, bytes passed as read,
+    nothing parsed, no token checked), measured beside the gateway as a reference; also
+    ``bench/grpc.py --floor``."""
+    import uvloop
+
+    class Leg(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.peer: Leg | None = None
+            self.transport: asyncio.Transport | None = None
+            self.early: list[bytes] = []  # what the caller sent before the replica answered
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport  # type: ignore[assignment]
+
+        def data_received(self, data: bytes) -> None:
+            peer = self.peer
+            if peer is not None and peer.transport is not None:
+                peer.transport.write(data)
+            else:
+                self.early.append(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.peer is not None and self.peer.transport is not None:
+                self.peer.transport.close()
+
+    class Caller(Leg):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            asyncio.get_running_loop().create_task(self.connect())
+
+        async def connect(self) -> None:
+            loop = asyncio.get_running_loop()
+            _, replica = await loop.create_connection(Leg, "127.0.0.1", upstream_port)
+            replica.peer, self.peer = self, replica
+            # What either side sent before they were joined (the replica's SETTINGS too).
+            for leg in (self, replica):
+                assert leg.peer is not None and leg.peer.transport is not None
+                leg.peer.transport.writelines(leg.early)
+                leg.early = []
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(Caller, "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+
+    uvloop.run(main())
+
+
 # --- orchestration ----------------------------------------------------------------------
 
 
@@ -388,7 +443,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--client-cpu", type=int, default=1)
     ap.add_argument("--models", default="add_sub,inception_graphdef")
-    ap.add_argument("--targets", default="direct,nginx,gateway,group")
+    ap.add_argument(
+        "--targets",
+        default="direct,nginx,gateway,group",
+        help="of direct, nginx, gateway, group and floor (a blind TCP forwarder on the "
+        "gateway's event loop, pinned like it: the least a Python proxy costs)",
+    )
     ap.add_argument(
         "--base",
         type=Path,
@@ -410,7 +470,11 @@ def main(argv: list[str] | None = None) -> int:
         "runtime), pinned like the others; with --base also `base-up`",
     )
     ap.add_argument("--serve-gateway", nargs=3, metavar=("PORT", "UPSTREAM", "TOKEN"))
+    ap.add_argument("--serve-floor", nargs=2, type=int, metavar=("PORT", "UPSTREAM_PORT"))
     args = ap.parse_args(argv)
+    if args.serve_floor:
+        serve_floor(*args.serve_floor)
+        return 0
     if args.serve_gateway:
         port, upstream, token = args.serve_gateway
         serve_gateway(int(port), upstream, token, args.workers)
@@ -439,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         lua.write_text(WRK_LUA)
         triton_argv, triton_env, triton_port = start_triton(tmp, args.server_cpu)
         triton_base = f"http://127.0.0.1:{triton_port}"
-        nginx_port, gateway_port = free_port(), free_port()
+        nginx_port, gateway_port, floor_port = free_port(), free_port(), free_port()
         (tmp / "nginx.conf").write_text(
             NGINX_CONF.format(
                 tmp=tmp, token=token, triton_port=triton_port, port=nginx_port, service=SERVICE
@@ -464,6 +528,10 @@ def main(argv: list[str] | None = None) -> int:
             process(pinned_cpus(gateway_cpus, gateway_argv), tmp / "gateway.log") as gw,
             contextlib.ExitStack() as more,
         ):
+            if "floor" in targets:
+                argv = [sys.executable, __file__, "--serve-floor", str(floor_port)]
+                argv = pinned(args.server_cpu, [*argv, str(triton_port)])
+                more.enter_context(process(argv, tmp / "floor.log"))
             if args.base:
                 argv = pinned(args.server_cpu, base_argv)
                 proc = more.enter_context(process(argv, tmp / "base.log", env=base_env))
@@ -484,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
             prefix = f"/api/predict/{SERVICE}"
             endpoints = {
                 "direct": (f"127.0.0.1:{triton_port}", "", None),
+                "floor": (f"127.0.0.1:{floor_port}", "", None),  # bytes pass to Triton as sent
                 "nginx": (f"127.0.0.1:{nginx_port}", prefix, token),
                 "gateway": (f"127.0.0.1:{gateway_port}", prefix, token),
                 "base": (f"127.0.0.1:{base_port}", prefix, token),

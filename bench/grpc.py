@@ -183,55 +183,6 @@ def serve_gateway(grpc_port: int, http_upstream: str, grpc_upstream: str, token:
     run(main())
 
 
-def serve_floor(port: int, upstream_port: int) -> None:
-    """``--serve-floor``: the least any relay written on this event loop can cost, a blind
-    TCP forwarder (one replica connection per caller connection, bytes passed as read, no
-    HTTP/2 parsed, no token checked), measured beside the door as a reference."""
-    import uvloop
-
-    class Leg(asyncio.Protocol):
-        def __init__(self) -> None:
-            self.peer: Leg | None = None
-            self.transport: asyncio.Transport | None = None
-            self.early: list[bytes] = []  # what the caller sent before the replica answered
-
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport = transport  # type: ignore[assignment]
-
-        def data_received(self, data: bytes) -> None:
-            peer = self.peer
-            if peer is not None and peer.transport is not None:
-                peer.transport.write(data)
-            else:
-                self.early.append(data)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            if self.peer is not None and self.peer.transport is not None:
-                self.peer.transport.close()
-
-    class Caller(Leg):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            super().connection_made(transport)
-            asyncio.get_running_loop().create_task(self.connect())
-
-        async def connect(self) -> None:
-            loop = asyncio.get_running_loop()
-            _, replica = await loop.create_connection(Leg, "127.0.0.1", upstream_port)
-            replica.peer, self.peer = self, replica
-            # What either side sent before they were joined (the replica's SETTINGS too).
-            for leg in (self, replica):
-                assert leg.peer is not None and leg.peer.transport is not None
-                leg.peer.transport.writelines(leg.early)
-                leg.early = []
-
-    async def main() -> None:
-        server = await asyncio.get_running_loop().create_server(Caller, "127.0.0.1", port)
-        async with server:
-            await server.serve_forever()
-
-    uvloop.run(main())
-
-
 # --- orchestration ----------------------------------------------------------------------
 
 
@@ -261,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         serve_gateway(int(port), http_up, grpc_up, token)
         return 0
     if args.serve_floor:
-        serve_floor(*args.serve_floor)
+        hb.serve_floor(*args.serve_floor)
         return 0
     sys.path.insert(0, str(ROOT))
     from processors.triton import binary
