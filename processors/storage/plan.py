@@ -81,6 +81,7 @@ def plan(
     return Plan(reuse, fetch)
 
 
+WHOLE_FILE = 2**20
 SMALLEST_PART = 8 * 2**20
 LARGEST_PART = 64 * 2**20
 
@@ -92,6 +93,13 @@ def file_part_size(size: int, workers: int) -> int:
     may have to fetch again per worker)."""
     share = -(-size // max(workers, 1))
     return max(SMALLEST_PART, min(share, LARGEST_PART))
+
+
+def fetched_whole(size: int, part_size: int) -> bool:
+    """Whether a file is fetched by one GET and read whole into memory (one read, one CRC,
+    one write straight into the tree: a file in one part that small has nothing to resume,
+    so none of a part's bookkeeping): up to :data:`WHOLE_FILE` bytes, in one part."""
+    return size <= min(WHOLE_FILE, part_size)
 
 
 def part_ranges(size: int, part_size: int) -> list[tuple[int, int]]:

@@ -12,6 +12,7 @@ processor normally uses a local repository in place, see
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import shutil
@@ -23,13 +24,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from processors.progress import Meter, Sink
-from processors.storage.crc64 import Crc64
+from processors.storage.check import check
+from processors.storage.crc64 import Crc64, checksum
 from processors.storage.errors import PermanentStorageError, TemporaryStorageError
 from processors.storage.manifest import Entry, Manifest
 from processors.storage.node_cache import NodeCache
 from processors.storage.oss import OssBucket, RemoteObject
 from processors.storage.partial import Partial
-from processors.storage.plan import LocalStat, RemoteFile, file_part_size, plan, remote_files
+from processors.storage.plan import (
+    LocalStat,
+    RemoteFile,
+    fetched_whole,
+    file_part_size,
+    plan,
+    remote_files,
+)
 from processors.storage.retry import Backoff
 from processors.storage.staging import Workspace
 from processors.storage.uri import LocalLocation, OssLocation, parse_uri
@@ -132,11 +141,16 @@ def _pull_oss(
     todo = plan(files, entries, _local_stats(work.dest, entries))
     hits = _from_cache(node_cache, todo.fetch, work.partials, workers)
     cached = sum(f.size for f in todo.fetch if f.path in hits)
-    partials = [
-        Partial(work.partials, f, part_size or file_part_size(f.size, workers))
-        for f in todo.fetch
-        if f.path not in hits
-    ]
+    whole: list[RemoteFile] = []
+    partials: list[Partial] = []
+    for f in todo.fetch:
+        size = part_size or file_part_size(f.size, workers)
+        if f.path in hits:
+            continue
+        if fetched_whole(f.size, size):
+            whole.append(f)
+        else:
+            partials.append(Partial(work.partials, f, size))
     log.info(
         "%s: %d files, %d to fetch (%d bytes), %d unchanged",
         bucket.location,
@@ -150,11 +164,12 @@ def _pull_oss(
         sink,
         files_total=len(files),
         bytes_total=sum(f.size for f in files),
-        files_done=len(files) - len(partials),
+        files_done=len(files) - len(partials) - len(whole),
         bytes_done=reused + cached,
         interval=PROGRESS_INTERVAL,
     )
     crcs: dict[str, int] = {f.path: entries[f.path].crc for f in todo.reuse}
+    mtimes: dict[str, int] = {}  # of the files written whole, known without a stat
     made: set[Path] = set()
     for f in todo.reuse:
         _place(work.dest / f.path, tree / f.path, made)
@@ -168,14 +183,34 @@ def _pull_oss(
         crcs[p.file.path] = p.verify()
         _place(p.data, tree / p.file.path, made)
 
-    downloaded = _download(bucket, partials, workers, meter, finish)
+    def fetch_whole(f: RemoteFile, stop: threading.Event) -> None:
+        target = tree / f.path
+        _make_parent(target, made)
+        crcs[f.path], mtimes[f.path] = _fetch_whole(bucket, f, target, stop)
+        meter.add(f.size)
+        meter.file_done()
+
+    for p in partials:
+        if not p.pending:  # empty, or every part kept from an interrupted pull
+            p.prepare()
+            finish(p)
+    parts = _Parts(partials, meter, finish)
+    # Biggest files first, so that their parts are not the tail.
+    tasks: list[Callable[[threading.Event], None]] = [
+        functools.partial(_fetch_part, bucket, p, i, parts)
+        for p in sorted(partials, key=lambda p: -p.file.size)
+        for i in p.pending
+    ]
+    tasks += [functools.partial(fetch_whole, f) for f in sorted(whole, key=lambda f: -f.size)]
+    _run(tasks, workers)
     if node_cache is not None:
-        _offer(node_cache, [(p.file, p.data, crcs[p.file.path]) for p in partials], workers)
-    Manifest(str(bucket.location), {f.path: _entry(f, crcs[f.path], tree) for f in files}).save(
-        tree
-    )
+        fetched = [(p.file, p.data, crcs[p.file.path]) for p in partials]
+        fetched += [(f, tree / f.path, crcs[f.path]) for f in whole]
+        _offer(node_cache, fetched, workers)
+    manifest = {f.path: _entry(f, crcs[f.path], tree, mtimes.get(f.path)) for f in files}
+    Manifest(str(bucket.location), manifest).save(tree)
     meter.finish()
-    return len(files), downloaded, reused, cached
+    return len(files), meter.fetched, reused, cached
 
 
 def _from_cache(
@@ -237,24 +272,11 @@ class _Parts:
             self.meter.file_done()
 
 
-def _download(
-    bucket: OssBucket,
-    partials: list[Partial],
-    workers: int,
-    meter: Meter,
-    finish: Callable[[Partial], None],
-) -> int:
-    """Fetch every pending part, biggest files first so their parts are not the tail, and
-    ``finish`` each file when its last part is in (files resumed whole, at once)."""
-    for p in partials:
-        if not p.pending:  # empty, or every part kept from an interrupted pull
-            p.prepare()
-            finish(p)
-    tasks = [(p, i) for p in sorted(partials, key=lambda p: -p.file.size) for i in p.pending]
-    parts = _Parts(partials, meter, finish)
+def _run(tasks: list[Callable[[threading.Event], None]], workers: int) -> None:
+    """Run the fetches on up to ``workers`` threads; the first failure stops the rest."""
     stop = threading.Event()
     with ThreadPoolExecutor(max(1, min(workers, len(tasks))), "oss-pull") as pool:
-        futures = [pool.submit(_fetch_part, bucket, p, i, stop, parts) for p, i in tasks]
+        futures = [pool.submit(task, stop) for task in tasks]
         try:
             wait(futures, return_when=FIRST_EXCEPTION)
         finally:
@@ -267,11 +289,38 @@ def _download(
     if errors:
         # Report what the user must fix before what a retry might fix.
         raise next((e for e in errors if isinstance(e, PermanentStorageError)), errors[0])
-    return meter.fetched
+
+
+def _fetch_whole(
+    bucket: OssBucket, file: RemoteFile, target: Path, stop: threading.Event
+) -> tuple[int, int]:
+    """Fetch a small file in one GET, check it, and write it as ``target``: its CRC-64 and
+    mtime. A failed check fails the pull (as a part's does), a broken transfer is retried."""
+
+    def attempt() -> tuple[bytes, int | None]:
+        if not file.size:
+            return b"", None  # nothing to ask OSS for: checked by the ETag (MD5 of nothing)
+        with bucket.open_range(file.key, 0, file.size - 1, file.etag) as body:
+            data = body.read(file.size)
+            while len(data) < file.size and (more := body.read(file.size - len(data))):
+                data += more
+            if len(data) < file.size:
+                raise _closed_early(bucket, file, len(data), file.size)
+            return data, body.object_crc
+
+    data, object_crc = BACKOFF.run(attempt, stop)
+    crc = checksum(data)
+    check(file, crc, object_crc, lambda: hashlib.md5(data, usedforsecurity=False).hexdigest())
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _write_at(fd, data, 0, target)
+        return crc, os.fstat(fd).st_mtime_ns
+    finally:
+        os.close(fd)
 
 
 def _fetch_part(
-    bucket: OssBucket, partial: Partial, index: int, stop: threading.Event, parts: _Parts
+    bucket: OssBucket, partial: Partial, index: int, parts: _Parts, stop: threading.Event
 ) -> None:
     file = partial.file
     start, end = partial.ranges[index]
@@ -339,20 +388,26 @@ def _local_stats(dest: Path, entries: Mapping[str, Entry]) -> dict[str, LocalSta
     return stats
 
 
+def _make_parent(path: Path, made: set[Path]) -> None:
+    """Create ``path``'s directory unless ``made`` (the directories created so far: a
+    repository has few, and files many) holds it."""
+    if path.parent not in made:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        made.add(path.parent)
+
+
 def _place(src: Path, dst: Path, made: set[Path]) -> None:
-    """Put ``src``'s content at ``dst``: a hard link (free) where possible, else a copy.
-    ``made`` holds the directories already created (a repository has few, and files many)."""
-    if dst.parent not in made:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        made.add(dst.parent)
+    """Put ``src``'s content at ``dst``: a hard link (free) where possible, else a copy."""
+    _make_parent(dst, made)
     try:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
 
 
-def _entry(file: RemoteFile, crc: int, tree: Path) -> Entry:
-    mtime_ns = (tree / file.path).stat().st_mtime_ns
+def _entry(file: RemoteFile, crc: int, tree: Path, mtime_ns: int | None) -> Entry:
+    if mtime_ns is None:
+        mtime_ns = (tree / file.path).stat().st_mtime_ns
     return Entry(file.key, file.etag, file.size, crc, mtime_ns)
 
 
