@@ -41,6 +41,7 @@ from processors.storage.plan import (
 )
 from processors.storage.retry import Backoff
 from processors.storage.staging import Workspace
+from processors.storage.throttle import Throttle
 from processors.storage.uri import LocalLocation, OssLocation, parse_uri
 
 BACKOFF = Backoff()  # module-level so tests can shorten the waits
@@ -183,10 +184,15 @@ def _pull_oss(
         crcs[p.file.path] = p.verify()
         _place(p.data, tree / p.file.path, made)
 
+    throttle = Throttle(workers)
+
     def fetch_whole(f: RemoteFile, stop: threading.Event) -> None:
         target = tree / f.path
-        _make_parent(target, made)
-        crcs[f.path], mtimes[f.path] = _fetch_whole(bucket, f, target, stop)
+        with throttle.slot():
+            if stop.is_set():
+                return
+            _make_parent(target, made)
+            crcs[f.path], mtimes[f.path] = _fetch_whole(bucket, f, target, stop)
         meter.add(f.size)
         meter.file_done()
 
