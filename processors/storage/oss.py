@@ -96,6 +96,7 @@ class OssBucket:
     ) -> None:
         self.location = location
         self.endpoint = _endpoint(endpoint, env)
+        self._env = env
         region = env.get(ENV_REGION, "").strip() or None
         oss2 = _sdk()
         auth = _auth(oss2, env, region, location)
@@ -110,6 +111,11 @@ class OssBucket:
                 enable_crc=False,
                 region=region,
             )
+
+    def copy(self, pool_size: int) -> OssBucket:
+        """The same bucket with connections of its own (a forked process must not share
+        sockets with its parent)."""
+        return OssBucket(self.location, endpoint=self.endpoint, pool_size=pool_size, env=self._env)
 
     def list_page(self, token: str) -> tuple[list[RemoteObject], str | None]:
         """One ListObjectsV2 page under the prefix, and the token of the next page (if any)."""

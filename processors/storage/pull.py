@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from processors.progress import Meter, Sink
+from processors.storage import helper
 from processors.storage.check import check
 from processors.storage.crc64 import Crc64, checksum
 from processors.storage.errors import PermanentStorageError, TemporaryStorageError
@@ -184,15 +185,8 @@ def _pull_oss(
         crcs[p.file.path] = p.verify()
         _place(p.data, tree / p.file.path, made)
 
-    throttle = Throttle(workers)
-
-    def fetch_whole(f: RemoteFile, stop: threading.Event) -> None:
-        target = tree / f.path
-        with throttle.slot():
-            if stop.is_set():
-                return
-            _make_parent(target, made)
-            crcs[f.path], mtimes[f.path] = _fetch_whole(bucket, f, target, stop)
+    def fetched(f: RemoteFile, crc: int, mtime_ns: int) -> None:
+        crcs[f.path], mtimes[f.path] = crc, mtime_ns
         meter.add(f.size)
         meter.file_done()
 
@@ -207,12 +201,27 @@ def _pull_oss(
         for p in sorted(partials, key=lambda p: -p.file.size)
         for i in p.pending
     ]
-    tasks += [functools.partial(fetch_whole, f) for f in sorted(whole, key=lambda f: -f.size)]
-    _run(tasks, workers)
+    whole.sort(key=lambda f: -f.size)
+    mine, theirs = whole, []
+    other: helper.Helper | None = None
+    if helper.wanted(len(whole), workers, helper.cpus(), threading.active_count()):
+        # Every other file (biggest first, so the halves weigh alike), with half the workers.
+        mine, theirs, share = whole[0::2], whole[1::2], workers // 2
+        log.info("fetching %d of %d small files in a second process", len(theirs), len(whole))
+        other = helper.start(
+            lambda report: _fetch_wholes(bucket.copy(share), theirs, tree, share, report)
+        )
+        tasks.append(functools.partial(_read_helper, other, theirs, fetched))
+    try:
+        wholes = _Wholes(bucket, tree, workers - workers // 2 if other else workers, made, fetched)
+        _run(tasks + [wholes.task(f) for f in mine], workers + (other is not None))
+    finally:
+        if other is not None:
+            other.close()
     if node_cache is not None:
-        fetched = [(p.file, p.data, crcs[p.file.path]) for p in partials]
-        fetched += [(f, tree / f.path, crcs[f.path]) for f in whole]
-        _offer(node_cache, fetched, workers)
+        offered = [(p.file, p.data, crcs[p.file.path]) for p in partials]
+        offered += [(f, tree / f.path, crcs[f.path]) for f in whole]
+        _offer(node_cache, offered, workers)
     manifest = {f.path: _entry(f, crcs[f.path], tree, mtimes.get(f.path)) for f in files}
     Manifest(str(bucket.location), manifest).save(tree)
     meter.finish()
@@ -276,6 +285,60 @@ class _Parts:
         if whole:
             self._finish(partial)
             self.meter.file_done()
+
+
+class _Wholes:
+    """Fetches of small files into ``tree`` (:func:`_fetch_whole`), at most as many at once
+    as a :class:`~processors.storage.throttle.Throttle` lets; ``fetched`` hears each one."""
+
+    def __init__(
+        self,
+        bucket: OssBucket,
+        tree: Path,
+        workers: int,
+        made: set[Path],
+        fetched: Callable[[RemoteFile, int, int], None],
+    ) -> None:
+        self._bucket = bucket
+        self._tree = tree
+        self._throttle = Throttle(workers)
+        self._made = made
+        self._fetched = fetched
+
+    def task(self, file: RemoteFile) -> Callable[[threading.Event], None]:
+        return functools.partial(self._fetch, file)
+
+    def _fetch(self, file: RemoteFile, stop: threading.Event) -> None:
+        target = self._tree / file.path
+        with self._throttle.slot():
+            if stop.is_set():
+                return
+            _make_parent(target, self._made)
+            crc, mtime_ns = _fetch_whole(self._bucket, file, target, stop)
+        self._fetched(file, crc, mtime_ns)
+
+
+def _fetch_wholes(
+    bucket: OssBucket, files: list[RemoteFile], tree: Path, workers: int, report: helper.Report
+) -> None:
+    """In the helper process: fetch ``files``, reporting each by its index in ``files``."""
+    index = {id(f): i for i, f in enumerate(files)}
+    wholes = _Wholes(
+        bucket, tree, workers, set(), lambda f, crc, mtime: report(f"{index[id(f)]} {crc} {mtime}")
+    )
+    _run([wholes.task(f) for f in files], workers)
+
+
+def _read_helper(
+    other: helper.Helper,
+    files: list[RemoteFile],
+    fetched: Callable[[RemoteFile, int, int], None],
+    stop: threading.Event,
+) -> None:
+    """In one of the pull's threads: pass on what the helper process fetched."""
+    for line in other.lines(stop):
+        i, crc, mtime_ns = map(int, line.split())
+        fetched(files[i], crc, mtime_ns)
 
 
 def _run(tasks: list[Callable[[threading.Event], None]], workers: int) -> None:
