@@ -663,6 +663,7 @@ LOC = OssLocation("b", "models/")
         (["models/a//b"], "cannot be a file of the repository"),
         (["models/.openeas-manifest.json"], "cannot be a file of the repository"),
         (["models/m/config", "models/m/config/x"], "m/config is both a file and a directory"),
+        (["models/m/1/x/y", "models/m"], "m is both a file and a directory"),
     ],
 )
 def test_remote_files_refuse_unplaceable_keys(keys: list[str], reason: str) -> None:
