@@ -39,8 +39,9 @@ def wanted(files: int, workers: int, cpus: int, threads: int) -> bool:
 
 
 def cpus() -> int:
-    """CPUs this process may run on."""
-    return len(os.sched_getaffinity(0))
+    """CPUs this process may run on (all of them where the platform cannot say)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else os.cpu_count() or 1
 
 
 class Helper:

@@ -1,8 +1,9 @@
 """A resumable download of one object: ``<id>.data`` plus ``<id>.json`` in the work directory.
 
-:func:`processors.storage.pull.pull` makes one :class:`Partial` per file it must fetch; worker
-threads fill its parts and :meth:`Partial.record` each verified part, so an interrupted pull
-resumes with the missing parts only. The id hashes key, ETag and size: a changed object never
+:func:`processors.storage.pull.pull` makes one :class:`Partial` per file it must fetch in parts
+(a small file is fetched whole, with nothing to resume); worker threads fill its parts and
+:meth:`Partial.record` each verified part, so an interrupted pull resumes with the missing
+parts only. The id hashes key, ETag and size: a changed object never
 resumes from stale bytes. Resumed parts are re-read and checked against their recorded CRC
 before being trusted, then the whole file is checked against OSS's CRC64 (or the ETag's MD5).
 """

@@ -1,10 +1,14 @@
 """Model repository pull: the step a triton replica runs before ``tritonserver`` starts.
 
 The triton processor (``openeas processor pull`` and ``openeas processor run``) calls
-:func:`pull`. For ``oss://`` it lists the prefix, fetches files in parallel (big ones as ranged
-parts), checks each against OSS's CRC64 (or the ETag's MD5), links files unchanged since the
-last pull instead of fetching them, keeps interrupted downloads to resume, and swaps the
-finished tree into place atomically. For a local URI it copies the tree the same way (the
+:func:`pull`. For ``oss://`` it lists the prefix, fetches files in parallel, checks each
+against OSS's CRC64 (or the ETag's MD5), links files unchanged since the last pull instead of
+fetching them, and swaps the finished tree into place atomically. A big file comes in ranged
+parts kept to resume an interrupted pull (:mod:`~processors.storage.partial`); a small one
+(:func:`~processors.storage.plan.fetched_whole`) in one GET, read whole and written straight
+into the tree, with only as many in flight as OSS's latency needs
+(:mod:`~processors.storage.throttle`), and many of them shared with a second process
+(:mod:`~processors.storage.helper`). For a local URI it copies the tree the same way (the
 processor normally uses a local repository in place, see
 :func:`processors.storage.uri.resolve_local`).
 """
