@@ -150,9 +150,9 @@ def _pull_oss(
     whole: list[RemoteFile] = []
     partials: list[Partial] = []
     for f in todo.fetch:
-        size = part_size or file_part_size(f.size, workers)
         if f.path in hits:
             continue
+        size = part_size or file_part_size(f.size, workers)
         if fetched_whole(f.size, size):
             whole.append(f)
         else:
@@ -198,30 +198,7 @@ def _pull_oss(
         if not p.pending:  # empty, or every part kept from an interrupted pull
             p.prepare()
             finish(p)
-    parts = _Parts(partials, meter, finish)
-    # Biggest files first, so that their parts are not the tail.
-    tasks: list[Callable[[threading.Event], None]] = [
-        functools.partial(_fetch_part, bucket, p, i, parts)
-        for p in sorted(partials, key=lambda p: -p.file.size)
-        for i in p.pending
-    ]
-    whole.sort(key=lambda f: -f.size)
-    mine, theirs = whole, []
-    other: helper.Helper | None = None
-    if helper.wanted(len(whole), workers, helper.cpus(), threading.active_count()):
-        # Every other file (biggest first, so the halves weigh alike), with half the workers.
-        mine, theirs, share = whole[0::2], whole[1::2], workers // 2
-        log.info("fetching %d of %d small files in a second process", len(theirs), len(whole))
-        other = helper.start(
-            lambda report: _fetch_wholes(bucket.copy(share), theirs, tree, share, report)
-        )
-        tasks.append(functools.partial(_read_helper, other, theirs, fetched))
-    try:
-        wholes = _Wholes(bucket, tree, workers - workers // 2 if other else workers, made, fetched)
-        _run(tasks + [wholes.task(f) for f in mine], workers + (other is not None))
-    finally:
-        if other is not None:
-            other.close()
+    _fetch(bucket, tree, _Parts(partials, meter, finish), whole, workers, made, fetched)
     if node_cache is not None:
         offered = [(p.file, p.data, crcs[p.file.path]) for p in partials]
         offered += [(f, tree / f.path, crcs[f.path]) for f in whole]
@@ -230,6 +207,43 @@ def _pull_oss(
     Manifest(str(bucket.location), manifest).save(tree)
     meter.finish()
     return len(files), meter.fetched, reused, cached
+
+
+def _fetch(
+    bucket: OssBucket,
+    tree: Path,
+    parts: _Parts,
+    whole: list[RemoteFile],
+    workers: int,
+    made: set[Path],
+    fetched: Callable[[RemoteFile, int, int], None],
+) -> None:
+    """Fetch the pending parts (biggest files first, so that their parts are not the tail)
+    and the small files: half of these in a helper process when :func:`helper.wanted`."""
+    tasks: list[Callable[[threading.Event], None]] = [
+        functools.partial(_fetch_part, bucket, p, i, parts)
+        for p in sorted(parts.partials, key=lambda p: -p.file.size)
+        for i in p.pending
+    ]
+    mine = sorted(whole, key=lambda f: -f.size)
+    limit = workers  # small-file GETs in flight in this process, at most
+    other: helper.Helper | None = None
+    if helper.wanted(len(mine), workers, helper.cpus(), threading.active_count()):
+        # Every other file (biggest first, so the halves weigh alike), with half the workers.
+        mine, theirs, share = mine[0::2], mine[1::2], workers // 2
+        log.info("fetching %d of %d small files in a second process", len(theirs), len(whole))
+        other = helper.start(
+            lambda report: _fetch_wholes(bucket.copy(share), theirs, tree, share, report)
+        )
+        tasks.append(functools.partial(_read_helper, other, theirs, fetched))
+        limit -= share
+    try:
+        wholes = _Wholes(bucket, tree, limit, made, fetched)
+        # One more thread when a helper runs: the one reading its reports.
+        _run(tasks + [wholes.task(f) for f in mine], workers + (other is not None))
+    finally:
+        if other is not None:
+            other.close()
 
 
 def _from_cache(
@@ -277,6 +291,7 @@ class _Parts:
     def __init__(
         self, partials: list[Partial], meter: Meter, finish: Callable[[Partial], None]
     ) -> None:
+        self.partials = partials
         self._left = {id(p): len(p.pending) for p in partials}
         self._lock = threading.Lock()
         self.meter = meter
