@@ -238,9 +238,10 @@ def _fetch(
         tasks.append(functools.partial(_read_helper, other, theirs, fetched))
         limit -= share
     try:
-        wholes = _Wholes(bucket, tree, limit, made, fetched)
+        wholes = _Wholes(bucket, tree, mine, limit, made, fetched)
+        tasks += [wholes.task] * min(limit, len(mine))
         # One more thread when a helper runs: the one reading its reports.
-        _run(tasks + [wholes.task(f) for f in mine], workers + (other is not None))
+        _run(tasks, workers + (other is not None))
     finally:
         if other is not None:
             other.close()
@@ -307,34 +308,34 @@ class _Parts:
 
 
 class _Wholes:
-    """Fetches of small files into ``tree`` (:func:`_fetch_whole`), at most as many at once
-    as a :class:`~processors.storage.throttle.Throttle` lets; ``fetched`` hears each one."""
+    """Small files to fetch into ``tree`` (:func:`_fetch_whole`): :meth:`task` is one
+    worker's, taking file after file while a
+    :class:`~processors.storage.throttle.Throttle` lets it; ``fetched`` hears each one."""
 
     def __init__(
         self,
         bucket: OssBucket,
         tree: Path,
+        files: list[RemoteFile],
         workers: int,
         made: set[Path],
         fetched: Callable[[RemoteFile, int, int], None],
     ) -> None:
         self._bucket = bucket
         self._tree = tree
+        self._files = iter(files)  # next() is atomic: each file goes to one worker
         self._throttle = Throttle(workers)
         self._made = made
         self._fetched = fetched
 
-    def task(self, file: RemoteFile) -> Callable[[threading.Event], None]:
-        return functools.partial(self._fetch, file)
-
-    def _fetch(self, file: RemoteFile, stop: threading.Event) -> None:
-        target = self._tree / file.path
-        with self._throttle.slot():
-            if stop.is_set():
-                return
-            _make_parent(target, self._made)
-            crc, mtime_ns = _fetch_whole(self._bucket, file, target, stop)
-        self._fetched(file, crc, mtime_ns)
+    def task(self, stop: threading.Event) -> None:
+        with self._throttle.turn():
+            while not stop.is_set() and (file := next(self._files, None)) is not None:
+                target = self._tree / file.path
+                _make_parent(target, self._made)
+                with self._throttle.timed():
+                    crc, mtime_ns = _fetch_whole(self._bucket, file, target, stop)
+                self._fetched(file, crc, mtime_ns)
 
 
 def _fetch_wholes(
@@ -343,9 +344,14 @@ def _fetch_wholes(
     """In the helper process: fetch ``files``, reporting each by its index in ``files``."""
     index = {id(f): i for i, f in enumerate(files)}
     wholes = _Wholes(
-        bucket, tree, workers, set(), lambda f, crc, mtime: report(f"{index[id(f)]} {crc} {mtime}")
+        bucket,
+        tree,
+        files,
+        workers,
+        set(),
+        lambda f, crc, mtime: report(f"{index[id(f)]} {crc} {mtime}"),
     )
-    _run([wholes.task(f) for f in files], workers)
+    _run([wholes.task] * min(workers, len(files)), workers)
 
 
 def _read_helper(

@@ -4,9 +4,9 @@ A small file's GET is mostly Python work (signing, ``requests``, parsing the ans
 the one interpreter lock, then a wait for OSS. More GETs in flight than it takes to keep
 the lock busy during those waits only make the threads hand the lock back and forth (on a
 loopback, 8 threads cost a third more CPU per file than 2). How many that is depends on
-OSS's latency: :class:`Throttle` lets the first GETs run one at a time, times them, and
-from then on lets :func:`concurrency` of them run (2 or 3 on a loopback, all the workers
-at OSS's few milliseconds).
+OSS's latency: :class:`Throttle` lets one worker fetch the first files alone, times their
+GETs, and from then on lets :func:`concurrency` workers fetch (2 or 3 on a loopback, all of
+them at OSS's few milliseconds).
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ def concurrency(ratios: list[float], limit: int) -> int:
 
 
 class Throttle:
+    """Turns for the workers fetching small files: each holds one while it takes file after
+    file (so a file ends without handing a turn to another thread), :meth:`timed` around
+    each GET."""
+
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._allowed = 1
@@ -44,30 +48,34 @@ class Throttle:
         return self._allowed
 
     @contextmanager
-    def slot(self) -> Iterator[None]:
-        """Wait for a turn and hold it while the block runs (timed, while probing)."""
+    def turn(self) -> Iterator[None]:
+        """Wait for a turn and hold it while the block runs."""
         with self._turn:
             self._turn.wait_for(lambda: self._running < self._allowed)
             self._running += 1
-        wall, cpu = time.perf_counter(), time.thread_time()
-        finished = False
         try:
             yield
-            finished = True
         finally:
-            wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
             with self._turn:
                 self._running -= 1
-                before = self._allowed
-                if finished and len(self._ratios) < PROBES:
-                    self._probed(wall, cpu)
-                # Wake only as many waiters as may now run: a woken thread that must wait
-                # again costs two context switches and a turn of the lock for nothing.
-                self._turn.notify(1 + self._allowed - before)
+                self._turn.notify()
 
-    def _probed(self, wall: float, cpu: float) -> None:
-        self._seen += 1
-        if self._seen > WARM_UP:
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        """Time one GET, while probing (one that fails says nothing of the latency)."""
+        if len(self._ratios) == PROBES:
+            yield
+            return
+        wall, cpu = time.perf_counter(), time.thread_time()
+        yield
+        wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+        with self._turn:
+            self._seen += 1
+            if self._seen <= WARM_UP or len(self._ratios) == PROBES:
+                return
             self._ratios.append(wall / cpu if cpu > 0 else math.inf)
             if len(self._ratios) == PROBES:
-                self._allowed = concurrency(self._ratios, self._limit)
+                before, self._allowed = self._allowed, concurrency(self._ratios, self._limit)
+                # Wake only as many waiters as may now run: a woken thread that must wait
+                # again costs two context switches and a turn of the lock for nothing.
+                self._turn.notify(self._allowed - before)

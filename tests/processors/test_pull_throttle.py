@@ -30,32 +30,33 @@ def test_concurrency_from_the_probes(ratios: list[float], limit: int, expected: 
 
 
 def run(throttle: Throttle, blocks: int, work: float, busy: bool) -> int:
-    """Run ``blocks`` blocks of ``work`` seconds (spinning or sleeping) through the
-    throttle on 8 threads; the most that ran at once after the probes."""
+    """Take ``blocks`` blocks of ``work`` seconds (spinning or sleeping) on 8 workers, each
+    taking block after block while it has a turn; the most that ran at once."""
     lock = threading.Lock()
+    left = iter(range(blocks))
     running, most, done = 0, 0, 0
 
-    def block(_: int) -> None:
+    def worker(_: int) -> None:
         nonlocal running, most, done
-        with throttle.slot():
-            with lock:
-                running += 1
-                if done >= WARM_UP + PROBES:
-                    most = max(most, running)
-                else:
-                    assert running == 1, "probes run alone"
-            end = time.perf_counter() + work
-            if busy:
-                while time.perf_counter() < end:
-                    pass
-            else:
-                time.sleep(work)
-            with lock:
-                running -= 1
-                done += 1
+        with throttle.turn():
+            while next(left, None) is not None:
+                with throttle.timed():
+                    with lock:
+                        running += 1
+                        most = max(most, running)
+                        assert running == 1 or done >= WARM_UP + PROBES, "probes run alone"
+                    end = time.perf_counter() + work
+                    if busy:
+                        while time.perf_counter() < end:
+                            pass
+                    else:
+                        time.sleep(work)
+                    with lock:
+                        running -= 1
+                        done += 1
 
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(block, range(blocks)))
+        list(pool.map(worker, range(8)))
     return most
 
 
@@ -70,12 +71,13 @@ def test_gets_that_wait_run_side_by_side_and_gets_that_work_do_not() -> None:
 
 def test_a_failed_get_is_not_a_probe() -> None:
     throttle = Throttle(8)
-    for _ in range(WARM_UP + PROBES - 1):
-        with throttle.slot():
+    with throttle.turn():
+        for _ in range(WARM_UP + PROBES - 1):
+            with throttle.timed():
+                time.sleep(0.002)
+        with pytest.raises(RuntimeError), throttle.timed():
+            raise RuntimeError("connection reset")
+        assert throttle.allowed == 1  # still probing: a failure says nothing of the latency
+        with throttle.timed():
             time.sleep(0.002)
-    with pytest.raises(RuntimeError), throttle.slot():
-        raise RuntimeError("connection reset")
-    assert throttle.allowed == 1  # still probing: a failure says nothing of the latency
-    with throttle.slot():
-        time.sleep(0.002)
     assert throttle.allowed == 8
