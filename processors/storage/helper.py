@@ -14,7 +14,6 @@ CPU, the pull fetches everything itself.
 
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import select
@@ -26,8 +25,6 @@ from processors.storage.errors import TemporaryStorageError
 
 MANY = 128  # small files worth a process: it costs a fork and a connection (~10 ms)
 _POLL = 0.2  # seconds between looks at the pull's stop flag while reading the pipe
-
-log = logging.getLogger(__name__)
 
 Report = Callable[[str], None]  # the helper's side: one line about one file
 
