@@ -18,7 +18,9 @@ The baseline of each is plain ``oss2`` as a user would write it: one single-stre
 object, sequentially, over one connection, straight to disk, no verification. The pull
 verifies every byte (CRC64, part by part). Each case prints both times and the ratio
 baseline-time / pull-time (the issue's targets: ``big`` >= 0.9, ``small`` >= 2), then a
-re-pull of the unchanged repository (which must download 0 bytes).
+re-pull of the unchanged repository (which must download 0 bytes). Beside each time, the
+download's CPU time per file (user and system, with the pull's helper process if it had
+one; also the least of the runs), a steadier figure than time on a shared machine.
 
 ``--base DIR`` also measures the pull from another checkout (e.g. ``git worktree add
 /tmp/perf-base main``) in the same run, interleaved, for before/after figures. Every
@@ -32,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -110,12 +113,21 @@ def upload(endpoint: str, prefix: str, root: Path, files: list[tuple[Path, int]]
 # --- what a fresh process runs ----------------------------------------------------------
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that ended (a pull's helper process)."""
+    own, ended = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + ended.ru_utime + ended.ru_stime
+
+
 def child_get(endpoint: str, prefix: str, dest: str) -> dict[str, float]:
     """Every object under ``prefix``, one after another, over one connection, to disk."""
     import oss2
 
     bucket = oss2.Bucket(oss2.Auth(KEY_ID, SECRET), endpoint, BUCKET, enable_crc=False)
-    started = time.perf_counter()
+    cpu, started = cpu_seconds(), time.perf_counter()
     for obj in oss2.ObjectIteratorV2(bucket, prefix=prefix + "/", max_keys=1000):
         target = Path(dest) / obj.key
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +135,7 @@ def child_get(endpoint: str, prefix: str, dest: str) -> dict[str, float]:
         with target.open("wb") as f:
             while chunk := body.read(CHUNK):
                 f.write(chunk)
-    return {"seconds": time.perf_counter() - started}
+    return {"seconds": time.perf_counter() - started, "cpu": cpu_seconds() - cpu}
 
 
 def child_pull(endpoint: str, prefix: str, dest: str, workers: int, part: int) -> dict[str, float]:
@@ -133,11 +145,13 @@ def child_pull(endpoint: str, prefix: str, dest: str, workers: int, part: int) -
 
     os.environ.update(OSS_ACCESS_KEY_ID=KEY_ID, OSS_ACCESS_KEY_SECRET=SECRET)
     sized = {"part_size": part} if part else {}  # else each tree's own default
+    cpu = cpu_seconds()
     report = pull(
         f"oss://{BUCKET}/{prefix}", Path(dest), endpoint=endpoint, workers=workers, **sized
     )
     return {
         "seconds": report.seconds,
+        "cpu": cpu_seconds() - cpu,
         "files": report.files,
         "downloaded": report.bytes_downloaded,
     }
@@ -212,19 +226,23 @@ def main() -> None:
             shutil.rmtree(src)
             print(f"\n== {case}: {len(files)} files, {size / 1e6:.1f} MB ==", flush=True)
             best = {name: float("inf") for name in ("plain GET", *trees)}
+            cpu = dict.fromkeys(best, float("inf"))  # CPU seconds, also the least of the runs
             for run in range(args.repeat):
                 got = fresh("get", ROOT, endpoint, case, work / f"get{run}")
                 best["plain GET"] = min(best["plain GET"], got["seconds"])
+                cpu["plain GET"] = min(cpu["plain GET"], got["cpu"])
                 shutil.rmtree(work / f"get{run}")
                 for name, tree in trees.items():
                     dest = work / f"{name}{run}".replace(" ", "-")
                     r = fresh("pull", tree, endpoint, case, dest, args.workers, part)
                     assert (r["files"], r["downloaded"]) == (len(files), size), r
                     best[name] = min(best[name], r["seconds"])
+                    cpu[name] = min(cpu[name], r["cpu"])
                     if run < args.repeat - 1:
                         shutil.rmtree(dest)
             for name, seconds in best.items():
                 line = f"  {name:<12} {seconds:8.3f} s  {size / seconds / 1e6:8.1f} MB/s"
+                line += f"  CPU {cpu[name] / len(files) * 1e3:7.3f} ms/file"
                 if name != "plain GET":
                     line += f"  ratio plain-GET-time / pull-time {best['plain GET'] / seconds:.2f}"
                 print(line, flush=True)

@@ -31,6 +31,11 @@ class Crc64:
         self.value = _fastcrc.xz(data, self.value)
 
 
+def checksum(data: bytes | memoryview) -> int:
+    """CRC64-ECMA of ``data`` in one call."""
+    return int(_fastcrc.xz(data))
+
+
 def _multiply(a: int, b: int) -> int:
     """a * b modulo the polynomial, both reflected."""
     product, mask = 0, _TOP

@@ -1,8 +1,9 @@
 """A resumable download of one object: ``<id>.data`` plus ``<id>.json`` in the work directory.
 
-:func:`processors.storage.pull.pull` makes one :class:`Partial` per file it must fetch; worker
-threads fill its parts and :meth:`Partial.record` each verified part, so an interrupted pull
-resumes with the missing parts only. The id hashes key, ETag and size: a changed object never
+:func:`processors.storage.pull.pull` makes one :class:`Partial` per file it must fetch in parts
+(a small file is fetched whole, with nothing to resume); worker threads fill its parts and
+:meth:`Partial.record` each verified part, so an interrupted pull resumes with the missing
+parts only. The id hashes key, ETag and size: a changed object never
 resumes from stale bytes. Resumed parts are re-read and checked against their recorded CRC
 before being trusted, then the whole file is checked against OSS's CRC64 (or the ETag's MD5).
 """
@@ -13,16 +14,15 @@ import hashlib
 import json
 import logging
 import os
-import re
 import threading
 from pathlib import Path
 
+from processors.storage.check import check
 from processors.storage.crc64 import Crc64, combine
 from processors.storage.errors import TemporaryStorageError
 from processors.storage.plan import RemoteFile, part_ranges
 
 _READ = 1 << 20
-_MD5_ETAG = re.compile(r"[0-9A-Fa-f]{32}")  # simple uploads; multipart ETags end in "-<n>"
 
 log = logging.getLogger(__name__)
 
@@ -64,29 +64,21 @@ class Partial:
     def verify(self) -> int:
         """Check the finished file against OSS's CRC64 (else the ETag's MD5) and return its
         CRC64. A mismatch discards the download so the next pull fetches it afresh."""
-        where = f"{self.file.key} ({self.file.size} bytes)"
         size = self.data.stat().st_size
         if self.pending or size != self.file.size:
             self.discard()
-            raise TemporaryStorageError(f"{where}: incomplete download ({size} bytes on disk)")
+            raise TemporaryStorageError(
+                f"{self.file.key} ({self.file.size} bytes): incomplete download "
+                f"({size} bytes on disk)"
+            )
         crc = 0
         for i, (start, end) in enumerate(self.ranges):
             crc = combine(crc, self._done[i], end - start + 1)
-        if self.object_crc is not None and crc != self.object_crc:
+        try:
+            check(self.file, crc, self.object_crc, self._md5)
+        except TemporaryStorageError:
             self.discard()
-            raise TemporaryStorageError(
-                f"{where}: CRC64 {crc} differs from OSS's {self.object_crc}: corrupted in transit"
-            )
-        if self.object_crc is None and _MD5_ETAG.fullmatch(self.file.etag):
-            md5 = self._md5()
-            if md5.lower() != self.file.etag.lower():
-                self.discard()
-                raise TemporaryStorageError(
-                    f"{where}: MD5 {md5} differs from the ETag {self.file.etag}: "
-                    "corrupted in transit"
-                )
-        elif self.object_crc is None:
-            log.debug("%s: no CRC64 and a multipart ETag: checked by size only", self.file.key)
+            raise
         return crc
 
     def prepare(self) -> None:

@@ -1,10 +1,14 @@
 """Model repository pull: the step a triton replica runs before ``tritonserver`` starts.
 
 The triton processor (``openeas processor pull`` and ``openeas processor run``) calls
-:func:`pull`. For ``oss://`` it lists the prefix, fetches files in parallel (big ones as ranged
-parts), checks each against OSS's CRC64 (or the ETag's MD5), links files unchanged since the
-last pull instead of fetching them, keeps interrupted downloads to resume, and swaps the
-finished tree into place atomically. For a local URI it copies the tree the same way (the
+:func:`pull`. For ``oss://`` it lists the prefix, fetches files in parallel, checks each
+against OSS's CRC64 (or the ETag's MD5), links files unchanged since the last pull instead of
+fetching them, and swaps the finished tree into place atomically. A big file comes in ranged
+parts kept to resume an interrupted pull (:mod:`~processors.storage.partial`); a small one
+(:func:`~processors.storage.plan.fetched_whole`) in one GET, read whole and written straight
+into the tree, with only as many in flight as OSS's latency needs
+(:mod:`~processors.storage.throttle`), and many of them shared with a second process
+(:mod:`~processors.storage.helper`). For a local URI it copies the tree the same way (the
 processor normally uses a local repository in place, see
 :func:`processors.storage.uri.resolve_local`).
 """
@@ -12,6 +16,7 @@ processor normally uses a local repository in place, see
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import shutil
@@ -23,15 +28,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from processors.progress import Meter, Sink
-from processors.storage.crc64 import Crc64
+from processors.storage import helper
+from processors.storage.check import check
+from processors.storage.crc64 import Crc64, checksum
 from processors.storage.errors import PermanentStorageError, TemporaryStorageError
 from processors.storage.manifest import Entry, Manifest
 from processors.storage.node_cache import NodeCache
 from processors.storage.oss import OssBucket, RemoteObject
 from processors.storage.partial import Partial
-from processors.storage.plan import LocalStat, RemoteFile, file_part_size, plan, remote_files
+from processors.storage.plan import (
+    LocalStat,
+    RemoteFile,
+    fetched_whole,
+    file_part_size,
+    plan,
+    remote_files,
+)
 from processors.storage.retry import Backoff
 from processors.storage.staging import Workspace
+from processors.storage.throttle import Throttle
 from processors.storage.uri import LocalLocation, OssLocation, parse_uri
 
 BACKOFF = Backoff()  # module-level so tests can shorten the waits
@@ -132,11 +147,16 @@ def _pull_oss(
     todo = plan(files, entries, _local_stats(work.dest, entries))
     hits = _from_cache(node_cache, todo.fetch, work.partials, workers)
     cached = sum(f.size for f in todo.fetch if f.path in hits)
-    partials = [
-        Partial(work.partials, f, part_size or file_part_size(f.size, workers))
-        for f in todo.fetch
-        if f.path not in hits
-    ]
+    whole: list[RemoteFile] = []
+    partials: list[Partial] = []
+    for f in todo.fetch:
+        if f.path in hits:
+            continue
+        size = part_size or file_part_size(f.size, workers)
+        if fetched_whole(f.size, size):
+            whole.append(f)
+        else:
+            partials.append(Partial(work.partials, f, size))
     log.info(
         "%s: %d files, %d to fetch (%d bytes), %d unchanged",
         bucket.location,
@@ -150,11 +170,12 @@ def _pull_oss(
         sink,
         files_total=len(files),
         bytes_total=sum(f.size for f in files),
-        files_done=len(files) - len(partials),
+        files_done=len(files) - len(partials) - len(whole),
         bytes_done=reused + cached,
         interval=PROGRESS_INTERVAL,
     )
     crcs: dict[str, int] = {f.path: entries[f.path].crc for f in todo.reuse}
+    mtimes: dict[str, int] = {}  # of the files written whole, known without a stat
     made: set[Path] = set()
     for f in todo.reuse:
         _place(work.dest / f.path, tree / f.path, made)
@@ -168,14 +189,62 @@ def _pull_oss(
         crcs[p.file.path] = p.verify()
         _place(p.data, tree / p.file.path, made)
 
-    downloaded = _download(bucket, partials, workers, meter, finish)
+    def fetched(f: RemoteFile, crc: int, mtime_ns: int) -> None:
+        crcs[f.path], mtimes[f.path] = crc, mtime_ns
+        meter.add(f.size)
+        meter.file_done()
+
+    for p in partials:
+        if not p.pending:  # empty, or every part kept from an interrupted pull
+            p.prepare()
+            finish(p)
+    _fetch(bucket, tree, _Parts(partials, meter, finish), whole, workers, made, fetched)
     if node_cache is not None:
-        _offer(node_cache, [(p.file, p.data, crcs[p.file.path]) for p in partials], workers)
-    Manifest(str(bucket.location), {f.path: _entry(f, crcs[f.path], tree) for f in files}).save(
-        tree
-    )
+        offered = [(p.file, p.data, crcs[p.file.path]) for p in partials]
+        offered += [(f, tree / f.path, crcs[f.path]) for f in whole]
+        _offer(node_cache, offered, workers)
+    manifest = {f.path: _entry(f, crcs[f.path], tree, mtimes.get(f.path)) for f in files}
+    Manifest(str(bucket.location), manifest).save(tree)
     meter.finish()
-    return len(files), downloaded, reused, cached
+    return len(files), meter.fetched, reused, cached
+
+
+def _fetch(
+    bucket: OssBucket,
+    tree: Path,
+    parts: _Parts,
+    whole: list[RemoteFile],
+    workers: int,
+    made: set[Path],
+    fetched: Callable[[RemoteFile, int, int], None],
+) -> None:
+    """Fetch the pending parts (biggest files first, so that their parts are not the tail)
+    and the small files: half of these in a helper process when :func:`helper.wanted`."""
+    tasks: list[Callable[[threading.Event], None]] = [
+        functools.partial(_fetch_part, bucket, p, i, parts)
+        for p in sorted(parts.partials, key=lambda p: -p.file.size)
+        for i in p.pending
+    ]
+    mine = sorted(whole, key=lambda f: -f.size)
+    limit = workers  # small-file GETs in flight in this process, at most
+    other: helper.Helper | None = None
+    if helper.wanted(len(mine), workers, helper.cpus(), threading.active_count()):
+        # Every other file (biggest first, so the halves weigh alike), with half the workers.
+        mine, theirs, share = mine[0::2], mine[1::2], workers // 2
+        log.info("fetching %d of %d small files in a second process", len(theirs), len(whole))
+        other = helper.start(
+            lambda report: _fetch_wholes(bucket.copy(share), theirs, tree, share, report)
+        )
+        tasks.append(functools.partial(_read_helper, other, theirs, fetched))
+        limit -= share
+    try:
+        wholes = _Wholes(bucket, tree, mine, limit, made, fetched)
+        tasks += [wholes.task] * min(limit, len(mine))
+        # One more thread when a helper runs: the one reading its reports.
+        _run(tasks, workers + (other is not None))
+    finally:
+        if other is not None:
+            other.close()
 
 
 def _from_cache(
@@ -223,6 +292,7 @@ class _Parts:
     def __init__(
         self, partials: list[Partial], meter: Meter, finish: Callable[[Partial], None]
     ) -> None:
+        self.partials = partials
         self._left = {id(p): len(p.pending) for p in partials}
         self._lock = threading.Lock()
         self.meter = meter
@@ -237,24 +307,70 @@ class _Parts:
             self.meter.file_done()
 
 
-def _download(
-    bucket: OssBucket,
-    partials: list[Partial],
-    workers: int,
-    meter: Meter,
-    finish: Callable[[Partial], None],
-) -> int:
-    """Fetch every pending part, biggest files first so their parts are not the tail, and
-    ``finish`` each file when its last part is in (files resumed whole, at once)."""
-    for p in partials:
-        if not p.pending:  # empty, or every part kept from an interrupted pull
-            p.prepare()
-            finish(p)
-    tasks = [(p, i) for p in sorted(partials, key=lambda p: -p.file.size) for i in p.pending]
-    parts = _Parts(partials, meter, finish)
+class _Wholes:
+    """Small files to fetch into ``tree`` (:func:`_fetch_whole`): :meth:`task` is one
+    worker's, taking file after file while a
+    :class:`~processors.storage.throttle.Throttle` lets it; ``fetched`` hears each one."""
+
+    def __init__(
+        self,
+        bucket: OssBucket,
+        tree: Path,
+        files: list[RemoteFile],
+        workers: int,
+        made: set[Path],
+        fetched: Callable[[RemoteFile, int, int], None],
+    ) -> None:
+        self._bucket = bucket
+        self._tree = tree
+        self._files = iter(files)  # next() is atomic: each file goes to one worker
+        self._throttle = Throttle(workers)
+        self._made = made
+        self._fetched = fetched
+
+    def task(self, stop: threading.Event) -> None:
+        with self._throttle.turn():
+            while not stop.is_set() and (file := next(self._files, None)) is not None:
+                target = self._tree / file.path
+                _make_parent(target, self._made)
+                with self._throttle.timed():
+                    crc, mtime_ns = _fetch_whole(self._bucket, file, target, stop)
+                self._fetched(file, crc, mtime_ns)
+
+
+def _fetch_wholes(
+    bucket: OssBucket, files: list[RemoteFile], tree: Path, workers: int, report: helper.Report
+) -> None:
+    """In the helper process: fetch ``files``, reporting each by its index in ``files``."""
+    index = {id(f): i for i, f in enumerate(files)}
+    wholes = _Wholes(
+        bucket,
+        tree,
+        files,
+        workers,
+        set(),
+        lambda f, crc, mtime: report(f"{index[id(f)]} {crc} {mtime}"),
+    )
+    _run([wholes.task] * min(workers, len(files)), workers)
+
+
+def _read_helper(
+    other: helper.Helper,
+    files: list[RemoteFile],
+    fetched: Callable[[RemoteFile, int, int], None],
+    stop: threading.Event,
+) -> None:
+    """In one of the pull's threads: pass on what the helper process fetched."""
+    for line in other.lines(stop):
+        i, crc, mtime_ns = map(int, line.split())
+        fetched(files[i], crc, mtime_ns)
+
+
+def _run(tasks: list[Callable[[threading.Event], None]], workers: int) -> None:
+    """Run the fetches on up to ``workers`` threads; the first failure stops the rest."""
     stop = threading.Event()
     with ThreadPoolExecutor(max(1, min(workers, len(tasks))), "oss-pull") as pool:
-        futures = [pool.submit(_fetch_part, bucket, p, i, stop, parts) for p, i in tasks]
+        futures = [pool.submit(task, stop) for task in tasks]
         try:
             wait(futures, return_when=FIRST_EXCEPTION)
         finally:
@@ -267,11 +383,38 @@ def _download(
     if errors:
         # Report what the user must fix before what a retry might fix.
         raise next((e for e in errors if isinstance(e, PermanentStorageError)), errors[0])
-    return meter.fetched
+
+
+def _fetch_whole(
+    bucket: OssBucket, file: RemoteFile, target: Path, stop: threading.Event
+) -> tuple[int, int]:
+    """Fetch a small file in one GET, check it, and write it as ``target``: its CRC-64 and
+    mtime. A failed check fails the pull (as a part's does), a broken transfer is retried."""
+
+    def attempt() -> tuple[bytes, int | None]:
+        if not file.size:
+            return b"", None  # nothing to ask OSS for: checked by the ETag (MD5 of nothing)
+        with bucket.open_range(file.key, 0, file.size - 1, file.etag) as body:
+            data = body.read(file.size)
+            while len(data) < file.size and (more := body.read(file.size - len(data))):
+                data += more
+            if len(data) < file.size:
+                raise _closed_early(bucket, file, len(data), file.size)
+            return data, body.object_crc
+
+    data, object_crc = BACKOFF.run(attempt, stop)
+    crc = checksum(data)
+    check(file, crc, object_crc, lambda: hashlib.md5(data, usedforsecurity=False).hexdigest())
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _write_at(fd, data, 0, target)
+        return crc, os.fstat(fd).st_mtime_ns
+    finally:
+        os.close(fd)
 
 
 def _fetch_part(
-    bucket: OssBucket, partial: Partial, index: int, stop: threading.Event, parts: _Parts
+    bucket: OssBucket, partial: Partial, index: int, parts: _Parts, stop: threading.Event
 ) -> None:
     file = partial.file
     start, end = partial.ranges[index]
@@ -339,20 +482,26 @@ def _local_stats(dest: Path, entries: Mapping[str, Entry]) -> dict[str, LocalSta
     return stats
 
 
+def _make_parent(path: Path, made: set[Path]) -> None:
+    """Create ``path``'s directory unless ``made`` (the directories created so far: a
+    repository has few, and files many) holds it."""
+    if path.parent not in made:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        made.add(path.parent)
+
+
 def _place(src: Path, dst: Path, made: set[Path]) -> None:
-    """Put ``src``'s content at ``dst``: a hard link (free) where possible, else a copy.
-    ``made`` holds the directories already created (a repository has few, and files many)."""
-    if dst.parent not in made:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        made.add(dst.parent)
+    """Put ``src``'s content at ``dst``: a hard link (free) where possible, else a copy."""
+    _make_parent(dst, made)
     try:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
 
 
-def _entry(file: RemoteFile, crc: int, tree: Path) -> Entry:
-    mtime_ns = (tree / file.path).stat().st_mtime_ns
+def _entry(file: RemoteFile, crc: int, tree: Path, mtime_ns: int | None) -> Entry:
+    if mtime_ns is None:
+        mtime_ns = (tree / file.path).stat().st_mtime_ns
     return Entry(file.key, file.etag, file.size, crc, mtime_ns)
 
 

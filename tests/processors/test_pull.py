@@ -25,13 +25,16 @@ from processors.storage import (
     pull,
 )
 from processors.storage import oss as oss_module
+from processors.storage.check import check
 from processors.storage.manifest import NAME as MANIFEST
 from processors.storage.oss import RemoteObject
 from processors.storage.plan import (
     LARGEST_PART,
     SMALLEST_PART,
+    WHOLE_FILE,
     LocalStat,
     RemoteFile,
+    fetched_whole,
     file_part_size,
     part_ranges,
     plan,
@@ -283,6 +286,66 @@ def test_zero_byte_files_and_directory_markers(
 
     assert report.files == 1
     assert (tmp_path / "r/m/empty.txt").read_bytes() == b""
+
+
+def test_small_files_come_whole_beside_the_parts_of_big_ones(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A small file is one GET of all its bytes, written straight into the tree (no part
+    file, no resume state); a big one in the same pull comes in ranged parts."""
+    base = f"mix-{uuid.uuid4().hex[:6]}"
+    small = {f"m/{i}/config.pbtxt": os.urandom(100 + i) for i in range(5)}
+    small["m/empty"] = b""
+    for path, data in small.items():
+        oss_server.put(BUCKET, f"{base}/{path}", data)
+    big = put_random(oss_server, f"{base}/m/1/model.bin", 3 * MiB)
+    oss_server.reset()
+    seen_partials: list[str] = []
+    oss_server.before_next(
+        lambda: seen_partials.extend(p.name for p in (tmp_path / ".r.openeas/partial").iterdir()),
+        n=100,
+        match=lambda c: "config" in c.key,
+    )
+
+    report = pull(f"oss://{BUCKET}/{base}", tmp_path / "r", part_size=MiB, workers=2)
+
+    for path, data in small.items():
+        assert (tmp_path / "r" / path).read_bytes() == data
+    assert (tmp_path / "r/m/1/model.bin").read_bytes() == big
+    ranges = {c.key.removeprefix(f"{base}/"): c.range for c in gets(oss_server)}
+    assert len(gets(oss_server)) == 5 + 3  # one per small file, none for the empty one
+    assert all(ranges[p] == f"bytes=0-{len(d) - 1}" for p, d in small.items() if d)
+    assert len({name.split(".")[0] for name in seen_partials}) == 1  # the big file's only
+    assert report.bytes_downloaded == sum(map(len, small.values())) + len(big)
+    oss_server.reset()
+    assert pull(f"oss://{BUCKET}/{base}", tmp_path / "r").bytes_downloaded == 0
+    assert gets(oss_server) == []  # the manifest's mtimes are the files' own
+
+
+def test_a_small_file_replaced_after_the_listing_is_refused_then_comes_new(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A small file's GET carries the listed ETag too: never the new bytes under the old
+    ETag (which would make the next pull keep them as they are)."""
+    key = f"swap-{uuid.uuid4().hex[:6]}/m/config.pbtxt"
+    oss_server.put(BUCKET, key, b"old")
+    uri = f"oss://{BUCKET}/{key.rsplit('/', 2)[0]}"
+    oss_server.before_next(
+        lambda: oss_server.put(BUCKET, key, b"new!"), match=lambda c: c.key == key
+    )
+
+    with pytest.raises(
+        TemporaryStorageError, match=r"changed during the pull \(PreconditionFailed"
+    ):
+        pull(uri, tmp_path / "r")
+
+    pull(uri, tmp_path / "r")
+    assert (tmp_path / "r/m/config.pbtxt").read_bytes() == b"new!"
+    oss_server.put(BUCKET, key, b"newer")
+    oss_server.reset()
+    pull(uri, tmp_path / "r")
+    assert (tmp_path / "r/m/config.pbtxt").read_bytes() == b"newer"
+    assert [c.key for c in gets(oss_server)] == [key]
 
 
 def test_bucket_root_and_v4_sts_credentials(
@@ -600,6 +663,7 @@ LOC = OssLocation("b", "models/")
         (["models/a//b"], "cannot be a file of the repository"),
         (["models/.openeas-manifest.json"], "cannot be a file of the repository"),
         (["models/m/config", "models/m/config/x"], "m/config is both a file and a directory"),
+        (["models/m/1/x/y", "models/m"], "m is both a file and a directory"),
     ],
 )
 def test_remote_files_refuse_unplaceable_keys(keys: list[str], reason: str) -> None:
@@ -656,6 +720,45 @@ def test_part_ranges() -> None:
 def test_a_files_part_size_is_its_share_of_the_workers(size: int, workers: int, part: int) -> None:
     assert file_part_size(size, workers) == part
     assert len(part_ranges(size, part)) <= max(workers, -(-size // LARGEST_PART))
+
+
+@pytest.mark.parametrize(
+    ("size", "part", "whole"),
+    [
+        (0, SMALLEST_PART, True),
+        (200, SMALLEST_PART, True),
+        (WHOLE_FILE, SMALLEST_PART, True),
+        (WHOLE_FILE + 1, SMALLEST_PART, False),  # streamed, in one part
+        (200, 100, False),  # a part size given smaller than the file: parts, as asked
+        (200, 200, True),
+    ],
+)
+def test_which_files_are_fetched_whole(size: int, part: int, whole: bool) -> None:
+    assert fetched_whole(size, part) is whole
+
+
+MD5_OF_ABC = "900150983cd24fb0d6963f7d28e17f72"
+
+
+@pytest.mark.parametrize(
+    ("crc", "object_crc", "etag", "error"),
+    [
+        (7, 7, MD5_OF_ABC, None),
+        (7, 8, MD5_OF_ABC, r"CRC64 7 differs from OSS's 8: corrupted in transit"),
+        (7, None, MD5_OF_ABC, None),  # no CRC from OSS: the MD5 of a simple upload's ETag
+        (7, None, MD5_OF_ABC.upper(), None),
+        (7, None, "0" * 32, r"MD5 900150983cd24fb0d6963f7d28e17f72 differs from the ETag 0+"),
+        (7, None, "ABC-3", None),  # multipart ETag, no CRC: only the size is known
+    ],
+)
+def test_content_checks(crc: int, object_crc: int | None, etag: str, error: str | None) -> None:
+    file = RemoteFile("a", "models/a", 3, etag)
+    md5 = lambda: MD5_OF_ABC  # noqa: E731
+    if error is None:
+        check(file, crc, object_crc, md5)
+    else:
+        with pytest.raises(TemporaryStorageError, match=rf"models/a \(3 bytes\): {error}"):
+            check(file, crc, object_crc, md5)
 
 
 def test_a_big_file_is_split_among_the_workers(

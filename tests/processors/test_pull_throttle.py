@@ -1,0 +1,83 @@
+"""How many small-file GETs a pull runs at once (processors.storage.throttle)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from processors.storage.throttle import PROBES, WARM_UP, Throttle, concurrency
+
+
+@pytest.mark.parametrize(
+    ("ratios", "limit", "expected"),
+    [
+        ([1.0, 1.0, 1.0], 8, 2),  # all CPU (nothing to wait for): two, to cover the waits
+        ([1.4, 1.3, 1.6], 8, 3),  # a loopback: the stand-in's own time
+        ([1.4, 9.0, 1.3], 8, 3),  # one probe preempted: the median ignores it
+        ([4.5, 5.0, 4.0], 8, 8),  # OSS's first-byte latency: all the workers
+        ([4.5, 5.0, 4.0], 32, 9),
+        ([math.inf, math.inf, 1.0], 8, 8),  # a probe that took no measurable CPU
+        ([0.5, 0.5, 0.5], 8, 1),  # clocks disagreeing: at least one
+        ([1.0, 1.0, 1.0], 1, 1),
+    ],
+)
+def test_concurrency_from_the_probes(ratios: list[float], limit: int, expected: int) -> None:
+    assert concurrency(ratios, limit) == expected
+
+
+def run(throttle: Throttle, blocks: int, work: float, busy: bool) -> int:
+    """Take ``blocks`` blocks of ``work`` seconds (spinning or sleeping) on 8 workers, each
+    taking block after block while it has a turn; the most that ran at once."""
+    lock = threading.Lock()
+    left = iter(range(blocks))
+    running, most, done = 0, 0, 0
+
+    def worker(_: int) -> None:
+        nonlocal running, most, done
+        with throttle.turn():
+            while next(left, None) is not None:
+                with throttle.timed():
+                    with lock:
+                        running += 1
+                        most = max(most, running)
+                        assert running == 1 or done >= WARM_UP + PROBES, "probes run alone"
+                    end = time.perf_counter() + work
+                    if busy:
+                        while time.perf_counter() < end:
+                            pass
+                    else:
+                        time.sleep(work)
+                    with lock:
+                        running -= 1
+                        done += 1
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(worker, range(8)))
+    return most
+
+
+def test_gets_that_wait_run_side_by_side_and_gets_that_work_do_not() -> None:
+    waiting = Throttle(8)
+    assert run(waiting, 40, 0.01, busy=False) > 2
+    assert waiting.allowed == 8
+    working = Throttle(8)
+    run(working, 12, 0.005, busy=True)
+    assert working.allowed <= 4  # 2, or more where other processes take the CPU away
+
+
+def test_a_failed_get_is_not_a_probe() -> None:
+    throttle = Throttle(8)
+    with throttle.turn():
+        for _ in range(WARM_UP + PROBES - 1):
+            with throttle.timed():
+                time.sleep(0.002)
+        with pytest.raises(RuntimeError), throttle.timed():
+            raise RuntimeError("connection reset")
+        assert throttle.allowed == 1  # still probing: a failure says nothing of the latency
+        with throttle.timed():
+            time.sleep(0.002)
+    assert throttle.allowed == 8
