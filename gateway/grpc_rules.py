@@ -87,6 +87,31 @@ def forwarded(fields: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[bytes, bytes
     return tuple((k, v) for k, v in fields if k not in DROPPED_METADATA)
 
 
+REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})
+
+
+def malformed_head(fields: Iterable[tuple[bytes, bytes]]) -> str:
+    """Why a request's header fields are malformed under RFC 9113 §8.3 (empty if they are
+    not): a pseudo-header repeated, unknown or after a regular field. Such a request is
+    never forwarded: the door reads the last ``:path`` of a repeated one, a replica might
+    act on the first."""
+    seen: set[bytes] = set()
+    regular = False
+    for key, _ in fields:
+        if not key.startswith(b":"):
+            regular = True
+            continue
+        name = key.decode("latin-1")
+        if key not in REQUEST_PSEUDO:
+            return f"unknown pseudo-header {name} in a request"
+        if key in seen:
+            return f"pseudo-header {name} sent twice"
+        if regular:
+            return f"pseudo-header {name} after a regular header field"
+        seen.add(key)
+    return ""
+
+
 def deadline_s(route_timeout_s: float, client_remaining_s: float | None) -> tuple[float, bool]:
     """The upstream deadline, and whether it is the route's (then an expiry is the
     gateway's DEADLINE_EXCEEDED to explain) rather than the caller's own."""
@@ -129,8 +154,9 @@ def call_head(fields: tuple[tuple[bytes, bytes], ...]) -> CallHead:
     path = get(b":path", b"").decode("latin-1")
     prefix = f"/{SERVICE}/"
     method = path[len(prefix) :] if path.startswith(prefix) else ""
-    problem = ""
-    if get(b":method") != b"POST" or not get(b"content-type", b"").startswith(b"application/grpc"):
+    grpc = get(b":method") == b"POST" and get(b"content-type", b"").startswith(b"application/grpc")
+    problem = malformed_head(fields)
+    if not problem and not grpc:
         problem = "not a gRPC request (POST with content-type application/grpc)"
     token = credential(fields)
     raw_timeout = get(b"grpc-timeout")

@@ -644,6 +644,40 @@ def test_a_caller_with_http2s_default_windows_gets_the_whole_answer(door: Door) 
     assert answer.raw_output_contents[0] == tensor.tobytes()
 
 
+def test_a_head_with_a_pseudo_header_twice_is_refused_not_forwarded(door: Door) -> None:
+    """Two ``:path`` fields, an admin RPC first: the door would check one and a replica
+    might run the other, so the call ends INVALID_ARGUMENT at the door (RFC 9113 §8.3)."""
+    caller = RawCaller(door)
+    try:
+        admin = "/inference.GRPCInferenceService/RepositoryModelUnload"
+        infer = "/inference.GRPCInferenceService/ModelInfer"
+        fields = [
+            (":path", admin),
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", infer),
+            ("content-type", "application/grpc"),
+            ("authorization", f"Bearer {TOKEN}"),
+        ]
+        caller.sock.sendall(h2.headers_frames(1, h2.block(fields), end_stream=True))
+        trailers: dict[bytes, bytes] = {}
+        while not trailers:
+            kind, flags, sid, payload = caller.frame()
+            if kind == h2.HEADERS and sid == 1 and flags & h2.END_STREAM:
+                trailers = dict(caller.decoder.decode(payload, raw=True))
+    finally:
+        caller.close()
+    assert trailers[b"grpc-status"] == b"3"  # INVALID_ARGUMENT
+    assert (
+        b"sent%20twice" in trailers[b"grpc-message"] or b"sent twice" in trailers[b"grpc-message"]
+    )
+    client = door.client()
+    try:  # the model is still there: the admin RPC never reached Triton
+        assert client.is_model_ready("add_sub", headers=bearer())
+    finally:
+        client.close()
+
+
 def goaway_code(caller: RawCaller) -> int:
     """Frames until the door's GOAWAY; its error code."""
     while True:

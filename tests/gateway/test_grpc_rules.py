@@ -14,6 +14,7 @@ from gateway.grpc_rules import (
     credential,
     deadline_s,
     forwarded,
+    malformed_head,
     service_for,
 )
 
@@ -141,3 +142,33 @@ def test_call_head_problems(change: dict[str, bytes], method: str, problem: str)
     head = call_head(tuple(fields.items()))
     assert head.method == method
     assert head.problem.startswith(problem) if problem else not head.problem
+
+
+CALL = [
+    (b":method", b"POST"),
+    (b":scheme", b"http"),
+    (b":path", b"/inference.GRPCInferenceService/ModelInfer"),
+    (b":authority", b"svc.example.com"),
+    (b"content-type", b"application/grpc"),
+    (b"authorization", b"Bearer tok"),
+]
+ADMIN_PATH = (b":path", b"/inference.GRPCInferenceService/RepositoryModelLoad")
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        (CALL, ""),
+        ([*CALL, (b"x-trace", b"1"), (b"x-trace", b"2")], ""),  # regular fields may repeat
+        ([ADMIN_PATH, *CALL], "pseudo-header :path sent twice"),  # which would a replica take?
+        ([*CALL[:3], *CALL[4:], CALL[3]], "pseudo-header :authority after a regular header field"),
+        ([(b":protocol", b"websocket"), *CALL], "unknown pseudo-header :protocol in a request"),
+        ([(b":status", b"200"), *CALL], "unknown pseudo-header :status in a request"),
+    ],
+)
+def test_malformed_heads_are_refused_not_forwarded(
+    fields: list[tuple[bytes, bytes]], problem: str
+) -> None:
+    assert malformed_head(fields) == problem
+    head = call_head(tuple(fields))
+    assert head.problem == (problem or "")
