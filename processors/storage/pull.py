@@ -27,8 +27,8 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+import processors.storage.helper as helper
 from processors.progress import Meter, Sink
-from processors.storage import helper
 from processors.storage.check import check
 from processors.storage.crc64 import Crc64, checksum
 from processors.storage.errors import PermanentStorageError, TemporaryStorageError
