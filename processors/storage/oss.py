@@ -159,6 +159,7 @@ class _Transport:
         import requests.utils
 
         self._oss2 = oss2
+        self._requests = requests  # imported once here, not per request
         self.session = requests.Session()
         adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=pool_size)
         self.session.mount("http://", adapter)
@@ -170,8 +171,7 @@ class _Transport:
         self.session.trust_env = False
 
     def do_request(self, req: Any, timeout: Any) -> Any:
-        import requests
-
+        requests = self._requests
         prepared = requests.PreparedRequest()
         prepared.prepare(
             method=req.method,
