@@ -51,6 +51,8 @@ QUEUE_FULL = 450
 # What a client that stops waiting is counted as (nginx's convention), for metrics only.
 CLIENT_CLOSED = 499
 
+MEMO_ENDPOINTS = 16  # upstream heads kept per client head (one per replica it went to)
+
 
 async def relay(
     request: Request,
@@ -235,14 +237,19 @@ class PredictProxy:
             copy = self.mirrors.copy(request, target, entry)
             if copy is not None:
                 return self._slow(request, target, entry, started, copy)
-        if request.body.complete and (request.content_length is not None or not request.has_body):
-            endpoint = self.balancer.choose(entry.endpoints)
-            if endpoint is not None:
-                conn = self.upstreams.idle(endpoint.host, endpoint.port)
-                if conn is not None:
-                    self._fast(request, target, entry, endpoint, conn, started)
-                    return None
-        return self._slow(request, target, entry, started)
+        endpoint = self.balancer.choose(entry.endpoints)
+        if (
+            endpoint is not None
+            and request.body.complete
+            and (request.content_length is not None or not request.has_body)
+        ):
+            conn = self.upstreams.idle(endpoint.host, endpoint.port)
+            if conn is not None:
+                self._fast(request, target, entry, endpoint, conn, started)
+                return None
+        # The replica chosen is the one to connect to: choosing again would move the
+        # balancer's turn twice per call, and sequential calls would all reach one replica.
+        return self._slow(request, target, entry, started, first=endpoint)
 
     async def _held(
         self, request: Request, target: Target, asleep: ServiceRoute, started: float
@@ -305,8 +312,16 @@ class PredictProxy:
         started: float,
     ) -> None:
         body = request.body.take() if request.has_body else None
-        headers = self._upstream_headers(request, len(body) if body else None)
-        head = request_head(request.method, target.path_qs, endpoint.host_header, headers)
+        # A whole body has the head's length, so the upstream head follows from the head,
+        # the connection and the replica: made once while a client repeats its head.
+        memo = request.head.memo
+        head = memo.get(endpoint)
+        if head is None:
+            headers = self._upstream_headers(request, len(body) if body else None)
+            head = request_head(request.method, target.path_qs, endpoint.host_header, headers)
+            if len(memo) >= MEMO_ENDPOINTS:
+                memo.clear()
+            memo[endpoint] = head
         endpoint.outstanding += 1
         ex = Exchange(
             request,
@@ -363,11 +378,12 @@ class PredictProxy:
         entry: ServiceRoute,
         started: float,
         copy: Copy | None = None,
+        first: Endpoint | None = None,
     ) -> None:
         name = entry.route.service
         code = 500
         try:
-            code = await self._forward(request, target, entry, copy)
+            code = await self._forward(request, target, entry, copy, first)
         except Problem as p:
             code = p.status
             write_problem(request, p, close=p.status == 413)
@@ -384,10 +400,16 @@ class PredictProxy:
                 self.mirrors.launch(copy)  # the caller has its answer: now the shadows
 
     async def _forward(
-        self, request: Request, target: Target, entry: ServiceRoute, copy: Copy | None = None
+        self,
+        request: Request,
+        target: Target,
+        entry: ServiceRoute,
+        copy: Copy | None = None,
+        first: Endpoint | None = None,
     ) -> int:
         """Connect (skipping replicas that refuse), send, relay; the status the client saw.
-        A mirror's ``copy`` gets the request as sent and keeps the answer."""
+        A mirror's ``copy`` gets the request as sent and keeps the answer. ``first``: the
+        replica already chosen for this call (if it is still routed)."""
         name = entry.route.service
         metrics = self.metrics
         length = request.content_length
@@ -409,7 +431,10 @@ class PredictProxy:
             copy.headers, copy.body = headers, body
         tried: list[Endpoint] = []
         while True:
-            endpoint = self.balancer.choose(entry.endpoints, tried)
+            endpoint = first if first in entry.endpoints else None
+            first = None
+            if endpoint is None:
+                endpoint = self.balancer.choose(entry.endpoints, tried)
             if endpoint is None:
                 raise self._unavailable(
                     name, f"no replica of service {name!r} accepted the connection"

@@ -182,8 +182,71 @@ class Body:
         self.buffered = 0
 
 
+class Head:
+    """A parsed request head (header names lower-case bytes). A connection keeps its last
+    one with the bytes it was parsed from (``raw``): clients repeat their heads byte for
+    byte (same model, tensor shapes and token), and a head equal to the last is not parsed
+    again (see :meth:`HttpConnection.data_received`). ``memo`` holds what a handler derives
+    from the head and the connection alone (the proxy's upstream head per replica)."""
+
+    __slots__ = (
+        "content_length",
+        "expect_continue",
+        "has_body",
+        "headers",
+        "hmap",
+        "keep_alive",
+        "memo",
+        "method",
+        "raw",
+        "target",
+        "upgrade",
+        "version",
+    )
+
+    def __init__(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        hmap: dict[bytes, bytes],
+        version: str,
+        keep_alive: bool,
+        upgrade: bool,
+    ) -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.hmap = hmap  # dict(headers): last value per name, for lookups
+        self.version = version
+        self.keep_alive = keep_alive
+        self.upgrade = upgrade
+        cl = hmap.get(b"content-length")
+        self.content_length = int(cl) if cl is not None else None  # llhttp validated it
+        self.has_body = (self.content_length or 0) > 0 or b"transfer-encoding" in hmap
+        expect = hmap.get(b"expect")
+        self.expect_continue = (
+            expect is not None and expect.lower() == b"100-continue" and version == "1.1"
+        )
+        self.raw = b""  # the bytes it was parsed from, once known to be all of them
+        self.memo: dict[object, bytes] = {}
+
+    @property
+    def repeatable(self) -> bool:
+        """Whether a byte-equal head may skip the parser: a keep-alive HTTP/1.1 request
+        whose body, if any, has a length and is sent without waiting for "100 Continue"."""
+        return (
+            self.keep_alive
+            and self.version == "1.1"
+            and not self.upgrade
+            and not self.expect_continue
+            and b"transfer-encoding" not in self.hmap
+        )
+
+
 class Request:
-    """One parsed request: head (header names lower-case bytes) and body."""
+    """One request: its head's fields (``keep_alive`` and ``target`` may be changed for this
+    request alone) and its body."""
 
     __slots__ = (
         "_abort",
@@ -192,6 +255,7 @@ class Request:
         "content_length",
         "expect_continue",
         "has_body",
+        "head",
         "headers",
         "hmap",
         "keep_alive",
@@ -201,30 +265,21 @@ class Request:
         "version",
     )
 
-    def __init__(
-        self,
-        conn: HttpConnection,
-        method: str,
-        target: str,
-        headers: list[tuple[bytes, bytes]],
-        version: str,
-        keep_alive: bool,
-        hmap: dict[bytes, bytes],
-    ) -> None:
+    def __init__(self, conn: HttpConnection, head: Head) -> None:
         self.conn = conn
-        self.method = method
-        self.target = target  # raw request-target: path and query as sent
-        self.headers = headers
-        self.hmap = hmap  # dict(headers): last value per name, for lookups
-        self.version = version
-        self.keep_alive = keep_alive
-        self.expect_continue = False
-        self.upgrade = False
+        self.head = head
+        self.method = head.method
+        self.target = head.target  # raw request-target: path and query as sent
+        self.headers = head.headers
+        self.hmap = head.hmap
+        self.version = head.version
+        self.keep_alive = head.keep_alive
+        self.content_length = head.content_length
+        self.has_body = head.has_body
+        self.expect_continue = head.expect_continue
+        self.upgrade = head.upgrade
         self.body = Body(conn)
         self._abort: Callable[[], None] | None = None
-        cl = self.hmap.get(b"content-length")
-        self.content_length = int(cl) if cl is not None else None  # llhttp validated it
-        self.has_body = (self.content_length or 0) > 0 or b"transfer-encoding" in self.hmap
 
     @property
     def path(self) -> str:
@@ -305,6 +360,8 @@ class HttpConnection(ReadPausable):
         self.body_at: float | None = None  # last body bytes of the message being parsed
         self._expect_head = True  # next bytes start or continue a request head
         self._parsing: Request | None = None  # request whose message is being parsed
+        self._done: Request | None = None  # the last request the parser completed
+        self._last: Head | None = None  # the last head that may be repeated unparsed
         self._parsing_dispatched = False
         self._body_left = 0  # body bytes still to come that bypass the parser
         self.active: Request | None = None  # request being answered
@@ -328,6 +385,16 @@ class HttpConnection(ReadPausable):
             data = self._pass_body(data)
             if not data:
                 return
+        fresh = self._line == b""  # data begins a request
+        last = self._last
+        if (
+            fresh
+            and last is not None
+            and data.startswith(last.raw)
+            and len(data) <= len(last.raw) + (last.content_length or 0)
+        ):
+            self._repeat(last, data)
+            return
         if (
             self._expect_head
             and len(data) + self._head_size > MAX_HEAD_BYTES
@@ -343,6 +410,7 @@ class HttpConnection(ReadPausable):
                 self._protocol_error(400, refusal)
                 return
             self._line = None if complete else held
+        self._done = None
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -360,6 +428,35 @@ class HttpConnection(ReadPausable):
         elif (req := self._parsing) is not None and req.content_length:
             # Mid-way through a body of known length: the rest skips the parser.
             self._body_left = req.content_length - req.body.received
+        if fresh and (req := self._done or self._parsing) is not None:
+            self._remember(req, data)
+
+    def _remember(self, req: Request, data: bytes) -> None:
+        """Keep the head of ``req`` for :meth:`_repeat` if ``data`` held that head and
+        nothing but its body after it: the head's bytes are then ``data`` less the body
+        bytes the parser passed on (checked against where the head ends), and equal bytes
+        parse the same."""
+        head = req.head
+        end = len(data) - req.body.received
+        if head.repeatable and data.find(b"\r\n\r\n") + 4 == end:
+            head.raw = data[:end]
+            self._last = head
+
+    def _repeat(self, head: Head, data: bytes) -> None:
+        """A request whose head is byte-equal to the last one kept, with nothing but (some
+        of) its body after it: what the parser's callbacks would do, without them. The
+        parser stays between messages; the rest of the body skips it (``_body_left``)."""
+        self._in_head = self._expect_head = False
+        req = Request(self, head)
+        self._headed(req)
+        if len(data) > len(head.raw):
+            self.on_body(data[len(head.raw) :])
+        left = (req.content_length or 0) - req.body.received
+        if left:
+            self._line = None  # inside a message
+            self._body_left = left
+        else:
+            self.on_message_complete()
 
     def _pass_body(self, data: bytes) -> bytes:
         """Hand the body bytes at the start of ``data`` to the request as they are (llhttp
@@ -440,20 +537,19 @@ class HttpConnection(ReadPausable):
             self._protocol_error(*refusal)
             return
         p = self.parser
-        req = Request(
-            self,
+        head = Head(
             p.get_method().decode("latin-1"),
             self._url.decode("latin-1"),
             headers,
+            hmap,
             p.get_http_version(),
             p.should_keep_alive(),
-            hmap,
+            p.should_upgrade(),
         )
-        expect = req.hmap.get(b"expect")
-        req.expect_continue = (
-            expect is not None and expect.lower() == b"100-continue" and req.version == "1.1"
-        )
-        req.upgrade = p.should_upgrade()
+        self._headed(Request(self, head))
+
+    def _headed(self, req: Request) -> None:
+        """``req``'s head is in: dispatch it now if its body is to be streamed."""
         if not req.has_body:
             req.body.complete = True
         else:
@@ -477,11 +573,13 @@ class HttpConnection(ReadPausable):
     def on_message_complete(self) -> None:
         self._expect_head = True
         self._line = b""
+        self._head_size = 0
         self.body_at = None
         req = self._parsing
         self._parsing = None
         if req is None:
             return
+        self._done = req
         req.body.finish()
         if not self._parsing_dispatched:
             self._enqueue(req)

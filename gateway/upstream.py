@@ -46,9 +46,12 @@ class UpstreamError(Exception):
 
 class ResponseHead:
     """A replica's response head: status, framing, and the end-to-end header lines
-    (``passthrough``, ready to send) — hop-by-hop ones already removed."""
+    (``passthrough``, ready to send) — hop-by-hop ones already removed. A connection keeps
+    its last one with the bytes it was parsed from (``raw``), as the client side keeps
+    request heads: a replica answering the same call repeats its head byte for byte.
+    ``memo`` holds the client-facing heads made from it."""
 
-    __slots__ = ("chunked", "content_length", "keep_alive", "passthrough", "status")
+    __slots__ = ("chunked", "content_length", "keep_alive", "memo", "passthrough", "raw", "status")
 
     def __init__(
         self,
@@ -63,6 +66,8 @@ class ResponseHead:
         self.content_length = content_length
         self.chunked = chunked
         self.keep_alive = keep_alive
+        self.raw = b""
+        self.memo: dict[tuple[bool, bool, bool], tuple[bytes, bool, bool]] = {}
 
 
 class Receiver(Protocol):
@@ -98,6 +103,10 @@ class UpstreamConnection(ReadPausable):
         self.idle_since = 0.0
         self._headers: list[tuple[bytes, bytes]] = []
         self._reading_paused = False
+        self._between = True  # between messages (the parser, or a repeated head's body)
+        self._last: ResponseHead | None = None  # the last head that may be repeated unparsed
+        self._body_left = 0  # body bytes of a repeated head still to come
+        self._received = 0  # body bytes the parser passed on from the current read
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
@@ -110,12 +119,59 @@ class UpstreamConnection(ReadPausable):
         if ex is None:
             self.close()  # bytes nobody asked for: the connection is not reusable
             return
+        if self._body_left:
+            self._pass_body(ex, data)
+            return
+        fresh = self._between  # data begins a response
+        last = self._last
+        if (
+            fresh
+            and last is not None
+            and data.startswith(last.raw)
+            and len(data) <= len(last.raw) + cast(int, last.content_length)
+        ):
+            # The same head as last time, with nothing but (some of) its body after it:
+            # what the parser's callbacks would do, without them; the parser stays between
+            # messages and the body skips it.
+            self._between = False
+            ex.on_head(last)
+            self._body_left = cast(int, last.content_length)
+            self._pass_body(ex, data[len(last.raw) :])
+            return
+        self._received = 0
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
             ex.fail(UpstreamError("broken", f"invalid HTTP response: {e}"))
             return
+        if fresh and self.response is not None:
+            self._remember(self.response, data)
         ex.flush()
+
+    def _pass_body(self, ex: Receiver, data: bytes) -> None:
+        left = self._body_left
+        if len(data) > left:
+            ex.fail(UpstreamError("broken", "the replica sent more than its Content-Length"))
+            return
+        self._body_left = left - len(data)
+        if data:
+            ex.on_body(data)
+        if not self._body_left:
+            self._between = True
+            ex.on_complete()
+        ex.flush()
+
+    def _remember(self, head: ResponseHead, data: bytes) -> None:
+        """Keep ``head`` if ``data`` held it and nothing but its body after it (a final
+        response of known length): its bytes are then ``data`` less the body bytes the
+        parser passed on (checked against where the head ends), and equal bytes parse
+        the same."""
+        if head.content_length is None or head.chunked or head.status < 200:
+            return
+        end = len(data) - self._received
+        if data.find(b"\r\n\r\n") + 4 == end:
+            head.raw = data[:end]
+            self._last = head
 
     def eof_received(self) -> bool | None:
         return None  # close: a replica that ends its side ends the connection
@@ -140,6 +196,7 @@ class UpstreamConnection(ReadPausable):
     # -- httptools callbacks ------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._between = False
         self._headers = []
         self.response = None
 
@@ -181,11 +238,13 @@ class UpstreamConnection(ReadPausable):
         ex.on_head(head)
 
     def on_body(self, body: bytes) -> None:
+        self._received += len(body)
         ex = self.exchange
         if ex is not None:
             ex.on_body(body)
 
     def on_message_complete(self) -> None:
+        self._between = True
         ex = self.exchange
         if ex is not None and ex.status:
             ex.on_complete()
@@ -421,12 +480,13 @@ class Exchange:
         if head.status < 200:
             return  # 1xx interim responses: nothing to relay (we never send Expect)
         req = self.request
-        out, self._chunked_out, req.keep_alive = response_head_bytes(
-            head,
-            client_http11=req.version == "1.1",
-            keep_alive=req.keep_alive,
-            head_only=self.head_only,
-        )
+        key = (req.version == "1.1", req.keep_alive, self.head_only)
+        made = head.memo.get(key)
+        if made is None:
+            made = head.memo[key] = response_head_bytes(
+                head, client_http11=key[0], keep_alive=key[1], head_only=key[2]
+            )
+        out, self._chunked_out, req.keep_alive = made
         self._out.append(out)
         self.status = head.status
         self.upstream.response = head

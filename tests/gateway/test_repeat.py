@@ -1,0 +1,228 @@
+"""Heads repeated byte for byte skip the parsers (:class:`gateway.server.Head`,
+:class:`gateway.upstream.ResponseHead`): what a client and a replica see must not change.
+
+The replica here is a raw HTTP/1.1 server whose answer head is the same for every call and
+whose body is the SHA-256 of the request body, so a body taken from the wrong request, or a
+head kept past a change, shows."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import http.client
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from gateway.server import HttpConnection
+from gateway.upstream import UpstreamConnection
+from tests.gateway.conftest import GatewayFactory
+from tests.gateway.harness import SERVICE, TOKEN, Gateway, LoopThread, route, table
+
+P = f"/api/predict/{SERVICE}/v2/models/m/infer"
+ANSWER_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 32\r\n\r\n"
+)
+
+
+@dataclass
+class Replica:
+    """Answers each request with ``ANSWER_HEAD`` + sha256(body); keeps the heads it got.
+    ``split`` sends the answer's head and body in two writes, a moment apart."""
+
+    split: bool = False
+    heads: list[bytes] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+    port: int = 0
+    server: asyncio.Server | None = None
+
+    def protocol(self) -> asyncio.Protocol:
+        replica = self
+
+        class Conn(asyncio.Protocol):
+            def __init__(self) -> None:
+                self.buf = b""
+                self.transport: asyncio.Transport | None = None
+
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                self.transport = transport  # type: ignore[assignment]
+
+            def data_received(self, data: bytes) -> None:
+                self.buf += data
+                while (end := self.buf.find(b"\r\n\r\n")) != -1:
+                    head = self.buf[: end + 4]
+                    length = 0
+                    for line in head.split(b"\r\n"):
+                        name, _, value = line.partition(b":")
+                        if name.lower() == b"content-length":
+                            length = int(value)
+                    if len(self.buf) < end + 4 + length:
+                        return
+                    body = self.buf[end + 4 : end + 4 + length]
+                    self.buf = self.buf[end + 4 + length :]
+                    replica.heads.append(head)
+                    replica.bodies.append(body)
+                    asyncio.get_running_loop().create_task(self.answer(body))
+
+            async def answer(self, body: bytes) -> None:
+                assert self.transport is not None
+                digest = hashlib.sha256(body).digest()
+                if replica.split:
+                    self.transport.write(ANSWER_HEAD)
+                    await asyncio.sleep(0.02)
+                    self.transport.write(digest)
+                else:
+                    self.transport.write(ANSWER_HEAD + digest)
+
+        return Conn()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(self.protocol, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+@pytest.fixture
+def replicas(lt: LoopThread) -> Iterator[list[Replica]]:
+    made = [Replica(), Replica(), Replica(split=True)]
+    for r in made:
+        lt.run(r.start())
+    yield made
+    for r in made:
+        lt.run(r.stop())
+
+
+@pytest.fixture
+def parses(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How many heads each side's parser completed (for connections made after this)."""
+    counts = {"request": 0, "response": 0}
+    for side, cls in (("request", HttpConnection), ("response", UpstreamConnection)):
+        original = cls.on_headers_complete
+
+        def counted(self: object, _original: object = original, _side: str = side) -> None:
+            counts[_side] += 1
+            _original(self)  # type: ignore[operator]
+
+        monkeypatch.setattr(cls, "on_headers_complete", counted)
+    return counts
+
+
+def post(conn: http.client.HTTPConnection, body: bytes, token: str = TOKEN) -> tuple[int, bytes]:
+    conn.request("POST", P, body=body, headers={"Authorization": token, "X-Same": "1"})
+    resp = conn.getresponse()
+    return resp.status, resp.read()
+
+
+def test_a_repeated_head_carries_each_requests_own_body_both_ways(
+    make_gateway: GatewayFactory, replicas: list[Replica], parses: dict[str, int]
+) -> None:
+    replica = replicas[0]
+    gw = make_gateway(table(route([replica.url])))
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    bodies = [os.urandom(300) for _ in range(20)]
+    for body in bodies:
+        assert post(conn, body) == (200, hashlib.sha256(body).digest())
+    conn.close()
+    assert replica.bodies == bodies
+    assert len(set(replica.heads)) == 1  # the same upstream head every time
+    assert replica.heads[0].startswith(b"POST /v2/models/m/infer HTTP/1.1\r\n")
+    assert b"authorization" not in replica.heads[0].lower()
+    # One head parsed on each side; the other 19 were recognised.
+    assert parses == {"request": 1, "response": 1}
+
+
+def test_a_head_that_differs_is_parsed_and_checked_again(
+    make_gateway: GatewayFactory, replicas: list[Replica], parses: dict[str, int]
+) -> None:
+    replica = replicas[0]
+    gw = make_gateway(table(route([replica.url])))
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    body = os.urandom(100)
+    wrong = TOKEN[:-1] + ("y" if TOKEN[-1] != "y" else "z")  # same length, one byte off
+    assert post(conn, body)[0] == 200
+    assert post(conn, body)[0] == 200
+    assert post(conn, body, token=wrong)[0] == 401
+    assert post(conn, body)[0] == 200
+    assert post(conn, os.urandom(101))[0] == 200  # another Content-Length
+    conn.close()
+    assert len(replica.bodies) == 4
+    assert parses["request"] == 4  # first, wrong token, first again, new length
+
+
+def test_a_rotated_token_refuses_a_repeated_head(
+    make_gateway: GatewayFactory, replicas: list[Replica]
+) -> None:
+    replica = replicas[0]
+    gw: Gateway = make_gateway(table(route([replica.url])))
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    body = os.urandom(64)
+    assert post(conn, body)[0] == 200
+    assert post(conn, body)[0] == 200
+    gw.publish(table(route([replica.url], token="rotated-" + "z" * 24), version=2))
+    assert post(conn, body)[0] == 401
+    conn.close()
+
+
+def test_each_replica_gets_its_own_host_from_one_repeated_head(
+    make_gateway: GatewayFactory, replicas: list[Replica]
+) -> None:
+    a, b = replicas[0], replicas[1]
+    gw = make_gateway(table(route([a.url, b.url])))
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    bodies = [os.urandom(50) for _ in range(10)]
+    for body in bodies:
+        assert post(conn, body) == (200, hashlib.sha256(body).digest())
+    conn.close()
+    assert a.bodies and b.bodies and sorted(a.bodies + b.bodies) == sorted(bodies)
+    for r in (a, b):
+        assert {h.split(b"\r\n")[1] for h in r.heads} == {f"host: 127.0.0.1:{r.port}".encode()}
+
+
+def test_pipelined_and_split_messages_still_parse(
+    make_gateway: GatewayFactory, replicas: list[Replica], parses: dict[str, int]
+) -> None:
+    """Repeated heads that do not come as one whole message per read: several in one read,
+    a body split across reads, an answer whose body comes after its head."""
+    gw = make_gateway(table(route([replicas[2].url])))  # the replica that splits answers
+    bodies = [os.urandom(40) for _ in range(3)]
+    head = (
+        f"POST {P} HTTP/1.1\r\nHost: x\r\nAuthorization: {TOKEN}\r\nContent-Length: 40\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+        s.sendall(head + bodies[0])  # kept as the connection's last head
+        got = read_answers(s, 1)
+        s.sendall(b"".join(head + body for body in bodies))  # three in one read
+        got += read_answers(s, 3)
+        s.sendall(head + bodies[1][:10])
+        s.sendall(bodies[1][10:])
+        got += read_answers(s, 1)
+    expected = [bodies[0], *bodies, bodies[1]]
+    assert got == [hashlib.sha256(b).digest() for b in expected]
+    # Each answer's head came alone: after the first, recognised, its body passed after it.
+    assert parses["response"] == 1
+    assert parses["request"] <= 4  # the first, the three in one read; the split one not
+
+
+def read_answers(s: socket.socket, n: int) -> list[bytes]:
+    """``n`` answers of 32 bytes each, in order."""
+    buf, out = b"", list[bytes]()
+    while len(out) < n:
+        while (end := buf.find(b"\r\n\r\n")) == -1 or len(buf) < end + 4 + 32:
+            chunk = s.recv(65536)
+            assert chunk, "connection closed"
+            buf += chunk
+        assert buf.startswith(b"HTTP/1.1 200 OK\r\n"), buf[:100]
+        out.append(buf[end + 4 : end + 36])
+        buf = buf[end + 36 :]
+    return out
