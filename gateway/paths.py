@@ -39,6 +39,7 @@ class Target(NamedTuple):
     service: str
     segments: tuple[str, ...]  # decoded segments of the replica path, e.g. ("v2", "models", …)
     path_qs: str  # canonical, percent-encoded replica path with the raw query, e.g. "/v2?x=1"
+    admin: bool  # Triton's admin surface (:func:`is_admin_path`): refused
 
 
 def split_query(raw_target: str) -> tuple[str, str]:
@@ -115,7 +116,8 @@ def parse_target(raw_target: str) -> Target | None:
         path = encode_path(rest)
     if not service:
         return None
-    return Target(service=service, segments=rest, path_qs=f"{path}?{query}" if query else path)
+    path_qs = f"{path}?{query}" if query else path
+    return Target(service, rest, path_qs, is_admin_path(rest))
 
 
 def is_admin_path(segments: tuple[str, ...] | list[str]) -> bool:

@@ -31,7 +31,7 @@ from gateway.headers import PREDICT_DROPPED, REQUEST_REPLACED, forward_request_h
 from gateway.limits import Activity
 from gateway.metrics import GatewayMetrics
 from gateway.mirror import Copy, Mirrors, RecordingExchange
-from gateway.paths import Target, is_admin_path
+from gateway.paths import Target
 from gateway.problems import Problem, unauthorized, write_problem
 from gateway.route_table import Asleep, GroupEntry, RouteState, ServiceRoute
 from gateway.server import BodyTooLarge, ClientGone, Request
@@ -185,7 +185,7 @@ class PredictProxy:
             if not token_matches(token, entry.digest):
                 raise unauthorized(name, "the token does not match this service")
             entry.accepted = auth
-        if is_admin_path(target.segments):
+        if target.admin:
             raise Problem(
                 403,
                 "Triton's admin API (model repository, shared memory, trace, logging) "

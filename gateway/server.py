@@ -446,11 +446,19 @@ class HttpConnection(ReadPausable):
         """A request whose head is byte-equal to the last one kept, with nothing but (some
         of) its body after it: what the parser's callbacks would do, without them. The
         parser stays between messages; the rest of the body skips it (``_body_left``)."""
-        self._in_head = self._expect_head = False
         req = Request(self, head)
+        end = len(head.raw)
+        if len(data) == end + (req.content_length or 0):
+            # The whole message: complete at once, the connection still between messages.
+            if req.has_body:
+                req.body.feed(data[end:])
+            req.body.complete = True
+            self._enqueue(req)
+            return
+        self._in_head = self._expect_head = False
         self._headed(req)
-        if len(data) > len(head.raw):
-            self.on_body(data[len(head.raw) :])
+        if len(data) > end:
+            self.on_body(data[end:])
         left = (req.content_length or 0) - req.body.received
         if left:
             self._line = None  # inside a message

@@ -293,12 +293,15 @@ class UpstreamPool:
         self._watched.discard(ex)
 
     async def _tick(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_S)
-            if self._watched:
+        """Runs while exchanges are watched; idle, the gateway has no timer of its own."""
+        try:
+            while self._watched:
+                await asyncio.sleep(TICK_S)
                 now = self.loop.time()
                 for ex in list(self._watched):
                     ex.check_deadline(now)
+        finally:
+            self._ticker = None
 
     def idle(self, host: str, port: int) -> UpstreamConnection | None:
         """An idle keep-alive connection to ``host:port``, if there is one."""

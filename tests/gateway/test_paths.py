@@ -77,7 +77,7 @@ def test_dot_segments_clamp_at_root() -> None:
 def test_admin_surface(path: str) -> None:
     target = parse_target("/api/predict/svc" + path)
     assert target is not None
-    assert is_admin_path(target.segments)
+    assert is_admin_path(target.segments) and target.admin
 
 
 @pytest.mark.parametrize(
@@ -99,4 +99,4 @@ def test_admin_surface(path: str) -> None:
 def test_tenant_surface(path: str) -> None:
     target = parse_target("/api/predict/svc" + path)
     assert target is not None
-    assert not is_admin_path(target.segments)
+    assert not is_admin_path(target.segments) and not target.admin

@@ -37,3 +37,26 @@ async def test_reroute_closes_idle_and_finishing_connections_to_unrouted_replica
     await pool.close()
     server.close()
     await server.wait_closed()
+
+
+class Watched:
+    """A receiver with a deadline, as the pool's timer sees one."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+
+    def check_deadline(self, now: float) -> None:
+        self.checks += 1
+
+
+async def test_the_deadline_timer_runs_only_while_something_is_watched() -> None:
+    pool = UpstreamPool()
+    ex = Watched()
+    pool.watch(ex)  # type: ignore[arg-type]
+    await wait_until_async(lambda: ex.checks >= 2, 5)
+    pool.unwatch(ex)  # type: ignore[arg-type]
+    await wait_until_async(lambda: pool._ticker is None, 5)  # idle: no timer left
+    pool.watch(ex)  # type: ignore[arg-type]
+    checks = ex.checks
+    await wait_until_async(lambda: ex.checks > checks, 5)  # and back when needed
+    await pool.close()
