@@ -124,20 +124,18 @@ class UpstreamConnection(ReadPausable):
             return
         fresh = self._between  # data begins a response
         last = self._last
-        if (
-            fresh
-            and last is not None
-            and data.startswith(last.raw)
-            and len(data) <= len(last.raw) + cast(int, last.content_length)
-        ):
-            # The same head as last time, with nothing but (some of) its body after it:
-            # what the parser's callbacks would do, without them; the parser stays between
-            # messages and the body skips it.
-            self._between = False
-            ex.on_head(last)
-            self._body_left = cast(int, last.content_length)
-            self._pass_body(ex, data[len(last.raw) :])
-            return
+        if fresh and last is not None and data.startswith(last.raw):
+            end = len(last.raw)
+            length = last.content_length or 0  # kept heads have one
+            if len(data) <= end + length:
+                # The same head as last time, with nothing but (some of) its body after
+                # it: what the parser's callbacks would do, without them; the parser stays
+                # between messages and the body skips it.
+                self._between = False
+                ex.on_head(last)
+                self._body_left = length
+                self._pass_body(ex, data[end:])
+                return
         self._received = 0
         try:
             self.parser.feed_data(data)
