@@ -378,7 +378,7 @@ class HttpConnection(ReadPausable):
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) else None
         self.last_active = self.head_started = self.loop.time()
-        self.server.connections.add(self)
+        self.server.add(self)
 
     def data_received(self, data: bytes) -> None:
         if self._body_left:
@@ -783,9 +783,12 @@ class HttpServer:
                 self.protocol, host, port, reuse_port=reuse_port or None, backlog=backlog
             )
         self._servers.append(server)
-        if self._sweeper is None:
-            self._sweeper = self.loop.create_task(self._sweep())
         return server
+
+    def add(self, conn: HttpConnection) -> None:
+        self.connections.add(conn)
+        if self._sweeper is None and self._servers:
+            self._sweeper = self.loop.create_task(self._sweep())
 
     @property
     def sockets(self) -> list[socket.socket]:
@@ -795,9 +798,15 @@ class HttpServer:
         """Close keep-alive connections idle past ``keepalive_s``, heads still unfinished
         after ``head_timeout_s`` and bodies stalled for ``body_timeout_s`` (nginx's
         client_header_timeout and client_body_timeout: a slowloris holds nothing long).
-        O(open connections) per tick."""
+        O(open connections) per tick, and only while there are some."""
         interval = min(5.0, self.keepalive_s / 2, self.head_timeout_s / 2, self.body_timeout_s / 2)
-        while True:
+        try:
+            await self._sweep_while_open(interval)
+        finally:
+            self._sweeper = None
+
+    async def _sweep_while_open(self, interval: float) -> None:
+        while self.connections:
             await asyncio.sleep(interval)
             now = self.loop.time()
             for conn in list(self.connections):

@@ -331,8 +331,6 @@ class UpstreamPool:
         sock = conn.transport.get_extra_info("socket") if conn.transport else None
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self._sweeper is None and not self._closed:
-            self._sweeper = self.loop.create_task(self._sweep())
         return conn
 
     def reroute(self, added: set[tuple[str, int]], released: set[tuple[str, int]]) -> None:
@@ -358,6 +356,8 @@ class UpstreamPool:
         conn.resume_reading()
         conn.idle_since = self.loop.time()
         idle.append(conn)
+        if self._sweeper is None:
+            self._sweeper = self.loop.create_task(self._sweep())
 
     def forget(self, conn: UpstreamConnection) -> None:
         idle = self._idle.get(conn.key)
@@ -366,12 +366,16 @@ class UpstreamPool:
                 idle.remove(conn)
 
     async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(min(5.0, self.keepalive_s / 2))
-            cutoff = self.loop.time() - self.keepalive_s
-            for idle in self._idle.values():
-                while idle and idle[0].idle_since < cutoff:
-                    idle.popleft().close()
+        """Close connections idle past ``keepalive_s``; runs while any are idle."""
+        try:
+            while any(self._idle.values()):
+                await asyncio.sleep(min(5.0, self.keepalive_s / 2))
+                cutoff = self.loop.time() - self.keepalive_s
+                for idle in self._idle.values():
+                    while idle and idle[0].idle_since < cutoff:
+                        idle.popleft().close()
+        finally:
+            self._sweeper = None
 
     async def close(self) -> None:
         self._closed = True

@@ -132,3 +132,19 @@ def test_bodies_split_at_any_boundary_arrive_byte_exact_and_in_order(seed: int) 
         return got
 
     assert asyncio.run(scenario()) == expected
+
+
+def test_the_sweeper_runs_only_while_connections_are_open() -> None:
+    async def scenario() -> None:
+        server = HttpServer(lambda request: None, keepalive_s=0.2)
+        await server.listen("127.0.0.1", 0)
+        assert server._sweeper is None  # listening alone costs no timer
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await wait_until_async(lambda: server._sweeper is not None, 5)
+        assert await reader.read() == b""  # idle past keepalive_s: closed by the sweeper
+        writer.close()
+        await wait_until_async(lambda: server._sweeper is None, 5)
+        await server.close(0)
+
+    asyncio.run(scenario())

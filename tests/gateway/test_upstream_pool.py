@@ -60,3 +60,24 @@ async def test_the_deadline_timer_runs_only_while_something_is_watched() -> None
     checks = ex.checks
     await wait_until_async(lambda: ex.checks > checks, 5)  # and back when needed
     await pool.close()
+
+
+async def test_idle_connections_are_closed_and_then_the_sweeper_stops() -> None:
+    closed: list[int] = []
+
+    async def replica(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        closed.append(1)
+        writer.close()
+
+    server = await asyncio.start_server(replica, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = UpstreamPool(keepalive_s=0.2)
+    assert pool._sweeper is None
+    pool.release(await pool.acquire("127.0.0.1", port, 1.0))
+    assert pool._sweeper is not None
+    await wait_until_async(lambda: closed == [1], 10)  # idle past keepalive_s: closed
+    await wait_until_async(lambda: pool._sweeper is None, 10)  # nothing idle: no timer
+    await pool.close()
+    server.close()
+    await server.wait_closed()
