@@ -656,7 +656,7 @@ class HttpConnection(ReadPausable):
             self._start(self._queue.popleft())
             if not self._queue:
                 self.resume_reading()
-        else:
+        elif self._reading_paused:  # (checked here: this runs once per request)
             self.resume_reading()
 
     def _linger_close(self) -> None:

@@ -353,7 +353,8 @@ class UpstreamPool:
         if len(idle) >= self.max_idle:
             conn.close()
             return
-        conn.resume_reading()
+        if conn._reading_paused:  # (checked here: this runs once per request)
+            conn.resume_reading()
         conn.idle_since = self.loop.time()
         idle.append(conn)
         if self._sweeper is None:
