@@ -436,10 +436,10 @@ def test_a_dropped_connection_resumes_inside_the_part(
 
     assert (tmp_path / "r/m/model.bin").read_bytes() == data
     first, second = gets(oss_server)
-    # The retry starts after the last whole chunk that arrived, not at byte 0.
+    # The retry starts at the first byte that did not arrive, not at byte 0.
     assert (first.range, second.range) == (
         f"bytes=0-{4 * MiB - 1}",
-        f"bytes={2 * MiB}-{4 * MiB - 1}",
+        f"bytes={2 * MiB + MiB // 2}-{4 * MiB - 1}",
     )
 
 
@@ -483,7 +483,7 @@ def test_an_interrupted_download_resumes_with_the_missing_parts(
     base = f"resume-{uuid.uuid4().hex[:6]}"
     key = f"{base}/m/1/model.bin"
     data = put_random(oss_server, key, 6 * MiB)
-    oss_server.drop_next(100, after=1000, match=range_from(3 * MiB))
+    oss_server.drop_next(100, match=range_from(3 * MiB))
 
     with pytest.raises(TemporaryStorageError, match="gave up after 3"):
         pull(f"oss://{BUCKET}/{base}", tmp_path / "r", part_size=MiB, workers=1)
