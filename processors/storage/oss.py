@@ -68,10 +68,21 @@ class ObjectBody:
         self._where = where
         #: CRC64 of the whole object (OSS sends it on ranged reads too), if the server sent one.
         self.object_crc: int | None = result.server_crc
+        # The lean client's answer reads straight into the caller's buffer; requests' not.
+        self._readinto = getattr(result.resp, "readinto", None)
 
     def read(self, size: int) -> bytes:
         with _translated(self._where):
             return bytes(self._result.read(size))
+
+    def readinto(self, buffer: memoryview) -> int:
+        """Fill ``buffer`` with the next bytes (less only at the end): their count."""
+        if self._readinto is not None:
+            with _translated(self._where):
+                return int(self._readinto(buffer))
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
     def close(self) -> None:
         self._result.close()

@@ -33,7 +33,7 @@ class Partial:
         self.file = file
         self.data = directory / f"{ident}.data"
         self._state = directory / f"{ident}.json"
-        self._part_size = part_size
+        self.part_size = part_size
         self.ranges = part_ranges(file.size, part_size)
         self._lock = threading.Lock()
         self._prepared = False
@@ -112,7 +112,7 @@ class Partial:
             "key": self.file.key,
             "etag": self.file.etag,
             "size": self.file.size,
-            "part_size": self._part_size,
+            "part_size": self.part_size,
             "object_crc": self.object_crc,
             "done": {str(i): crc for i, crc in sorted(self._done.items())},
         }
@@ -125,7 +125,7 @@ class Partial:
             return
         try:
             state = json.loads(self._state.read_text())
-            if state["part_size"] != self._part_size or self.data.stat().st_size != self.file.size:
+            if state["part_size"] != self.part_size or self.data.stat().st_size != self.file.size:
                 raise ValueError("different layout")
             done = {int(i): int(crc) for i, crc in state["done"].items()}
             object_crc = state["object_crc"]

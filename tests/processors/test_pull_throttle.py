@@ -9,7 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from processors.storage.throttle import PROBES, WARM_UP, Throttle, concurrency
+from processors.storage.throttle import (
+    PROBE_BYTES,
+    PROBES,
+    WARM_UP,
+    StreamProbe,
+    Throttle,
+    concurrency,
+    stream_count,
+)
 
 
 @pytest.mark.parametrize(
@@ -27,6 +35,48 @@ from processors.storage.throttle import PROBES, WARM_UP, Throttle, concurrency
 )
 def test_concurrency_from_the_probes(ratios: list[float], limit: int, expected: int) -> None:
     assert concurrency(ratios, limit) == expected
+
+
+@pytest.mark.parametrize(
+    ("ratios", "limit", "expected"),
+    [
+        ([1.0], 8, 1),  # a loopback: the stream kept its CPU busy, it stays alone
+        ([1.9], 8, 1),  # waits less than it works: a second would wait for the CPU
+        ([2.0], 8, 2),
+        ([3.7], 8, 3),
+        ([10.0], 8, 8),  # OSS: ~150 MB/s a stream, a tenth of a CPU each
+        ([10.0], 4, 4),
+        ([math.inf], 8, 8),  # reads that took no measurable CPU
+        ([0.8], 8, 1),  # clocks disagreeing: at least one
+    ],
+)
+def test_stream_count_from_the_first_streams_reads(
+    ratios: list[float], limit: int, expected: int
+) -> None:
+    assert stream_count(ratios, limit) == expected
+
+
+def test_a_stream_probe_times_reads_after_each_gets_first() -> None:
+    """The first read of each GET (OSS's first byte) is not timed; the rest are, until
+    PROBE_BYTES of them decide."""
+    throttle = Throttle(8, stream_count, probes=1, warm_up=0)
+    probe = StreamProbe(throttle)
+
+    def work() -> None:  # reading at the CPU's pace
+        end = time.thread_time() + 0.005
+        while time.thread_time() < end:
+            pass
+
+    for _ in range(2):  # two GETs: a read waiting for its first byte, then one timed
+        probe.restart()
+        time.sleep(0.2)  # the first byte: would make the stream look like it waits
+        probe.read(1)
+        work()
+        probe.read(PROBE_BYTES // 4)
+    assert throttle.probing
+    work()
+    probe.read(PROBE_BYTES // 2)
+    assert not throttle.probing and throttle.allowed < 8  # not the 8 that 0.4 s waiting says
 
 
 def run(throttle: Throttle, blocks: int, work: float, busy: bool) -> int:
