@@ -23,13 +23,13 @@ from __future__ import annotations
 import io
 import select
 import socket
-import ssl
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, cast
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
-from requests.structures import CaseInsensitiveDict
+if TYPE_CHECKING:  # ssl is imported where an https connection is made
+    import ssl
 
 _MAX_LINE = 65536  # as http.client: a longer status or header line is not HTTP we read
 _MAX_HEADERS = 100
@@ -155,7 +155,8 @@ class _Connection:
     def fresh(self) -> bool:
         """Nothing to read on an idle connection (else the server closed it, or sent what
         no request asked for): fit to send on."""
-        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+        pending = getattr(self.sock, "pending", None)  # an ssl socket's already decrypted bytes
+        if pending is not None and pending():
             return False
         try:
             return not select.select([self.sock], [], [], 0)[0]
@@ -341,8 +342,40 @@ class Response:
             conn.close()
 
 
-def _read_headers(file: Any) -> CaseInsensitiveDict[str]:
-    headers: CaseInsensitiveDict[str] = CaseInsensitiveDict()
+class Headers(MutableMapping[str, str]):
+    """A response's headers, by name in any case (as ``requests``' ``CaseInsensitiveDict``,
+    which ``oss2`` reads them with), kept by their lower-case name."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, str] = {}
+
+    def __getitem__(self, name: str) -> str:
+        return self._by_name[name.lower()]
+
+    def __setitem__(self, name: str, value: str) -> None:
+        self._by_name[name.lower()] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._by_name[name.lower()]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._by_name
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._by_name.get(name.lower(), default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __repr__(self) -> str:
+        return repr(self._by_name)
+
+
+def _read_headers(file: Any) -> Headers:
+    headers = Headers()
     last = ""
     for _ in range(_MAX_HEADERS + 1):
         line = file.readline(_MAX_LINE + 1)

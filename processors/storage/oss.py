@@ -28,6 +28,7 @@ from processors.storage.errors import (
     StorageError,
     TemporaryStorageError,
 )
+from processors.storage.http_get import Connections
 from processors.storage.uri import OssLocation
 
 ENV_KEY_ID = "OSS_ACCESS_KEY_ID"
@@ -170,8 +171,6 @@ class _Transport:
         import requests
         import requests.adapters
         import requests.utils
-
-        from processors.storage.http_get import Connections
 
         self._oss2 = oss2
         self._requests = requests  # imported once here, not per request

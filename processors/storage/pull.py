@@ -315,9 +315,10 @@ class _Streams:
 
     def task(self, stop: threading.Event) -> None:
         with self._throttle.turn():
-            buffer = memoryview(bytearray(_CHUNK))  # read into, checksummed, written from
+            buffer: memoryview | None = None  # read into, checksummed, written from
             probe = StreamProbe(self._throttle)
             while not stop.is_set() and (where := self._claims.begin()) is not None:
+                buffer = buffer or memoryview(bytearray(_CHUNK))  # not for a turn that ends
                 try:
                     self._stream(*where, buffer, probe, stop)
                 except _Stopped:
