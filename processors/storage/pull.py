@@ -314,15 +314,16 @@ class _Streams:
         self._finish = finish
 
     def task(self, stop: threading.Event) -> None:
-        with self._throttle.turn():
+        with self._throttle.turn() as granted:
             buffer: memoryview | None = None  # read into, checksummed, written from
             probe = StreamProbe(self._throttle)
-            while not stop.is_set() and (where := self._claims.begin()) is not None:
+            while granted and not stop.is_set() and (where := self._claims.begin()) is not None:
                 buffer = buffer or memoryview(bytearray(_CHUNK))  # not for a turn that ends
                 try:
                     self._stream(*where, buffer, probe, stop)
                 except _Stopped:
                     return
+            self._throttle.close()  # every part is taken: no stream is to start
 
     def _stream(
         self,
@@ -418,13 +419,14 @@ class _Wholes:
         self._fetched = fetched
 
     def task(self, stop: threading.Event) -> None:
-        with self._throttle.turn():
-            while not stop.is_set() and (file := next(self._files, None)) is not None:
+        with self._throttle.turn() as granted:
+            while granted and not stop.is_set() and (file := next(self._files, None)) is not None:
                 target = self._tree / file.path
                 _make_parent(target, self._made)
                 with self._throttle.timed():
                     crc, mtime_ns = _fetch_whole(self._bucket, file, target, stop)
                 self._fetched(file, crc, mtime_ns)
+            self._throttle.close()  # every file is taken
 
 
 def _fetch_wholes(

@@ -53,7 +53,8 @@ class Throttle:
     """Turns for the workers: each holds one while it takes file after file, or run after
     run (so a file ends without handing a turn to another thread). Until ``probes`` are
     timed (:meth:`timed` around a GET, or :meth:`probed`), after the first ``warm_up``,
-    one turn; then as many as ``decide`` says, up to ``limit``."""
+    one turn; then as many as ``decide`` says, up to ``limit``. After :meth:`close` (no
+    work left to start), the workers still waiting leave without one."""
 
     def __init__(
         self,
@@ -70,6 +71,7 @@ class Throttle:
         self._running = 0
         self._seen = 0  # probes reported, the warm-up's among them
         self._ratios: list[float] = []
+        self._closed = False
         self._turn = threading.Condition()
 
     @property
@@ -81,17 +83,29 @@ class Throttle:
         return len(self._ratios) < self._probes
 
     @contextmanager
-    def turn(self) -> Iterator[None]:
-        """Wait for a turn and hold it while the block runs."""
+    def turn(self) -> Iterator[bool]:
+        """Wait for a turn and hold it while the block runs (``True``), or until closed
+        (``False``, holding none)."""
         with self._turn:
-            self._turn.wait_for(lambda: self._running < self._allowed)
-            self._running += 1
+            self._turn.wait_for(lambda: self._running < self._allowed or self._closed)
+            granted = not self._closed
+            self._running += granted
+        if not granted:
+            yield False
+            return
         try:
-            yield
+            yield True
         finally:
             with self._turn:
                 self._running -= 1
                 self._turn.notify()
+
+    def close(self) -> None:
+        """No more turns: the workers waiting for one leave at once (not one after another,
+        each waking the next as it finds nothing to do)."""
+        with self._turn:
+            self._closed = True
+            self._turn.notify_all()
 
     @contextmanager
     def timed(self) -> Iterator[None]:

@@ -131,3 +131,26 @@ def test_a_failed_get_is_not_a_probe() -> None:
         with throttle.timed():
             time.sleep(0.002)
     assert throttle.allowed == 8
+
+
+def test_closing_lets_the_waiting_workers_leave_at_once() -> None:
+    throttle = Throttle(8)
+    left: list[bool] = []
+
+    def waiter() -> None:
+        with throttle.turn() as granted:
+            left.append(granted)
+
+    with throttle.turn() as granted:
+        assert granted
+        threads = [threading.Thread(target=waiter) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.05)
+        assert left == []  # one turn while probing: they wait
+        throttle.close()
+        for thread in threads:
+            thread.join(5)
+        assert left == [False, False, False]  # without a turn, while this one still holds its
+    with throttle.turn() as granted:
+        assert not granted
