@@ -195,8 +195,7 @@ def _pull_oss(
 
     def fetched(f: RemoteFile, crc: int, mtime_ns: int) -> None:
         crcs[f.path], mtimes[f.path] = crc, mtime_ns
-        meter.add(f.size)
-        meter.file_done()
+        meter.add(f.size, files=1)
 
     for p in partials:
         if not p.pending:  # empty, or every part kept from an interrupted pull
