@@ -4,7 +4,10 @@ the OSS stand-in (through ``oss2``) and a scripted socket server for what it nev
 
 from __future__ import annotations
 
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,14 +27,17 @@ HANG_UP = b"<hang up>"  # at the end of an answer: the server closes the connect
 
 class Scripted:
     """A server answering each request (read up to its blank line) with the next of
-    ``answers`` (``b""``: hangs up instead). Counts connections, keeps the requests."""
+    ``answers`` (``b""``: hangs up instead), over TLS with ``tls``. Counts connections,
+    keeps the requests."""
 
-    def __init__(self, answers: list[bytes]) -> None:
+    def __init__(self, answers: list[bytes], tls: ssl.SSLContext | None = None) -> None:
         self.answers = iter(answers)
         self.requests: list[bytes] = []
         self.connections = 0
+        self._tls = tls
         self._listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        where = "https://localhost" if tls else "http://127.0.0.1"  # the certificate's name
+        self.url = f"{where}:{self._listener.getsockname()[1]}"
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -40,6 +46,12 @@ class Scripted:
                 conn, _ = self._listener.accept()
             except OSError:
                 return
+            if self._tls is not None:
+                try:
+                    conn = self._tls.wrap_socket(conn, server_side=True)
+                except OSError:  # a client that did not trust it
+                    conn.close()
+                    continue
             self.connections += 1
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
@@ -61,15 +73,15 @@ class Scripted:
         self._listener.close()
 
 
-Script = Callable[[list[bytes]], Scripted]  # the fixture: a server for these answers
+Script = Callable[..., Scripted]  # the fixture: a server for these answers
 
 
 @pytest.fixture
 def scripted() -> Iterator[Script]:
     made: list[Scripted] = []
 
-    def make(answers: list[bytes]) -> Scripted:
-        made.append(Scripted(answers))
+    def make(answers: list[bytes], tls: ssl.SSLContext | None = None) -> Scripted:
+        made.append(Scripted(answers, tls))
         return made[-1]
 
     yield make
@@ -168,6 +180,38 @@ def test_a_new_connection_without_an_answer_is_an_error(scripted: Script) -> Non
 def test_answers_that_are_not_http_it_reads(scripted: Script, answer: bytes) -> None:
     server = scripted([answer])
     with pytest.raises(ProtocolError):
+        Connections(1).get(f"{server.url}/k", {}, 5)
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for localhost, and its key."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    where = tmp_path_factory.mktemp("tls")
+    cert, key = where / "cert.pem", where / "key.pem"
+    command = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost"
+    command += " -addext subjectAltName=DNS:localhost"
+    subprocess.run(
+        [*command.split(), "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True
+    )
+    return cert, key
+
+
+def test_https_checks_the_certificate_and_keeps_the_connection(
+    scripted: Script, certificate: tuple[Path, Path]
+) -> None:
+    cert, key = certificate
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(cert, key)
+    server = scripted([ok(b"over tls"), ok(b"again")], served)
+    trusting = ssl.create_default_context(cafile=str(cert))
+    gets = Connections(1, trusting)
+    assert gets.get(f"{server.url}/k", {}, 5).read() == b"over tls"
+    assert gets.get(f"{server.url}/k", {}, 5).read() == b"again"
+    assert server.connections == 1
+    assert server.requests[0].startswith(b"GET /k HTTP/1.1\r\nHost: localhost:")
+    with pytest.raises(ssl.SSLCertVerificationError):  # certifi's CAs do not know it
         Connections(1).get(f"{server.url}/k", {}, 5)
 
 
