@@ -289,3 +289,18 @@ def test_a_cut_body_on_the_lean_path_is_a_broken_connection(
         assert len(body.read(1000)) == 10
         with pytest.raises(TemporaryStorageError, match=r"connection to OSS broke \(Incomplete"):
             body.read(1000)
+
+
+def test_through_requests_a_body_reads_into_a_buffer_alike(
+    oss_server: OssServer, bucket: OssBucket
+) -> None:
+    """Where a proxy applies, object GETs go through requests: read the same way."""
+    key = f"req-{uuid.uuid4().hex[:6]}"
+    oss_bucket(oss_server).put_object(key, b"0123456789")
+    etag = oss_bucket(oss_server).head_object(key).etag
+    bucket._bucket.session.gets = None  # as with a proxy
+    buffer = bytearray(4)
+    with bucket.open_range(key, 2, 8, etag) as body:
+        assert body.readinto(memoryview(buffer)) == 4 and buffer == b"2345"
+        assert body.readinto(memoryview(buffer)) == 3 and buffer[:3] == b"678"
+        assert body.readinto(memoryview(buffer)) == 0
