@@ -315,7 +315,7 @@ class _Streams:
     def task(self, stop: threading.Event) -> None:
         with self._throttle.turn() as granted:
             buffer: memoryview | None = None  # read into, checksummed, written from
-            probe = StreamProbe(self._throttle)
+            probe = StreamProbe(self._throttle, self._claims.outlook)
             while granted and not stop.is_set() and (where := self._claims.begin()) is not None:
                 buffer = buffer or memoryview(bytearray(_CHUNK))  # not for a turn that ends
                 try:
@@ -346,9 +346,9 @@ class _Streams:
             nonlocal body, first, end, position
             if body is None:
                 first, end = position, ranges[self._claims.reach(file, index)][1]
-                body = self._bucket.open_range(key, first, end, etag)
+                with probe.request():
+                    body = self._bucket.open_range(key, first, end, etag)
                 partial.note_object_crc(body.object_crc)
-                probe.restart()
             part_end = ranges[index][1]
             try:
                 while position <= part_end:

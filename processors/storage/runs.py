@@ -79,6 +79,13 @@ class Claims:
         with self._lock:
             self._reading.discard((file, part))
 
+    def outlook(self) -> tuple[int, int]:
+        """The bytes no stream has taken, and the GETs a lone stream would still send for
+        them (one per run it does not read on into)."""
+        with self._lock:
+            runs = self._runs()
+            return sum(r.size for r in runs), sum(not r.headed for r in runs)
+
     def reach(self, file: int, part: int) -> int:
         """The last part the stream in ``part`` may read on to, as things stand (the end
         of the range to ask OSS for)."""

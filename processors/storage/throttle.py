@@ -135,35 +135,69 @@ PROBE_BYTES = 4 << 20  # a stream's reads timed for a decision: a few chunks
 PROBE_SECONDS = 0.1  # or this long, on a slow link
 
 
-class StreamProbe:
-    """Times a stream's reads (with the checksum and write of each) for a :class:`Throttle`
-    while it probes, until :data:`PROBE_BYTES` or :data:`PROBE_SECONDS` of them: from the
-    second read of each GET (the first waits for OSS's first byte, not for bytes). Time the
-    thread spent ready but waiting for a CPU (other processes': not the network's) does not
-    count as waiting."""
+def alone(
+    wall: float, cpu: float, read: int, latency: float, left: int, gets: int
+) -> tuple[float, float]:
+    """A lone stream's wall and CPU time for the work left: ``left`` bytes at the pace of
+    its reads so far (``read`` bytes in ``wall`` seconds, ``cpu`` of them CPU), and ``gets``
+    more GETs (one per file or gap it does not read on into) each waiting ``latency`` for
+    OSS's first byte: many files a few MiB each wait more than they read. The waits count
+    twice, as the small files' probes do (:func:`concurrency`): in company, a GET's wait
+    hides behind other streams' reads only where one is ready, and OSS's latency varies."""
+    scale = left / read if read else 0.0
+    return wall * scale + 2 * gets * latency, cpu * scale
 
-    def __init__(self, throttle: Throttle) -> None:
+
+class StreamProbe:
+    """Times a stream's GETs for a :class:`Throttle` while it probes: OSS's wait for a first
+    byte (:meth:`request`) and the reads (with the checksum and write of each), until
+    :data:`PROBE_BYTES` or :data:`PROBE_SECONDS` of them, from the second read of each GET
+    (the first waits for the first byte). ``outlook`` says the bytes and GETs left; the
+    throttle decides on what they would take a lone stream (:func:`alone`). Time the thread
+    spent ready but waiting for a CPU (other processes': not the network's) does not count
+    as waiting."""
+
+    def __init__(self, throttle: Throttle, outlook: Callable[[], tuple[int, int]]) -> None:
         self._throttle = throttle
+        self._outlook = outlook
         self._mark: tuple[float, float, float] | None = None
         self._wall = self._cpu = 0.0
         self._bytes = 0
+        self._latency = math.inf
 
-    def restart(self) -> None:
-        """A new GET: its first read is not timed."""
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        """Around sending a GET and reading its answer's head; the next read is not timed."""
         self._mark = None
+        if not self._throttle.probing:
+            yield
+            return
+        before = _clocks()
+        yield
+        wall, cpu, waited = (a - b for a, b in zip(_clocks(), before, strict=True))
+        # The least seen: the first GET also connects (and shakes hands, on OSS).
+        self._latency = min(self._latency, max(0.0, wall - cpu - waited))
 
     def read(self, size: int) -> None:
         """``size`` bytes were read (and handled) since the last call."""
         if not self._throttle.probing:
             return
-        now = time.perf_counter(), time.thread_time(), cpu_wait()
+        now = _clocks()
         if self._mark is not None:
             self._wall += (now[0] - self._mark[0]) - (now[2] - self._mark[2])
             self._cpu += now[1] - self._mark[1]
             self._bytes += size
             if self._bytes >= PROBE_BYTES or self._wall >= PROBE_SECONDS:
-                self._throttle.probed(self._wall, self._cpu)
+                latency = 0.0 if math.isinf(self._latency) else self._latency
+                left, gets = self._outlook()
+                self._throttle.probed(
+                    *alone(self._wall, self._cpu, self._bytes, latency, left, gets)
+                )
         self._mark = now
+
+
+def _clocks() -> tuple[float, float, float]:
+    return time.perf_counter(), time.thread_time(), cpu_wait()
 
 
 def cpu_wait() -> float:

@@ -64,3 +64,10 @@ def test_a_resumed_file_starts_streams_at_its_gaps() -> None:
     assert claims.reach(0, 5) == 7
     assert claims.begin() == (0, 0)  # the other gap, which no stream heads into
     assert claims.reach(0, 0) == 1
+
+
+def test_the_outlook_counts_the_gets_a_lone_stream_would_send() -> None:
+    claims = Claims([range(4), [0], [0, 1]], [MiB, 2 * MiB, MiB])
+    assert claims.outlook() == (8 * MiB, 3)  # three files to start
+    assert claims.begin() == (0, 0)  # reads on into parts 1-3: no GET for them
+    assert claims.outlook() == (7 * MiB, 2)

@@ -15,9 +15,12 @@ from processors.storage.throttle import (
     WARM_UP,
     StreamProbe,
     Throttle,
+    alone,
     concurrency,
     stream_count,
 )
+
+MiB = 1 << 20
 
 
 @pytest.mark.parametrize(
@@ -56,11 +59,30 @@ def test_stream_count_from_the_first_streams_reads(
     assert stream_count(ratios, limit) == expected
 
 
+@pytest.mark.parametrize(
+    ("probe", "left", "gets", "expected"),
+    [
+        # One file, read on into: the pace of the reads so far decides.
+        ((0.004, 0.004, 4 * MiB, 0.005), 180 * MiB, 0, (0.18, 0.18)),
+        # Forty files of 4 MiB: each GET waits 5 ms for OSS (counted twice), reads take 4.
+        ((0.004, 0.004, 4 * MiB, 0.005), 160 * MiB, 40, (0.56, 0.16)),
+        ((0.004, 0.004, 4 * MiB, 0.005), 0, 0, (0.0, 0.0)),  # nothing left
+    ],
+)
+def test_what_the_work_left_would_take_a_lone_stream(
+    probe: tuple[float, float, int, float],
+    left: int,
+    gets: int,
+    expected: tuple[float, float],
+) -> None:
+    assert alone(*probe, left, gets) == pytest.approx(expected)
+
+
 def test_a_stream_probe_times_reads_after_each_gets_first() -> None:
     """The first read of each GET (OSS's first byte) is not timed; the rest are, until
     PROBE_BYTES of them decide."""
     throttle = Throttle(8, stream_count, probes=1, warm_up=0)
-    probe = StreamProbe(throttle)
+    probe = StreamProbe(throttle, lambda: (PROBE_BYTES, 0))
 
     def work() -> None:  # reading at the CPU's pace
         end = time.thread_time() + 0.005
@@ -68,7 +90,8 @@ def test_a_stream_probe_times_reads_after_each_gets_first() -> None:
             pass
 
     for _ in range(2):  # two GETs: a read waiting for its first byte, then one timed
-        probe.restart()
+        with probe.request():
+            pass
         time.sleep(0.2)  # the first byte: would make the stream look like it waits
         probe.read(1)
         work()
@@ -77,6 +100,16 @@ def test_a_stream_probe_times_reads_after_each_gets_first() -> None:
     work()
     probe.read(PROBE_BYTES // 2)
     assert not throttle.probing and throttle.allowed < 8  # not the 8 that 0.4 s waiting says
+
+
+def test_a_stream_probe_counts_the_first_byte_waits_of_the_gets_left() -> None:
+    throttle = Throttle(8, stream_count, probes=1, warm_up=0)
+    probe = StreamProbe(throttle, lambda: (PROBE_BYTES, 40))  # forty small files to go
+    with probe.request():
+        time.sleep(0.01)  # OSS's first byte
+    probe.read(1)
+    probe.read(PROBE_BYTES)  # reading at once: the reads alone would say one stream
+    assert throttle.allowed == 8
 
 
 def run(throttle: Throttle, blocks: int, work: float, busy: bool) -> int:
