@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 from contract.progress import Progress, log_line
@@ -32,7 +31,7 @@ Sink = Callable[[Progress], None]
 class Meter:
     """Counts a pull's bytes and files from its worker threads and reports to ``sink`` at
     most every ``interval`` seconds (and at :meth:`finish`), so reporting costs no more than
-    a clock read per chunk."""
+    a clock read per chunk (the counts are plain numbers until a report is made of them)."""
 
     def __init__(
         self,
@@ -52,7 +51,9 @@ class Meter:
         self._started = clock()
         self._last = float("-inf")
         self._fetched = 0
-        self._now = Progress("pulling", files_done, files_total, bytes_done, bytes_total)
+        self._rate = 0.0
+        self._files_done, self._bytes_done = files_done, bytes_done
+        self._files_total, self._bytes_total = files_total, bytes_total
         self._report()
 
     @property
@@ -60,38 +61,43 @@ class Meter:
         """Bytes this pull downloaded (not reused)."""
         return self._fetched
 
-    def add(self, n: int) -> None:
+    def add(self, n: int, files: int = 0) -> None:
+        """``n`` more bytes fetched, and ``files`` more files done."""
         with self._lock:
             self._fetched += n
-            self._now = replace(self._now, bytes_done=self._now.bytes_done + n)
-            self._maybe_report()
+            self._bytes_done += n
+            self._files_done += files
+            if self._clock() - self._last >= self._interval:
+                self._report()
 
     def file_done(self) -> None:
-        with self._lock:
-            self._now = replace(self._now, files_done=self._now.files_done + 1)
-            self._maybe_report()
+        self.add(0, files=1)
 
     def finish(self) -> None:
         with self._lock:
-            self._now = replace(
-                self._now, phase="pulled", files_done=self._now.files_total, eta_s=0.0
-            )
-            self._report()
+            self._files_done = self._files_total
+            self._report(done=True)
 
-    def _maybe_report(self) -> None:
-        if self._clock() - self._last >= self._interval:
-            self._report()
-
-    def _report(self) -> None:
+    def _report(self, done: bool = False) -> None:
         now = self._clock()
         self._last = now
-        elapsed = now - self._started
-        rate = self._fetched / elapsed if elapsed > 0 and self._fetched else 0.0
-        left = self._now.bytes_total - self._now.bytes_done
-        eta = left / rate if rate else None
-        if self._now.phase == "pulling":
-            self._now = replace(self._now, rate=rate, eta_s=eta)
-        self._sink(self._now)
+        eta: float | None = 0.0
+        if not done:  # the rate stays the last one measured while pulling
+            elapsed = now - self._started
+            self._rate = self._fetched / elapsed if elapsed > 0 and self._fetched else 0.0
+            left = self._bytes_total - self._bytes_done
+            eta = left / self._rate if self._rate else None
+        self._sink(
+            Progress(
+                "pulled" if done else "pulling",
+                self._files_done,
+                self._files_total,
+                self._bytes_done,
+                self._bytes_total,
+                self._rate,
+                eta,
+            )
+        )
 
 
 def sink_from(environ: Mapping[str, str]) -> Sink:

@@ -1,4 +1,4 @@
-"""A resumable download of one object: ``<id>.data`` plus ``<id>.json`` in the work directory.
+"""A resumable download of one object: ``<id>.data`` plus ``<id>.parts`` in the work directory.
 
 :func:`processors.storage.pull.pull` makes one :class:`Partial` per file it must fetch in parts
 (a small file is fetched whole, with nothing to resume); worker threads fill its parts and
@@ -32,8 +32,10 @@ class Partial:
         ident = hashlib.sha256(f"{file.key}\0{file.etag}\0{file.size}".encode()).hexdigest()[:32]
         self.file = file
         self.data = directory / f"{ident}.data"
-        self._state = directory / f"{ident}.json"
-        self._part_size = part_size
+        # JSON lines: the layout, then one line per finished part, appended (a rename over
+        # the last state per part made ext4 flush, stalling the stream up to 30 ms a part).
+        self._state = directory / f"{ident}.parts"
+        self.part_size = part_size
         self.ranges = part_ranges(file.size, part_size)
         self._lock = threading.Lock()
         self._prepared = False
@@ -55,7 +57,7 @@ class Partial:
             self._note_object_crc(object_crc)
             self._done[index] = crc
             if len(self.ranges) > 1:  # a file of one part is fetched again: no state to write
-                self._save()
+                self._append(index, crc)
 
     def note_object_crc(self, object_crc: int | None) -> None:
         with self._lock:
@@ -107,28 +109,42 @@ class Partial:
             raise TemporaryStorageError(f"{self.file.key}: object changed during the pull")
         self.object_crc = object_crc
 
-    def _save(self) -> None:
-        state = {
-            "key": self.file.key,
-            "etag": self.file.etag,
-            "size": self.file.size,
-            "part_size": self._part_size,
-            "object_crc": self.object_crc,
-            "done": {str(i): crc for i, crc in sorted(self._done.items())},
-        }
-        tmp = self._state.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self._state)
+    def _append(self, index: int, crc: int) -> None:
+        """Add a finished part to the state (the layout first, in a new one); one write, so
+        a crash leaves at worst a torn last line, which :meth:`_resume` ignores."""
+        line = json.dumps({"part": index, "crc": crc, "object_crc": self.object_crc}) + "\n"
+        fd = os.open(self._state, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            if not os.fstat(fd).st_size:
+                layout = {"key": self.file.key, "etag": self.file.etag, "size": self.file.size}
+                line = json.dumps(layout | {"part_size": self.part_size}) + "\n" + line
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
 
     def _resume(self) -> None:
         if not self._state.exists():
             return
         try:
-            state = json.loads(self._state.read_text())
-            if state["part_size"] != self._part_size or self.data.stat().st_size != self.file.size:
+            raw = self._state.read_bytes()
+            layout, *lines = raw.split(b"\n")
+            state = json.loads(layout)
+            expected = {"key": self.file.key, "etag": self.file.etag, "size": self.file.size}
+            if state != expected | {"part_size": self.part_size}:
                 raise ValueError("different layout")
-            done = {int(i): int(crc) for i, crc in state["done"].items()}
-            object_crc = state["object_crc"]
+            if self.data.stat().st_size != self.file.size:
+                raise ValueError("different size")
+            done: dict[int, int] = {}
+            object_crc = None
+            for line in filter(None, lines):
+                try:
+                    part = json.loads(line)
+                except ValueError:
+                    continue  # torn by a crash
+                done[int(part["part"])] = int(part["crc"])
+                object_crc = part["object_crc"]
+            if not raw.endswith(b"\n"):  # a torn last line: the next part's goes after it
+                os.truncate(self._state, raw.rfind(b"\n") + 1)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             self.discard()
             return

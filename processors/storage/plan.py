@@ -86,10 +86,10 @@ LARGEST_PART = 64 * 2**20
 
 
 def file_part_size(size: int, workers: int) -> int:
-    """The part size for a file of ``size`` bytes: its share of the ``workers`` (each part
-    is a request of its own, so fewer parts cost fewer round trips), no less than
-    :data:`SMALLEST_PART` and no more than :data:`LARGEST_PART` (what an interrupted pull
-    may have to fetch again per worker)."""
+    """The part size for a file of ``size`` bytes: its share of the ``workers`` (streams
+    start at parts, so each worker's stream may have one; a stream alone reads them all in
+    one request), no less than :data:`SMALLEST_PART` and no more than :data:`LARGEST_PART`
+    (what an interrupted pull may have to fetch again per stream)."""
     share = -(-size // max(workers, 1))
     return max(SMALLEST_PART, min(share, LARGEST_PART))
 

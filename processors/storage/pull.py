@@ -3,8 +3,10 @@
 The triton processor (``openeas processor pull`` and ``openeas processor run``) calls
 :func:`pull`. For ``oss://`` it lists the prefix, fetches files in parallel, checks each
 against OSS's CRC64 (or the ETag's MD5), links files unchanged since the last pull instead of
-fetching them, and swaps the finished tree into place atomically. A big file comes in ranged
-parts kept to resume an interrupted pull (:mod:`~processors.storage.partial`); a small one
+fetching them, and swaps the finished tree into place atomically. A big file comes in parts,
+each checked and kept to resume an interrupted pull (:mod:`~processors.storage.partial`),
+read by ranged streams that go on from part to part (:mod:`~processors.storage.runs`): one
+alone where it keeps a CPU busy, more where one waits on the network; a small one
 (:func:`~processors.storage.plan.fetched_whole`) in one GET, read whole and written straight
 into the tree, with only as many in flight as OSS's latency needs
 (:mod:`~processors.storage.throttle`), and many of them shared with a second process
@@ -34,7 +36,7 @@ from processors.storage.crc64 import Crc64, checksum
 from processors.storage.errors import PermanentStorageError, TemporaryStorageError
 from processors.storage.manifest import Entry, Manifest
 from processors.storage.node_cache import NodeCache
-from processors.storage.oss import OssBucket, RemoteObject
+from processors.storage.oss import ObjectBody, OssBucket, RemoteObject
 from processors.storage.partial import Partial
 from processors.storage.plan import (
     LocalStat,
@@ -45,8 +47,9 @@ from processors.storage.plan import (
     remote_files,
 )
 from processors.storage.retry import Backoff
+from processors.storage.runs import Claims
 from processors.storage.staging import Workspace
-from processors.storage.throttle import Throttle
+from processors.storage.throttle import StreamProbe, Throttle, stream_count
 from processors.storage.uri import LocalLocation, OssLocation, parse_uri
 
 BACKOFF = Backoff()  # module-level so tests can shorten the waits
@@ -83,7 +86,8 @@ def pull(
     and :class:`~processors.storage.errors.TemporaryStorageError` when a later retry may work.
     ``progress`` hears how far an ``oss://`` pull is, at most twice a second and at the end.
     ``node_cache``: asked for each file before OSS, and offered what came from OSS.
-    ``part_size``: the size of a big file's ranged parts; by default its share of the
+    ``part_size``: the size of a big file's parts (each checked, and kept for a resumed
+    pull; where streams may start); by default its share of the
     ``workers``, 8-64 MiB (:func:`~processors.storage.plan.file_part_size`).
     """
     if workers < 1 or (part_size is not None and part_size < 1):
@@ -191,14 +195,14 @@ def _pull_oss(
 
     def fetched(f: RemoteFile, crc: int, mtime_ns: int) -> None:
         crcs[f.path], mtimes[f.path] = crc, mtime_ns
-        meter.add(f.size)
-        meter.file_done()
+        meter.add(f.size, files=1)
 
     for p in partials:
         if not p.pending:  # empty, or every part kept from an interrupted pull
             p.prepare()
             finish(p)
-    _fetch(bucket, tree, _Parts(partials, meter, finish), whole, workers, made, fetched)
+    streams = _Streams(bucket, partials, workers, meter, finish)
+    _fetch(bucket, tree, streams, whole, workers, made, fetched)
     if node_cache is not None:
         offered = [(p.file, p.data, crcs[p.file.path]) for p in partials]
         offered += [(f, tree / f.path, crcs[f.path]) for f in whole]
@@ -212,7 +216,7 @@ def _pull_oss(
 def _fetch(
     bucket: OssBucket,
     tree: Path,
-    parts: _Parts,
+    streams: _Streams,
     whole: list[RemoteFile],
     workers: int,
     made: set[Path],
@@ -220,11 +224,7 @@ def _fetch(
 ) -> None:
     """Fetch the pending parts (biggest files first, so that their parts are not the tail)
     and the small files: half of these in a helper process when :func:`helper.wanted`."""
-    tasks: list[Callable[[threading.Event], None]] = [
-        functools.partial(_fetch_part, bucket, p, i, parts)
-        for p in sorted(parts.partials, key=lambda p: -p.file.size)
-        for i in p.pending
-    ]
+    tasks: list[Callable[[threading.Event], None]] = [streams.task] * streams.workers
     mine = sorted(whole, key=lambda f: -f.size)
     limit = workers  # small-file GETs in flight in this process, at most
     other: helper.Helper | None = None
@@ -285,26 +285,115 @@ class _Stopped(Exception):
     """Another part failed: this one gives up quietly."""
 
 
-class _Parts:
-    """Parts still to fetch per file: a file whose last part is in is finished at once (and
-    the meter counts it)."""
+class _Streams:
+    """The big files' pending parts, fetched by ranged streams that each read run after run
+    of parts (:class:`~processors.storage.runs.Claims`): the first alone, then as many as
+    its reads call for (:func:`~processors.storage.throttle.stream_count`). :meth:`task` is one
+    worker's; a file whose last part is in is finished at once (and the meter counts it)."""
 
     def __init__(
-        self, partials: list[Partial], meter: Meter, finish: Callable[[Partial], None]
+        self,
+        bucket: OssBucket,
+        partials: list[Partial],
+        workers: int,
+        meter: Meter,
+        finish: Callable[[Partial], None],
     ) -> None:
-        self.partials = partials
-        self._left = {id(p): len(p.pending) for p in partials}
+        self._bucket = bucket
+        # Biggest first: Claims starts the first stream on the first of the largest runs.
+        self._partials = sorted(partials, key=lambda p: -p.file.size)
+        self._claims = Claims(
+            [p.pending for p in self._partials], [p.part_size for p in self._partials]
+        )
+        self._left = [len(p.pending) for p in self._partials]
+        self.workers = min(workers, sum(self._left))
+        self._throttle = Throttle(workers, stream_count, probes=1, warm_up=0)
         self._lock = threading.Lock()
-        self.meter = meter
+        self._meter = meter
         self._finish = finish
 
-    def done(self, partial: Partial) -> None:
+    def task(self, stop: threading.Event) -> None:
+        with self._throttle.turn() as granted:
+            buffer: memoryview | None = None  # read into, checksummed, written from
+            probe = StreamProbe(self._throttle, self._claims.outlook)
+            while granted and not stop.is_set() and (where := self._claims.begin()) is not None:
+                buffer = buffer or memoryview(bytearray(_CHUNK))  # not for a turn that ends
+                try:
+                    self._stream(*where, buffer, probe, stop)
+                except _Stopped:
+                    return
+            self._throttle.close()  # every part is taken: no stream is to start
+
+    def _stream(
+        self,
+        file: int,
+        index: int,
+        buffer: memoryview,
+        probe: StreamProbe,
+        stop: threading.Event,
+    ) -> None:
+        """Read part ``index`` of file ``file`` and on into the next while no other stream
+        has taken it, in one GET (more after a broken connection: each retry resumes at the
+        first byte not yet written, with the part's CRC carried over)."""
+        partial = self._partials[file]
+        key, etag, ranges = partial.file.key, partial.file.etag, partial.ranges
+        position = ranges[index][0]
+        crc = Crc64()
+        body: ObjectBody | None = None
+        first = end = 0  # of the GET's range
+
+        def read_part() -> None:
+            nonlocal body, first, end, position
+            if body is None:
+                first, end = position, ranges[self._claims.reach(file, index)][1]
+                with probe.request():
+                    body = self._bucket.open_range(key, first, end, etag)
+                partial.note_object_crc(body.object_crc)
+            part_end = ranges[index][1]
+            try:
+                while position <= part_end:
+                    if stop.is_set():
+                        raise _Stopped
+                    got = body.readinto(buffer[: min(len(buffer), part_end - position + 1)])
+                    if not got:
+                        raise _closed_early(
+                            self._bucket, partial.file, position - first, end - first + 1
+                        )
+                    chunk = buffer[:got]
+                    _write_at(fd, chunk, position, partial.data)
+                    crc.update(chunk)
+                    position += got
+                    self._meter.add(got)
+                    probe.read(got)
+            except BaseException:
+                body.close()
+                body = None
+                raise
+
+        partial.prepare()
+        fd = os.open(partial.data, os.O_WRONLY)
+        try:
+            while True:
+                BACKOFF.run(read_part, stop)
+                assert body is not None
+                partial.record(index, crc.value, body.object_crc)
+                self._part_done(file)
+                if position > end or not self._claims.advance(file, index + 1):
+                    self._claims.end(file, index)
+                    return  # the rest, if any, is another stream's: hang up on it
+                index, crc = index + 1, Crc64()
+        finally:
+            if body is not None:
+                body.close()
+            os.close(fd)
+
+    def _part_done(self, file: int) -> None:
         with self._lock:
-            self._left[id(partial)] -= 1
-            whole = self._left[id(partial)] == 0
+            self._left[file] -= 1
+            whole = self._left[file] == 0
         if whole:
-            self._finish(partial)
-            self.meter.file_done()
+            self._finish(self._partials[file])
+            self._meter.file_done()
 
 
 class _Wholes:
@@ -329,13 +418,14 @@ class _Wholes:
         self._fetched = fetched
 
     def task(self, stop: threading.Event) -> None:
-        with self._throttle.turn():
-            while not stop.is_set() and (file := next(self._files, None)) is not None:
+        with self._throttle.turn() as granted:
+            while granted and not stop.is_set() and (file := next(self._files, None)) is not None:
                 target = self._tree / file.path
                 _make_parent(target, self._made)
                 with self._throttle.timed():
                     crc, mtime_ns = _fetch_whole(self._bucket, file, target, stop)
                 self._fetched(file, crc, mtime_ns)
+            self._throttle.close()  # every file is taken
 
 
 def _fetch_wholes(
@@ -413,45 +503,6 @@ def _fetch_whole(
         os.close(fd)
 
 
-def _fetch_part(
-    bucket: OssBucket, partial: Partial, index: int, parts: _Parts, stop: threading.Event
-) -> None:
-    file = partial.file
-    start, end = partial.ranges[index]
-    length = end - start + 1
-    crc = Crc64()
-    written = 0
-    object_crc: int | None = None
-
-    def attempt() -> None:
-        # Each retry resumes at the first byte not yet written, with the CRC carried over.
-        nonlocal written, object_crc
-        with bucket.open_range(file.key, start + written, end, file.etag) as body:
-            object_crc = body.object_crc
-            partial.note_object_crc(object_crc)
-            while written < length:
-                if stop.is_set():
-                    raise _Stopped
-                chunk = body.read(min(_CHUNK, length - written))
-                if not chunk:
-                    raise _closed_early(bucket, file, written, length)
-                _write_at(fd, chunk, start + written, partial.data)
-                crc.update(chunk)
-                written += len(chunk)
-                parts.meter.add(len(chunk))
-
-    partial.prepare()
-    fd = os.open(partial.data, os.O_WRONLY)
-    try:
-        BACKOFF.run(attempt, stop)
-    except _Stopped:
-        return
-    finally:
-        os.close(fd)
-    partial.record(index, crc.value, object_crc)
-    parts.done(partial)
-
-
 def _closed_early(
     bucket: OssBucket, file: RemoteFile, written: int, length: int
 ) -> TemporaryStorageError:
@@ -461,7 +512,7 @@ def _closed_early(
     )
 
 
-def _write_at(fd: int, data: bytes, offset: int, path: Path) -> None:
+def _write_at(fd: int, data: bytes | memoryview, offset: int, path: Path) -> None:
     view = memoryview(data)
     try:
         while view:

@@ -192,15 +192,47 @@ def pull_big(
     return data, key, report
 
 
-def test_big_files_come_in_ranged_parts(
+def streams(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """Have the pull run ``n`` ranged streams (up to its workers), whatever its first
+    stream's reads measure (a loaded test machine's are no guide)."""
+    monkeypatch.setattr(pull_module, "stream_count", lambda ratios, limit: min(n, limit))
+
+
+def starts(server: OssServer) -> list[int]:
+    """Where the ranged GETs began, in order."""
+    return [int((c.range or "bytes=0-").split("=")[1].split("-")[0]) for c in gets(server)]
+
+
+def test_one_stream_reads_a_big_file_in_one_get_part_by_part(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream alone (its reads kept its CPU busy) goes on from part to part in one GET."""
+    streams(monkeypatch, 1)
+    data, key, report = pull_big(oss_server, 5 * MiB + 123, tmp_path / "r", part_size=MiB)
+    assert [(c.range, c.status) for c in gets(oss_server)] == [(f"bytes=0-{len(data) - 1}", 206)]
+    assert report.bytes_downloaded == len(data) == oss_server.bytes_served(key)
+
+
+def test_a_stream_that_waits_on_the_network_gets_company(
     oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
 ) -> None:
-    data, key, report = pull_big(oss_server, 5 * MiB + 123, tmp_path / "r", part_size=MiB)
-    ranges = sorted(c.range or "" for c in gets(oss_server))
-    expected = [f"bytes={s}-{e}" for s, e in part_ranges(len(data), MiB)]
-    assert ranges == sorted(expected) and len(ranges) == 6
-    assert all(c.status == 206 for c in gets(oss_server))
-    assert report.bytes_downloaded == len(data) == oss_server.bytes_served(key)
+    """The first stream's reads wait (a slow link): more streams start, each at a part of
+    the run left, and the first stops where the next one began."""
+    key = f"slow-{uuid.uuid4().hex[:6]}/m/1/model.bin"
+    data = put_random(oss_server, key, 2 * MiB)
+    oss_server.reset()
+    oss_server.slow_next(1, rate=2e6)
+    part = MiB // 4
+
+    report = pull(
+        f"oss://{BUCKET}/{key.rsplit('/', 3)[0]}", tmp_path / "r", part_size=part, workers=4
+    )
+
+    assert (tmp_path / "r/m/1/model.bin").read_bytes() == data
+    begun = starts(oss_server)
+    assert begun[0] == 0 and len(begun) > 1
+    assert all(b % part == 0 for b in begun) and len(set(begun)) == len(begun)
+    assert report.bytes_downloaded == len(data)
 
 
 def test_a_listing_longer_than_one_page_is_pulled_whole(
@@ -238,7 +270,7 @@ def test_multipart_objects_are_verified_by_crc64(
     assert etag.endswith("-3")
     uri = f"oss://{BUCKET}/{key.rsplit('/', 3)[0]}"
     oss_server.reset()
-    oss_server.corrupt_next(1, match=range_from(MiB))
+    oss_server.corrupt_next(1, match=lambda c: c.key == key)
     with pytest.raises(TemporaryStorageError, match=r"CRC64 .* differs from OSS's"):
         pull(uri, tmp_path / "r", part_size=MiB)
 
@@ -253,14 +285,18 @@ def test_an_object_replaced_mid_pull_fails_the_pull_then_comes_whole(
     oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
 ) -> None:
     """Parts are read with If-Match on the listed ETag: when another writer replaces the
-    object between two parts, OSS answers 412, the pull fails as temporary (never mixing
-    two versions), and the next pull gets the new object whole."""
+    object between two GETs (here: the first broke), OSS answers 412, the pull fails as
+    temporary (never mixing two versions), and the next pull gets the new object whole."""
     key = f"rep-{uuid.uuid4().hex[:6]}/m/1/model.bin"
     old, new = os.urandom(3 * MiB), os.urandom(3 * MiB)
     oss_server.put(BUCKET, key, old)
     uri = f"oss://{BUCKET}/{key.rsplit('/', 3)[0]}"
     oss_server.reset()
-    oss_server.before_next(lambda: oss_server.put(BUCKET, key, new), match=range_from(MiB))
+    oss_server.drop_next(1, after=MiB + 10)
+    oss_server.before_next(
+        lambda: oss_server.put(BUCKET, key, new),
+        match=lambda c: c.range == f"bytes={MiB + 10}-{3 * MiB - 1}",
+    )
 
     with pytest.raises(
         TemporaryStorageError, match=r"changed during the pull \(PreconditionFailed"
@@ -313,7 +349,7 @@ def test_small_files_come_whole_beside_the_parts_of_big_ones(
         assert (tmp_path / "r" / path).read_bytes() == data
     assert (tmp_path / "r/m/1/model.bin").read_bytes() == big
     ranges = {c.key.removeprefix(f"{base}/"): c.range for c in gets(oss_server)}
-    assert len(gets(oss_server)) == 5 + 3  # one per small file, none for the empty one
+    assert len([c for c in gets(oss_server) if "config" in c.key]) == 5  # none for the empty
     assert all(ranges[p] == f"bytes=0-{len(d) - 1}" for p, d in small.items() if d)
     assert len({name.split(".")[0] for name in seen_partials}) == 1  # the big file's only
     assert report.bytes_downloaded == sum(map(len, small.values())) + len(big)
@@ -436,10 +472,10 @@ def test_a_dropped_connection_resumes_inside_the_part(
 
     assert (tmp_path / "r/m/model.bin").read_bytes() == data
     first, second = gets(oss_server)
-    # The retry starts after the last whole chunk that arrived, not at byte 0.
+    # The retry starts at the first byte that did not arrive, not at byte 0.
     assert (first.range, second.range) == (
         f"bytes=0-{4 * MiB - 1}",
-        f"bytes={2 * MiB}-{4 * MiB - 1}",
+        f"bytes={2 * MiB + MiB // 2}-{4 * MiB - 1}",
     )
 
 
@@ -483,7 +519,8 @@ def test_an_interrupted_download_resumes_with_the_missing_parts(
     base = f"resume-{uuid.uuid4().hex[:6]}"
     key = f"{base}/m/1/model.bin"
     data = put_random(oss_server, key, 6 * MiB)
-    oss_server.drop_next(100, after=1000, match=range_from(3 * MiB))
+    oss_server.drop_next(1, after=3 * MiB + 1000)  # the one stream, in part 3
+    oss_server.drop_next(100)  # its retries
 
     with pytest.raises(TemporaryStorageError, match="gave up after 3"):
         pull(f"oss://{BUCKET}/{base}", tmp_path / "r", part_size=MiB, workers=1)
@@ -498,13 +535,42 @@ def test_an_interrupted_download_resumes_with_the_missing_parts(
     assert not (tmp_path / ".r.openeas/partial").exists()  # cleaned once in place
 
 
+def test_a_pull_split_among_streams_resumes_with_the_parts_none_finished(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Streams took parts as they went; the second one keeps breaking: the next pull (one
+    stream, this time) fetches only the parts no stream finished, once each."""
+    base = f"split-{uuid.uuid4().hex[:6]}"
+    key = f"{base}/m/1/model.bin"
+    data = put_random(oss_server, key, 8 * MiB)
+    uri = f"oss://{BUCKET}/{base}"
+    streams(monkeypatch, 2)
+    oss_server.drop_next(100, match=lambda c: c.key == key and starts_after_0(c))
+    with pytest.raises(TemporaryStorageError, match="gave up after"):
+        pull(uri, tmp_path / "r", part_size=MiB, workers=2)
+    assert len(gets(oss_server)) >= 1 + 3  # the first stream's; a later one's, its retries
+
+    oss_server.reset()
+    streams(monkeypatch, 1)
+    report = pull(uri, tmp_path / "r", part_size=MiB, workers=2)
+
+    assert (tmp_path / "r/m/1/model.bin").read_bytes() == data
+    assert report.bytes_reused % MiB == 0 and 0 < report.bytes_reused < len(data)
+    assert report.bytes_downloaded == len(data) - report.bytes_reused == oss_server.bytes_served()
+
+
+def starts_after_0(call: Call) -> bool:
+    return not (call.range or "").startswith("bytes=0-")
+
+
 def test_resume_distrusts_parts_whose_bytes_changed_on_disk(
     oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
 ) -> None:
     base = f"distrust-{uuid.uuid4().hex[:6]}"
     key = f"{base}/m/model.bin"
     data = put_random(oss_server, key, 4 * MiB)
-    oss_server.drop_next(100, match=range_from(3 * MiB))
+    oss_server.drop_next(1, after=3 * MiB + 1000)  # the one stream, in part 3
+    oss_server.drop_next(100)  # its retries
     with pytest.raises(TemporaryStorageError):
         pull(f"oss://{BUCKET}/{base}", tmp_path / "r", part_size=MiB, workers=1)
     (partial,) = (tmp_path / ".r.openeas/partial").glob("*.data")
@@ -516,6 +582,29 @@ def test_resume_distrusts_parts_whose_bytes_changed_on_disk(
 
     assert (tmp_path / "r/m/model.bin").read_bytes() == data
     assert oss_server.bytes_served(key) == 2 * MiB  # part 0 again, and part 3
+
+
+def test_a_state_line_torn_by_a_crash_costs_only_its_part(
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = f"torn-{uuid.uuid4().hex[:6]}"
+    key = f"{base}/m/model.bin"
+    data = put_random(oss_server, key, 4 * MiB)
+    streams(monkeypatch, 1)
+    oss_server.drop_next(1, after=3 * MiB + 1000)  # parts 0-2 are in
+    oss_server.drop_next(100)
+    with pytest.raises(TemporaryStorageError):
+        pull(f"oss://{BUCKET}/{base}", tmp_path / "r", part_size=MiB, workers=1)
+    (state,) = (tmp_path / ".r.openeas/partial").glob("*.parts")
+    lines = state.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 1 + 3  # the layout, then a line per part
+    state.write_bytes(b"".join(lines)[:-5])  # the crash came in the middle of part 2's
+    oss_server.reset()
+
+    report = pull(f"oss://{BUCKET}/{base}", tmp_path / "r", part_size=MiB, workers=1)
+
+    assert (tmp_path / "r/m/model.bin").read_bytes() == data
+    assert oss_server.bytes_served(key) == 2 * MiB == report.bytes_downloaded  # parts 2 and 3
 
 
 def test_a_failed_pull_leaves_the_previous_copy_intact(
@@ -762,11 +851,14 @@ def test_content_checks(crc: int, object_crc: int | None, etag: str, error: str 
 
 
 def test_a_big_file_is_split_among_the_workers(
-    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path
+    oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without a part size, a big file's parts are its share of the workers."""
+    streams(monkeypatch, 2)
     pull_big(oss_server, 2 * SMALLEST_PART + 123, tmp_path / "r", workers=2)
-    assert len(gets(oss_server)) == 2  # two halves, not three parts of the smallest size
+    # Two halves, not three parts of the smallest size; the second stream starts at the
+    # second half long before the first one's reads get there.
+    assert starts(oss_server) == [0, SMALLEST_PART + 62]
 
 
 def test_manifest_records_what_was_pulled(

@@ -9,7 +9,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from processors.storage.throttle import PROBES, WARM_UP, Throttle, concurrency
+from processors.storage.throttle import (
+    PROBE_BYTES,
+    PROBES,
+    WARM_UP,
+    StreamProbe,
+    Throttle,
+    alone,
+    concurrency,
+    stream_count,
+)
+
+MiB = 1 << 20
 
 
 @pytest.mark.parametrize(
@@ -27,6 +38,78 @@ from processors.storage.throttle import PROBES, WARM_UP, Throttle, concurrency
 )
 def test_concurrency_from_the_probes(ratios: list[float], limit: int, expected: int) -> None:
     assert concurrency(ratios, limit) == expected
+
+
+@pytest.mark.parametrize(
+    ("ratios", "limit", "expected"),
+    [
+        ([1.0], 8, 1),  # a loopback: the stream kept its CPU busy, it stays alone
+        ([1.9], 8, 1),  # waits less than it works: a second would wait for the CPU
+        ([2.0], 8, 2),
+        ([3.7], 8, 3),
+        ([10.0], 8, 8),  # OSS: ~150 MB/s a stream, a tenth of a CPU each
+        ([10.0], 4, 4),
+        ([math.inf], 8, 8),  # reads that took no measurable CPU
+        ([0.8], 8, 1),  # clocks disagreeing: at least one
+    ],
+)
+def test_stream_count_from_the_first_streams_reads(
+    ratios: list[float], limit: int, expected: int
+) -> None:
+    assert stream_count(ratios, limit) == expected
+
+
+@pytest.mark.parametrize(
+    ("probe", "left", "gets", "expected"),
+    [
+        # One file, read on into: the pace of the reads so far decides.
+        ((0.004, 0.004, 4 * MiB, 0.005), 180 * MiB, 0, (0.18, 0.18)),
+        # Forty files of 4 MiB: each GET waits 5 ms for OSS (counted twice), reads take 4.
+        ((0.004, 0.004, 4 * MiB, 0.005), 160 * MiB, 40, (0.56, 0.16)),
+        ((0.004, 0.004, 4 * MiB, 0.005), 0, 0, (0.0, 0.0)),  # nothing left
+    ],
+)
+def test_what_the_work_left_would_take_a_lone_stream(
+    probe: tuple[float, float, int, float],
+    left: int,
+    gets: int,
+    expected: tuple[float, float],
+) -> None:
+    assert alone(*probe, left, gets) == pytest.approx(expected)
+
+
+def test_a_stream_probe_times_reads_after_each_gets_first() -> None:
+    """The first read of each GET (OSS's first byte) is not timed; the rest are, until
+    PROBE_BYTES of them decide."""
+    throttle = Throttle(8, stream_count, probes=1, warm_up=0)
+    probe = StreamProbe(throttle, lambda: (PROBE_BYTES, 0))
+
+    def work() -> None:  # reading at the CPU's pace
+        end = time.thread_time() + 0.005
+        while time.thread_time() < end:
+            pass
+
+    for _ in range(2):  # two GETs: a read waiting for its first byte, then one timed
+        with probe.request():
+            pass
+        time.sleep(0.2)  # the first byte: would make the stream look like it waits
+        probe.read(1)
+        work()
+        probe.read(PROBE_BYTES // 4)
+    assert throttle.probing
+    work()
+    probe.read(PROBE_BYTES // 2)
+    assert not throttle.probing and throttle.allowed < 8  # not the 8 that 0.4 s waiting says
+
+
+def test_a_stream_probe_counts_the_first_byte_waits_of_the_gets_left() -> None:
+    throttle = Throttle(8, stream_count, probes=1, warm_up=0)
+    probe = StreamProbe(throttle, lambda: (PROBE_BYTES, 40))  # forty small files to go
+    with probe.request():
+        time.sleep(0.01)  # OSS's first byte
+    probe.read(1)
+    probe.read(PROBE_BYTES)  # reading at once: the reads alone would say one stream
+    assert throttle.allowed == 8
 
 
 def run(throttle: Throttle, blocks: int, work: float, busy: bool) -> int:
@@ -81,3 +164,26 @@ def test_a_failed_get_is_not_a_probe() -> None:
         with throttle.timed():
             time.sleep(0.002)
     assert throttle.allowed == 8
+
+
+def test_closing_lets_the_waiting_workers_leave_at_once() -> None:
+    throttle = Throttle(8)
+    left: list[bool] = []
+
+    def waiter() -> None:
+        with throttle.turn() as granted:
+            left.append(granted)
+
+    with throttle.turn() as granted:
+        assert granted
+        threads = [threading.Thread(target=waiter) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.05)
+        assert left == []  # one turn while probing: they wait
+        throttle.close()
+        for thread in threads:
+            thread.join(5)
+        assert left == [False, False, False]  # without a turn, while this one still holds its
+    with throttle.turn() as granted:
+        assert not granted
