@@ -518,7 +518,9 @@ def main(argv: list[str] | None = None) -> int:
         base_argv += ["--serve-gateway", str(base_port), triton_base, token]
         base_env = dict(os.environ, PYTHONPATH=str(args.base))
         if args.base:
-            targets.insert(targets.index("gateway"), "base")
+            # beside the gateway it came before, or last when only `up` targets are asked
+            at = targets.index("gateway") if "gateway" in targets else len(targets)
+            targets.insert(at, "base")
         with (
             process(triton_argv, tmp / "triton.log", env=triton_env) as triton,
             process(
