@@ -801,21 +801,19 @@ class HttpServer:
         O(open connections) per tick, and only while there are some."""
         interval = min(5.0, self.keepalive_s / 2, self.head_timeout_s / 2, self.body_timeout_s / 2)
         try:
-            await self._sweep_while_open(interval)
+            while self.connections:
+                await asyncio.sleep(interval)
+                now = self.loop.time()
+                for conn in list(self.connections):
+                    if conn.body_stalled(now, self.body_timeout_s):
+                        conn._protocol_error(408, "request body timed out")
+                        continue
+                    slow_head = conn._in_head and now - conn.head_started > self.head_timeout_s
+                    idle = conn.active is None and conn.last_active < now - self.keepalive_s
+                    if slow_head or idle:
+                        conn.close()
         finally:
             self._sweeper = None
-
-    async def _sweep_while_open(self, interval: float) -> None:
-        while self.connections:
-            await asyncio.sleep(interval)
-            now = self.loop.time()
-            for conn in list(self.connections):
-                if conn.body_stalled(now, self.body_timeout_s):
-                    conn._protocol_error(408, "request body timed out")
-                    continue
-                slow_head = conn._in_head and now - conn.head_started > self.head_timeout_s
-                if slow_head or (conn.active is None and conn.last_active < now - self.keepalive_s):
-                    conn.close()
 
     async def close(self, grace_s: float = 10.0) -> None:
         """Stop accepting, let requests in progress finish for up to ``grace_s``, close."""

@@ -118,6 +118,11 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return counts
 
 
+def connect(gw: Gateway) -> http.client.HTTPConnection:
+    """One keep-alive client connection to ``gw``: its calls repeat their heads."""
+    return http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+
+
 def post(conn: http.client.HTTPConnection, body: bytes, token: str = TOKEN) -> tuple[int, bytes]:
     conn.request("POST", P, body=body, headers={"Authorization": token, "X-Same": "1"})
     resp = conn.getresponse()
@@ -129,7 +134,7 @@ def test_a_repeated_head_carries_each_requests_own_body_both_ways(
 ) -> None:
     replica = replicas[0]
     gw = make_gateway(table(route([replica.url])))
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    conn = connect(gw)
     bodies = [os.urandom(300) for _ in range(20)]
     for body in bodies:
         assert post(conn, body) == (200, hashlib.sha256(body).digest())
@@ -147,7 +152,7 @@ def test_a_head_that_differs_is_parsed_and_checked_again(
 ) -> None:
     replica = replicas[0]
     gw = make_gateway(table(route([replica.url])))
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    conn = connect(gw)
     body = os.urandom(100)
     wrong = TOKEN[:-1] + ("y" if TOKEN[-1] != "y" else "z")  # same length, one byte off
     assert post(conn, body)[0] == 200
@@ -165,7 +170,7 @@ def test_a_rotated_token_refuses_a_repeated_head(
 ) -> None:
     replica = replicas[0]
     gw: Gateway = make_gateway(table(route([replica.url])))
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    conn = connect(gw)
     body = os.urandom(64)
     assert post(conn, body)[0] == 200
     assert post(conn, body)[0] == 200
@@ -179,7 +184,7 @@ def test_each_replica_gets_its_own_host_from_one_repeated_head(
 ) -> None:
     a, b = replicas[0], replicas[1]
     gw = make_gateway(table(route([a.url, b.url])))
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    conn = connect(gw)
     bodies = [os.urandom(50) for _ in range(10)]
     for body in bodies:
         assert post(conn, body) == (200, hashlib.sha256(body).digest())

@@ -221,6 +221,12 @@ def test_a_header_that_would_split_the_request_is_refused() -> None:
 
 
 # -- through oss2, against the stand-in -----------------------------------------------------------
+def stored(oss_server: OssServer, key: str, data: bytes) -> str:
+    """Put ``data`` at ``key`` in the stand-in; its ETag."""
+    oss_bucket(oss_server).put_object(key, data)
+    return str(oss_bucket(oss_server).head_object(key).etag)
+
+
 @pytest.fixture
 def bucket(oss_server: OssServer, oss_env: dict[str, str]) -> OssBucket:
     return OssBucket(OssLocation(BUCKET, ""), endpoint=oss_server.endpoint)
@@ -230,8 +236,7 @@ def test_object_gets_take_the_lean_path_and_keep_one_connection(
     oss_server: OssServer, bucket: OssBucket
 ) -> None:
     key = f"lean-{uuid.uuid4().hex[:6]}"
-    oss_bucket(oss_server).put_object(key, b"abcdef")
-    etag = oss_bucket(oss_server).head_object(key).etag
+    etag = stored(oss_server, key, b"abcdef")
     oss_server.reset()
     for _ in range(3):
         with bucket.open_range(key, 1, 3, etag) as body:
@@ -258,8 +263,7 @@ def test_oss_errors_on_the_lean_path_are_oss2s(
     reason: str,
 ) -> None:
     key = good_key = f"err-{uuid.uuid4().hex[:6]}"
-    oss_bucket(oss_server).put_object(key, b"abc")
-    etag = good_etag = oss_bucket(oss_server).head_object(key).etag
+    etag = good_etag = stored(oss_server, key, b"abc")
     if fault == "missing":
         key += "-not-there"
     elif fault == "etag":
@@ -282,8 +286,7 @@ def test_a_cut_body_on_the_lean_path_is_a_broken_connection(
     oss_server: OssServer, bucket: OssBucket, tmp_path: Path
 ) -> None:
     key = f"cut-{uuid.uuid4().hex[:6]}"
-    oss_bucket(oss_server).put_object(key, b"x" * 1000)
-    etag = oss_bucket(oss_server).head_object(key).etag
+    etag = stored(oss_server, key, b"x" * 1000)
     oss_server.drop_next(1, after=10)
     with bucket.open_range(key, 0, 999, etag) as body:
         assert len(body.read(1000)) == 10
@@ -296,8 +299,7 @@ def test_through_requests_a_body_reads_into_a_buffer_alike(
 ) -> None:
     """Where a proxy applies, object GETs go through requests: read the same way."""
     key = f"req-{uuid.uuid4().hex[:6]}"
-    oss_bucket(oss_server).put_object(key, b"0123456789")
-    etag = oss_bucket(oss_server).head_object(key).etag
+    etag = stored(oss_server, key, b"0123456789")
     bucket._bucket.session.gets = None  # as with a proxy
     buffer = bytearray(4)
     with bucket.open_range(key, 2, 8, etag) as body:
