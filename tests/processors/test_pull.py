@@ -545,6 +545,8 @@ def test_a_pull_split_among_streams_resumes_with_the_parts_none_finished(
     data = put_random(oss_server, key, 8 * MiB)
     uri = f"oss://{BUCKET}/{base}"
     streams(monkeypatch, 2)
+    # The first stream paced (~1 s for the file), so a second surely starts beside it.
+    oss_server.slow_next(1, rate=8e6, match=lambda c: c.key == key and not starts_after_0(c))
     oss_server.drop_next(100, match=lambda c: c.key == key and starts_after_0(c))
     with pytest.raises(TemporaryStorageError, match="gave up after"):
         pull(uri, tmp_path / "r", part_size=MiB, workers=2)
