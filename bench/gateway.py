@@ -18,7 +18,10 @@ shows as throughput Triton loses, as it would on a busy node. For both models (`
 1. sequential latency p50/p95/p99 with the official ``tritonclient.http`` client (binary
    tensors), and the p50 each proxy adds to direct Triton;
 2. throughput with ``wrk`` (a Lua script POSTs the same binary infer body) at 1, 8 and 64
-   connections, as requests/s and as ratios to direct Triton and to nginx.
+   connections, as requests/s and as ratios to direct Triton and to nginx;
+3. under each throughput line, the CPU (user + system, from ``/proc``) each proxy's processes
+   and Triton spent per request, the least of the rounds: a steadier figure than throughput
+   when other work shares the machine, and it shows whether a proxy costs Triton CPU too.
 
 The ``floor`` target (``--targets …,floor``) is a blind TCP forwarder written on the
 gateway's event loop (uvloop), pinned like the proxies: bytes pass to Triton as sent, nothing
@@ -266,6 +269,23 @@ class WrkResult:
     rps: float
     non200: int
     sockerr: int
+    requests: int
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its descendants (nginx's worker, gateway
+    workers), from ``/proc``: a steadier figure than throughput on a shared machine."""
+    ticks, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # it ended meanwhile
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def run_wrk(
@@ -304,7 +324,7 @@ def run_wrk(
     if m is None:
         raise RuntimeError(f"unexpected wrk output:\n{out}")
     requests, us, non200, sockerr = (int(g) for g in m.groups())
-    return WrkResult(requests / (us / 1e6), non200, sockerr)
+    return WrkResult(requests / (us / 1e6), non200, sockerr, requests)
 
 
 # --- the gateway under test, as its own process -----------------------------------------
@@ -530,14 +550,18 @@ def main(argv: list[str] | None = None) -> int:
             process(pinned_cpus(gateway_cpus, gateway_argv), tmp / "gateway.log") as gw,
             contextlib.ExitStack() as more,
         ):
+            pids: dict[str, int] = {}
             if "floor" in targets:
                 argv = [sys.executable, __file__, "--serve-floor", str(floor_port)]
                 argv = pinned(args.server_cpu, [*argv, str(triton_port)])
-                more.enter_context(process(argv, tmp / "floor.log"))
+                pids["floor"] = more.enter_context(process(argv, tmp / "floor.log")).pid
             if args.base:
                 argv = pinned(args.server_cpu, base_argv)
                 proc = more.enter_context(process(argv, tmp / "base.log", env=base_env))
+                pids["base"] = proc.pid
                 wait_http(f"http://127.0.0.1:{base_port}/gateway/healthz", proc)
+            # whose CPU is counted per request (`up` holds Triton too, so it has none)
+            pids |= {"nginx": ngx.pid, "gateway": gw.pid, "group": gw.pid}
             ups = {}
             if args.up:
                 trees = {"up": ROOT} | ({"base-up": args.base} if args.base else {})
@@ -595,6 +619,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for c in conns:
                     runs: dict[str, list[WrkResult]] = {name: [] for name in targets}
+                    # CPU µs per request of the proxy and of Triton, the least of the rounds
+                    cpu: dict[str, list[float]] = {name: [] for name in targets}
+                    triton_cpu: dict[str, list[float]] = {name: [] for name in targets}
                     for _ in range(args.repeat):  # interleaved: noise hits all alike
                         for name in targets:
                             hostport, pre, tok = endpoints[name]
@@ -602,8 +629,18 @@ def main(argv: list[str] | None = None) -> int:
                             base = f"http://{hostport}"
                             run_wrk(args.client_cpu, base, path, w, tok, c, 1.0, lua)  # warm
                             seconds = args.duration if w.model == "add_sub" else args.duration_large
+                            counted = [triton.pid, *([pids[name]] if name in pids else [])]
+                            before = [cpu_seconds(pid) for pid in counted]
                             r = run_wrk(args.client_cpu, base, path, w, tok, c, seconds, lua)
+                            after = [cpu_seconds(pid) for pid in counted]
                             runs[name].append(r)
+                            us = [
+                                (a - b) * 1e6 / max(1, r.requests)
+                                for a, b in zip(after, before, strict=True)
+                            ]
+                            if name not in ups:
+                                triton_cpu[name].append(us[0])
+                            cpu[name] += us[1:]
                             failures += r.non200 + r.sockerr
                     res = {
                         name: sorted(rs, key=lambda r: r.rps)[len(rs) // 2]
@@ -628,6 +665,13 @@ def main(argv: list[str] | None = None) -> int:
                             part += f" [{bad} failed]"
                         parts.append(part)
                     print(f"  c={c:<3d} " + " | ".join(parts), flush=True)
+                    line = " | ".join(
+                        f"{name} {min(cpu[name]):.0f}" for name in targets if name in pids
+                    )
+                    line += "; Triton's: " + " | ".join(
+                        f"{name} {min(us):.0f}" for name, us in triton_cpu.items() if us
+                    )
+                    print(f"        CPU µs/request, least of {args.repeat}: {line}", flush=True)
             if failures:
                 print(f"\n{failures} requests failed during the throughput runs")
                 return 1
