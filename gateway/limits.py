@@ -114,16 +114,21 @@ class OverLimit:
 
 class Activity:
     """The services that had traffic since the reporter last looked: the proxy adds a
-    service on its first admitted request, so a report costs the busy services only."""
+    service on its first admitted request, so a report costs the busy services only, and an
+    idle reporter sleeps until the next one calls ``on_touch`` (once, then it is cleared)."""
 
-    __slots__ = ("touched",)
+    __slots__ = ("on_touch", "touched")
 
     def __init__(self) -> None:
         self.touched: dict[str, InFlight] = {}
+        self.on_touch: Callable[[], None] | None = None
 
     def touch(self, service: str, in_flight: InFlight) -> None:
         in_flight.active = True
         self.touched[service] = in_flight
+        if self.on_touch is not None:
+            on_touch, self.on_touch = self.on_touch, None
+            on_touch()
 
     def drain(self) -> dict[str, InFlight]:
         """What was touched; from now on a service is added again on its next request."""

@@ -5,7 +5,8 @@ sums the reports of every process and expires a silent one.
 
 Started by :class:`gateway.app.Gateway` when it holds a control-plane credential. A report
 carries only the services the proxy saw traffic for (:class:`gateway.limits.Activity`), plus
-once, with zeros, those that just went quiet; with no traffic nothing is sent. Each busy
+once, with zeros, those that just went quiet; with no traffic nothing is sent, and the
+reporter does not wake until a request comes. Each busy
 service also carries what was answered since its last report (count, 5xx, latency
 histogram), the difference of the gateway's own metrics, for the console's charts.
 """
@@ -85,11 +86,25 @@ class LoadReporter:
         load.completed = sum(load.latency)
         load.errors = errors - last_errors
 
+    async def _until_touched(self) -> None:
+        woken = asyncio.get_running_loop().create_future()
+        # Cleared below before the future can be cancelled or done: set it once.
+        self.activity.on_touch = lambda: woken.set_result(None)
+        try:
+            await woken
+        finally:
+            self.activity.on_touch = None
+
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=max(2.0, self.interval_s * 2))
         session = aiohttp.ClientSession(timeout=timeout)
         try:
             while True:
+                if not self._busy and not self.activity.touched:
+                    # Nothing was in the last report: an idle gateway sleeps until traffic
+                    # comes, and that traffic's report covers the time since it came.
+                    await self._until_touched()
+                    self._last_at = self._clock()
                 await asyncio.sleep(self.interval_s)
                 report = self.collect()
                 if report is None:

@@ -123,3 +123,41 @@ def test_gateway_pushes_its_load_with_its_routes_token(
     quiet = len(receiver.reports)
     time.sleep(0.4)  # four intervals with no traffic: nothing is sent
     assert len(receiver.reports) == quiet
+
+
+class Counting(LoadReporter):
+    """Counts its wake-ups: each one is a :meth:`collect`."""
+
+    wakes = 0
+
+    def collect(self) -> LoadReport | None:
+        self.wakes += 1
+        return super().collect()
+
+
+def test_an_idle_reporter_sleeps_until_a_request_comes(
+    lt: LoopThread, receiver: Receiver
+) -> None:
+    activity = Activity()
+    reporter = Counting(receiver.url, "routes-secret", activity, interval_s=0.05)
+    task = lt.call(lambda: lt.loop.create_task(reporter.run()))
+    try:
+        time.sleep(0.3)  # six intervals with no traffic at all
+        assert reporter.wakes == 0 and receiver.reports == []
+
+        def one_request() -> None:
+            in_flight = InFlight()
+            assert in_flight.try_enter()
+            activity.touch(SERVICE, in_flight)
+            in_flight.leave()
+
+        lt.call(one_request)
+        until(lambda: any(s.requests == 1 for _, r in receiver.reports for s in r.services))
+        first = next(r for _, r in receiver.reports if r.services[0].requests)
+        assert first.interval_s < 0.5  # from the request, not from the start of the idle spell
+        until(lambda: receiver.reports[-1][1].services[0].requests == 0)  # its quiet zero
+        woke, sent = reporter.wakes, len(receiver.reports)
+        time.sleep(0.3)
+        assert (reporter.wakes, len(receiver.reports)) == (woke, sent)
+    finally:
+        lt.call(task.cancel)
