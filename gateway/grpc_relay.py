@@ -16,7 +16,9 @@ in one system call (:meth:`Relay.flush`).
 What a peer can make the relay hold is bounded: a stream's bytes by the window it was
 given (sending past it ends the connection), a caller's streams by MAX_CONCURRENT_STREAMS,
 a header block by :data:`MAX_HEADER_BLOCK`, and answers to a peer that does not read by
-its transport's high-water mark (the relay then stops reading that peer too).
+its transport's high-water mark (the relay then stops reading that peer too). A replica is
+sent no more streams at once on a connection than its SETTINGS allow: a full connection is
+retired and calls go on a new one (:meth:`Relay.upstream`).
 
 Admission (which service, its token, its limits) and the balancer are the HTTP door's, in
 :mod:`gateway.grpc_server`, through the :class:`Admission` interface.
@@ -48,6 +50,10 @@ _PASS_ON = 65_536  # DATA frames larger than this are passed on as they arrive
 MAX_HEADER_BLOCK = 65_536  # a header block past this (CONTINUATIONs included) ends the connection
 # A caller's streams at once: with the stream window, what one connection may make us hold.
 MAX_STREAMS = 256
+# A replica's streams at once before its SETTINGS say (RFC 9113 recommends at least 100;
+# Go's client assumes as much): its first SETTINGS then give the limit, or none.
+UNSETTLED_STREAMS = 100
+UNLIMITED = 2**31
 _COPY_BELOW = 16_384  # a queued DATA payload smaller than this is copied, not a view that
 # would keep its whole read buffer (up to 256 KiB) alive
 _SETTINGS = [
@@ -236,6 +242,8 @@ class Conn(asyncio.Protocol, metaclass=ABCMeta):
         self.legs: dict[int, Leg] = {}
         self.peer_initial_window = h2.DEFAULT_WINDOW
         self.peer_max_frame = h2.FRAME_MAX
+        self.peer_max_streams = UNSETTLED_STREAMS  # the streams we may open (to replicas)
+        self.settled = False  # the peer's first SETTINGS came
         self.send_window = h2.DEFAULT_WINDOW
         self.blocked: dict[Leg, None] = {}  # legs with pending frames, in arrival order
         self.received = 0  # DATA bytes not yet credited on the connection window
@@ -488,6 +496,8 @@ class Conn(asyncio.Protocol, metaclass=ABCMeta):
             self._unblock()
 
     def _settings(self, values: list[tuple[int, int]]) -> None:
+        if not self.settled:
+            self.settled, self.peer_max_streams = True, UNLIMITED
         for key, value in values:
             if key == h2.INITIAL_WINDOW_SIZE:
                 if value > h2.MAX_WINDOW:
@@ -498,6 +508,8 @@ class Conn(asyncio.Protocol, metaclass=ABCMeta):
                     leg.window += delta
             elif key == h2.MAX_FRAME_SIZE:
                 self.peer_max_frame = max(h2.FRAME_MAX, min(value, FRAME_MAX_ADVERTISED))
+            elif key == h2.MAX_CONCURRENT_STREAMS:
+                self.peer_max_streams = value
         self.write(h2.SETTINGS_ACK)
         if self.blocked:
             self._unblock()
@@ -903,8 +915,15 @@ class Relay:
 
     def upstream(self, endpoint: Endpoint) -> UpstreamConn:
         conn = self.upstreams.get(endpoint)
-        if conn is None:
-            conn = self.upstreams[endpoint] = UpstreamConn(self, endpoint)
+        if conn is None or len(conn.legs) >= conn.peer_max_streams:
+            fresh = UpstreamConn(self, endpoint)
+            if conn is not None:
+                # The replica takes no more streams on it at once (it would refuse them):
+                # its calls finish there and new ones go on a new connection, which expects
+                # the same limit until its own SETTINGS come.
+                self.retire(conn)
+                fresh.peer_max_streams = conn.peer_max_streams
+            conn = self.upstreams[endpoint] = fresh
             self._spawn(self._connect(conn))
         return conn
 

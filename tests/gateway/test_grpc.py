@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from multiprocessing.pool import ThreadPool
 from pathlib import Path
 from typing import Any
 
@@ -749,3 +750,64 @@ def test_a_caller_that_does_not_read_is_not_read_either(door: Door) -> None:
         assert buffered < 4 << 20
     finally:
         caller.close()
+
+
+class LimitedReplica:
+    """A gRPC replica that takes two streams at once per connection (its
+    SETTINGS_MAX_CONCURRENT_STREAMS, as Go's HTTP/2 servers advertise 250) and answers
+    ServerReady after a pause; it counts the calls it runs at once and the connections."""
+
+    def __init__(self) -> None:
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        import grpc
+
+        self.lock = threading.Lock()
+        self.running = self.most = 0
+        self.peers: set[str] = set()
+
+        def ready(request: bytes, context: Any) -> bytes:
+            with self.lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+                self.peers.add(context.peer())
+            time.sleep(0.3)
+            with self.lock:
+                self.running -= 1
+            return b"\x08\x01"  # ServerReadyResponse(ready=True)
+
+        handler = grpc.method_handlers_generic_handler(
+            "inference.GRPCInferenceService",
+            {"ServerReady": grpc.unary_unary_rpc_method_handler(ready)},
+        )
+        self.server = grpc.server(
+            ThreadPoolExecutor(max_workers=16), options=[("grpc.max_concurrent_streams", 2)]
+        )
+        self.server.add_generic_rpc_handlers((handler,))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+
+def test_a_replica_taking_few_streams_at_once_gets_no_more_on_a_connection(
+    open_door: Any,
+) -> None:
+    replica = LimitedReplica()
+    try:
+        limited = route([]).model_copy(
+            update={"grpc_endpoints": [f"http://127.0.0.1:{replica.port}"]}
+        )
+        door: Door = open_door(table(limited))
+        clients = [door.client() for _ in range(6)]
+        try:
+            assert clients[0].is_server_ready(headers=bearer())  # the replica's SETTINGS came
+            with ThreadPool(6) as pool:
+                ready = pool.map(lambda c: c.is_server_ready(headers=bearer()), clients)
+            assert ready == [True] * 6
+        finally:
+            for client in clients:
+                client.close()
+        # Six calls at once ran side by side on three connections, two streams each.
+        assert replica.most == 6 and len(replica.peers) >= 3
+    finally:
+        replica.server.stop(None)

@@ -135,9 +135,7 @@ class Counting(LoadReporter):
         return super().collect()
 
 
-def test_an_idle_reporter_sleeps_until_a_request_comes(
-    lt: LoopThread, receiver: Receiver
-) -> None:
+def test_an_idle_reporter_sleeps_until_a_request_comes(lt: LoopThread, receiver: Receiver) -> None:
     activity = Activity()
     reporter = Counting(receiver.url, "routes-secret", activity, interval_s=0.05)
     task = lt.call(lambda: lt.loop.create_task(reporter.run()))
