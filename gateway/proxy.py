@@ -238,11 +238,9 @@ class PredictProxy:
             if copy is not None:
                 return self._slow(request, target, entry, started, copy)
         endpoint = self.balancer.choose(entry.endpoints)
-        if (
-            endpoint is not None
-            and request.body.complete
-            and (request.content_length is not None or not request.has_body)
-        ):
+        # A body of known length goes on by callbacks, whole or as it comes (a chunked one
+        # is read whole first, to send it with its length).
+        if endpoint is not None and (request.content_length is not None or not request.has_body):
             conn = self.upstreams.idle(endpoint.host, endpoint.port)
             if conn is not None:
                 self._fast(request, target, entry, endpoint, conn, started)
@@ -311,13 +309,14 @@ class PredictProxy:
         conn: UpstreamConnection,
         started: float,
     ) -> None:
-        body = request.body.take() if request.has_body else None
-        # A whole body has the head's length, so the upstream head follows from the head,
-        # the connection and the replica: made once while a client repeats its head.
+        stream = not request.body.complete  # the rest of the body is still to come
+        body = request.body.take() if request.has_body and not stream else None
+        # The body has the head's length, so the upstream head follows from the head, the
+        # connection and the replica: made once while a client repeats its head.
         memo = request.head.memo
         head = memo.get(endpoint)
         if head is None:
-            headers = self._upstream_headers(request, len(body) if body else None)
+            headers = self._upstream_headers(request, request.content_length)
             head = request_head(request.method, target.path_qs, endpoint.host_header, headers)
             if len(memo) >= MEMO_ENDPOINTS:
                 memo.clear()
@@ -331,6 +330,9 @@ class PredictProxy:
             context=(entry, endpoint, started, time.perf_counter()),
         )
         ex.send(head, body)
+        if stream:
+            ex.request_body_sent = False
+            request.body.pipe_to(conn)
 
     def _fast_done(self, ex: Exchange) -> None:
         context: tuple[ServiceRoute, Endpoint, float, float] = ex.context  # type: ignore[assignment]
@@ -339,6 +341,8 @@ class PredictProxy:
         entry.in_flight.leave()
         name = entry.route.service
         request = ex.request
+        if not ex.request_body_sent:
+            request.body.detach()  # a body streamed to the replica goes nowhere now
         if ex.aborted:
             self._count(name, CLIENT_CLOSED, started)
             return

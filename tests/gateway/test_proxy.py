@@ -449,6 +449,68 @@ def test_client_disconnect_cancels_upstream(
     assert f'openeas_gateway_requests_total{{service="{SERVICE}",code="499"}} 1' in metrics
 
 
+def coroutine_paths(gw: Gateway, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records each call that takes the coroutine path rather than the callback one."""
+    proxy = gw.runner.gateway._predict
+    taken: list[str] = []
+    original = proxy._slow
+
+    def counted(request: Any, *args: Any, **kwargs: Any) -> Any:
+        taken.append(request.target)
+        return original(request, *args, **kwargs)
+
+    monkeypatch.setattr(proxy, "_slow", counted)
+    return taken
+
+
+def post_head(length: int) -> bytes:
+    return (
+        f"POST {P}/v2/models/m/infer HTTP/1.1\r\nHost: x\r\nAuthorization: {TOKEN}\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+@WARMTH
+def test_a_body_still_coming_streams_to_the_replica(
+    gw: Gateway, echo: Echo, warm: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warm_up(gw, warm)
+    slow = coroutine_paths(gw, monkeypatch)
+    body = os.urandom(3 * 1024 * 1024 + 5)
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=20) as s:
+        s.sendall(post_head(len(body)) + body[:100_000])
+        time.sleep(0.2)  # the call is on its way before the rest is sent
+        s.sendall(body[100_000:])
+        resp = http.client.HTTPResponse(s)
+        resp.begin()
+        doc = json.loads(resp.read())
+    assert resp.status == 200 and doc["body_len"] == len(body)
+    assert doc["body_sha256"] == hashlib.sha256(body).hexdigest()
+    # With a replica connection idle, even a body still coming takes the callback path.
+    assert len(slow) == (0 if warm else 1)
+    assert call(gw, f"{P}/v2", method="POST", body=b"abc")[0] == 200
+
+
+@WARMTH
+def test_a_client_leaving_mid_body_is_499_and_nothing_reaches_the_replica(
+    gw: Gateway, echo: Echo, warm: bool
+) -> None:
+    warm_up(gw, warm)
+    seen = len(echo.seen)
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=20) as s:
+        s.sendall(post_head(1_000_000) + b"x" * 300_000)
+        time.sleep(0.2)
+
+    def counted() -> bool:
+        metrics = call(gw, "/metrics", token=None)[2].decode()
+        return f'openeas_gateway_requests_total{{service="{SERVICE}",code="499"}} 1' in metrics
+
+    wait_until(counted, 10, what="the call counted as the client's leaving")
+    assert len(echo.seen) == seen  # the replica never got a whole request
+    status, _, out = call(gw, f"{P}/v2/x", method="POST", body=b"abc")
+    assert status == 200 and json.loads(out)["body_len"] == 3
+
+
 def test_slow_client_holds_bounded_memory(gw: Gateway, echo: Echo) -> None:
     mib = 64
     with socket.create_connection(("127.0.0.1", gw.port)) as s:
