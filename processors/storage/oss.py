@@ -28,7 +28,7 @@ from processors.storage.errors import (
     StorageError,
     TemporaryStorageError,
 )
-from processors.storage.http_get import Connections
+from processors.storage.http_get import Connections, with_query
 from processors.storage.uri import OssLocation
 
 ENV_KEY_ID = "OSS_ACCESS_KEY_ID"
@@ -157,7 +157,7 @@ class OssBucket:
 class _Transport:
     """What ``oss2.Bucket`` sends its signed requests through (its ``session``).
 
-    An object's GET (no query, no body) goes through
+    A GET (an object's, a listing: no body) goes through
     :class:`~processors.storage.http_get.Connections`, a lean keep-alive client (a small
     object's GET in a third of the CPU), unless a proxy applies to the endpoint. The rest
     goes through one pooled ``requests.Session``, given each request prepared:
@@ -186,9 +186,9 @@ class _Transport:
         self.gets = None if self.session.proxies else Connections(pool_size)
 
     def do_request(self, req: Any, timeout: Any) -> Any:
-        if self.gets is not None and req.method == "GET" and not req.params and not req.data:
+        if self.gets is not None and req.method == "GET" and not req.data:
             try:
-                return self.gets.get(req.url, req.headers, timeout)
+                return self.gets.get(with_query(req.url, req.params), req.headers, timeout)
             except OSError as e:
                 raise self._oss2.exceptions.RequestError(e) from e
         requests = self._requests
