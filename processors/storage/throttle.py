@@ -53,8 +53,9 @@ class Throttle:
     """Turns for the workers: each holds one while it takes file after file, or run after
     run (so a file ends without handing a turn to another thread). Until ``probes`` are
     timed (:meth:`timed` around a GET, or :meth:`probed`), after the first ``warm_up``,
-    one turn; then as many as ``decide`` says, up to ``limit``. After :meth:`close` (no
-    work left to start), the workers still waiting leave without one."""
+    one turn; then as many as ``decide`` says, up to ``limit``, and ``widened`` hears how
+    many more that is (to start workers for them, rather than keep them waiting). After
+    :meth:`close` (no work left to start), the workers still waiting leave without one."""
 
     def __init__(
         self,
@@ -62,11 +63,13 @@ class Throttle:
         decide: Decide = concurrency,
         probes: int = PROBES,
         warm_up: int = WARM_UP,
+        widened: Callable[[int], None] | None = None,
     ) -> None:
         self._limit = limit
         self._decide = decide
         self._probes = probes
         self._warm_up = warm_up
+        self._widened = widened
         self._allowed = 1
         self._running = 0
         self._seen = 0  # probes reported, the warm-up's among them
@@ -124,11 +127,15 @@ class Throttle:
             if self._seen <= self._warm_up or not self.probing:
                 return
             self._ratios.append(wall / cpu if cpu > 0 else math.inf)
-            if not self.probing:
-                before, self._allowed = self._allowed, self._decide(self._ratios, self._limit)
-                # Wake only as many waiters as may now run: a woken thread that must wait
-                # again costs two context switches and a turn of the lock for nothing.
-                self._turn.notify(self._allowed - before)
+            if self.probing:
+                return
+            before, self._allowed = self._allowed, self._decide(self._ratios, self._limit)
+            # Wake only as many waiters as may now run: a woken thread that must wait
+            # again costs two context switches and a turn of the lock for nothing.
+            self._turn.notify(self._allowed - before)
+            more = 0 if self._closed else self._allowed - before
+        if more > 0 and self._widened is not None:
+            self._widened(more)
 
 
 PROBE_BYTES = 4 << 20  # a stream's reads timed for a decision: a few chunks

@@ -112,6 +112,21 @@ def test_a_stream_probe_counts_the_first_byte_waits_of_the_gets_left() -> None:
     assert throttle.allowed == 8
 
 
+def test_a_throttle_that_widens_says_how_many_more_turns_it_opened() -> None:
+    """So that the workers for them start then, not up front to wait for turns."""
+    opened: list[int] = []
+    wide = Throttle(8, stream_count, probes=1, warm_up=0, widened=opened.append)
+    wide.probed(0.03, 0.01)  # waited twice as long as it worked: three streams
+    assert (wide.allowed, opened) == (3, [2])
+    narrow = Throttle(8, stream_count, probes=1, warm_up=0, widened=opened.append)
+    narrow.probed(0.01, 0.01)
+    assert (narrow.allowed, opened) == (1, [2])  # no more turns: nothing to hear
+    done = Throttle(8, stream_count, probes=1, warm_up=0, widened=opened.append)
+    done.close()  # every part taken before the probe decided
+    done.probed(0.03, 0.01)
+    assert opened == [2]
+
+
 def run(throttle: Throttle, blocks: int, work: float, busy: bool) -> int:
     """Take ``blocks`` blocks of ``work`` seconds (spinning or sleeping) on 8 workers, each
     taking block after block while it has a turn; the most that ran at once."""
