@@ -181,13 +181,19 @@ def test_a_locally_edited_file_is_fetched_again(
 
 
 def pull_big(
-    oss_server: OssServer, size: int, dest: Path, **kw: Any
+    oss_server: OssServer,
+    size: int,
+    dest: Path,
+    faults: Callable[[str], None] = lambda key: None,
+    **kw: Any,
 ) -> tuple[bytes, str, PullReport]:
-    """Pull a repository of one ``size``-byte file into ``dest``, counting from zero: its
-    bytes, its key and the pull's report (after checking the copy is exact)."""
+    """Pull a repository of one ``size``-byte file into ``dest``, counting from zero (the
+    stand-in's ``faults`` for its key set then): its bytes, its key and the pull's report
+    (after checking the copy is exact)."""
     key = f"big-{uuid.uuid4().hex[:6]}/m/1/model.bin"
     data = put_random(oss_server, key, size)
     oss_server.reset()
+    faults(key)
     report = pull(f"oss://{BUCKET}/{key.rsplit('/', 3)[0]}", dest, **kw)
     assert (dest / "m/1/model.bin").read_bytes() == data
     return data, key, report
@@ -876,7 +882,11 @@ def test_a_big_file_is_split_among_the_workers(
     """Without a part size, a big file's parts are its share of the workers."""
     streams(monkeypatch, 2)
     started = threads_started(monkeypatch)
-    pull_big(oss_server, 2 * SMALLEST_PART + 123, tmp_path / "r", workers=2)
+
+    def paced(key: str) -> None:  # the first stream (~1 s a half): the second surely starts
+        oss_server.slow_next(1, rate=8e6, match=lambda c: c.key == key)
+
+    pull_big(oss_server, 2 * SMALLEST_PART + 123, tmp_path / "r", paced, workers=2)
     # Two halves, not three parts of the smallest size; the second stream starts at the
     # second half long before the first one's reads get there, on the one thread started.
     assert starts(oss_server) == [0, SMALLEST_PART + 62]
