@@ -276,6 +276,7 @@ def test_a_listing_takes_the_lean_path_and_leaves_its_connection_to_the_gets(
     with listing.open_range(key, 0, 2, etag) as body:
         assert body.read(3) == b"abc"
     assert sum(map(len, gets._idle.values())) == 1
+    assert "session" not in vars(listing._bucket.session)  # requests' never made
 
 
 @pytest.mark.parametrize(
