@@ -19,7 +19,6 @@ state says how many follow (:func:`stream_count`).
 from __future__ import annotations
 
 import math
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +35,7 @@ def concurrency(ratios: list[float], limit: int) -> int:
     works, the others wait out the rest of its wall time, so the median ratio of them keep
     one thread's worth of CPU busy. Twice that, since the probes ran alone: in company each
     GET also waits its turn for the lock, and OSS's latency varies. 1 to ``limit``."""
-    return max(1, math.ceil(min(limit, 2 * statistics.median(ratios))))
+    return max(1, math.ceil(min(limit, 2 * median(ratios))))
 
 
 def stream_count(ratios: list[float], limit: int) -> int:
@@ -45,8 +44,16 @@ def stream_count(ratios: list[float], limit: int) -> int:
     it, so a stream that works more than it waits stays alone (on a loopback one waits
     for the server's CPU about a third of its time: a second would take that CPU away).
     1 to ``limit``."""
-    ratio = statistics.median(ratios)
+    ratio = median(ratios)
     return limit if math.isinf(ratio) else max(1, min(limit, math.floor(ratio)))
+
+
+def median(values: list[float]) -> float:
+    """As ``statistics.median`` (the mean of the middle two of an even count), without its
+    import: ``fractions`` and ``decimal``, a few ms of every pull process's start."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 class Throttle:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,10 +18,18 @@ from processors.storage.throttle import (
     Throttle,
     alone,
     concurrency,
+    median,
     stream_count,
 )
 
 MiB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "values", [[3.0], [2.0, 1.0], [1.4, 9.0, 1.3], [4.0, 1.0, 3.0, 2.0], [math.inf, 1.0, 2.0]]
+)
+def test_the_median_is_statistics(values: list[float]) -> None:
+    assert median(values) == statistics.median(values)
 
 
 @pytest.mark.parametrize(
