@@ -16,7 +16,6 @@ from pathlib import Path
 from processors import exits, progress, registry, repository
 from processors.base import READY_FILE_ENV, Ports, ProcessorError
 from processors.exits import fail
-from processors.model_cache import server
 
 
 def main(argv: list[str]) -> int:
@@ -34,6 +33,8 @@ def main(argv: list[str]) -> int:
                 parser.error("pull takes no processor params (nothing after --)")
             return _pull(args.uri, Path(args.dest), args.endpoint)
         if args.command == "model-cache":
+            from processors.model_cache import server  # an HTTP server: not for a pull's start
+
             server.serve(
                 args.dir,
                 max_bytes=args.max_bytes,

@@ -26,10 +26,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from processors.model_cache.store import ADDRESS, Refused, Store
+from processors.model_cache.wire import CRC_HEADER, ETAG_HEADER, TOKEN_ENV
 
-CRC_HEADER = "X-Openeas-Crc64"
-ETAG_HEADER = "X-Openeas-Etag"
-TOKEN_ENV = "OPENEAS_MODEL_CACHE_TOKEN"
 SWEEP_EVERY = 3600.0
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,6 @@ CPU, the pull fetches everything itself.
 from __future__ import annotations
 
 import os
-import pickle
 import select
 import signal
 import threading
@@ -69,7 +68,7 @@ class Helper:
                 for line in complete:
                     kind, _, rest = line.partition(b" ")
                     if kind == b"error":
-                        raise pickle.loads(bytes.fromhex(rest.decode()))
+                        raise _unpickled(bytes.fromhex(rest.decode()))
                     yield rest.decode()
         finally:
             code = self._collect(kill=not ended)
@@ -114,7 +113,16 @@ def start(work: Callable[[Report], None]) -> Helper:
 
 
 def _pickled(e: BaseException) -> bytes:
+    import pickle  # here, where a helper failed: a pull's process starts without it (ms)
+
     try:
         return pickle.dumps(e)
     except Exception:  # an exception holding something unpicklable: its words, at least
         return pickle.dumps(RuntimeError(f"{type(e).__name__}: {e}"))
+
+
+def _unpickled(data: bytes) -> BaseException:
+    import pickle  # as in _pickled
+
+    error: BaseException = pickle.loads(data)
+    return error

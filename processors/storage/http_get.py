@@ -1,12 +1,14 @@
-"""A lean HTTP/1.1 client for the pull's object GETs, kept-alive connections per origin.
+"""A lean HTTP/1.1 client for the pull's GETs, kept-alive connections per origin.
 
-:class:`processors.storage.oss._Transport` sends through :meth:`Connections.get` the object
-GETs ``oss2`` built and signed (no query, no body, no proxy); the listing and everything
-else still go through ``requests``. Through ``requests``, ``urllib3`` and ``http.client`` a
-small object's GET costs ~0.6 ms of CPU in Python layers (URL parsing and re-quoting,
-header merging and validation, ``email``'s header parser, pool bookkeeping), ten times the
-signing: here the request is one write and the answer is parsed by hand, and a big body
-can be read into the caller's buffer (:meth:`Response.readinto`).
+:class:`processors.storage.oss._Transport` sends through :meth:`Connections.get` the GETs
+``oss2`` built and signed (objects and listings: no body, no proxy; the query encoded by
+:func:`with_query` as ``requests`` would); anything else still goes through ``requests``.
+Through ``requests``, ``urllib3`` and ``http.client`` a small object's GET costs ~0.6 ms of
+CPU in Python layers (URL parsing and re-quoting, header merging and validation, ``email``'s
+header parser, pool bookkeeping), ten times the signing, and a pull's first request there
+~2 ms more (its pool, a connection the object GETs could not reuse): here the request is
+one write and the answer is parsed by hand, and a big body can be read into the caller's
+buffer (:meth:`Response.readinto`).
 
 It reads what HTTP/1.1 allows a server to send: a ``Content-Length`` body, a chunked one,
 or one ending with the connection; obsolete folded header lines; repeated headers (joined
@@ -26,7 +28,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 if TYPE_CHECKING:  # ssl is imported where an https connection is made
     import ssl
@@ -85,6 +87,16 @@ class Connections:
         if self._context is None:
             self._context = _default_context()
         return self._context
+
+
+def with_query(url: str, params: Mapping[str, str | None]) -> str:
+    """``url`` with ``params`` added to its query as ``requests`` adds them: form-encoded
+    (a space as ``+``, every other byte but letters, digits and ``_.-~`` as ``%XX``), in
+    their order, a ``None`` value left out, an empty one kept (``acl=``)."""
+    query = urlencode([(name, value) for name, value in params.items() if value is not None])
+    if not query:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}{query}"
 
 
 def _default_context() -> ssl.SSLContext:

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from processors.model_cache.server import CRC_HEADER, ETAG_HEADER, TOKEN_ENV
 from processors.model_cache.store import address
+from processors.model_cache.wire import CRC_HEADER, ETAG_HEADER, TOKEN_ENV
 from processors.storage.crc64 import Crc64
 from processors.storage.plan import RemoteFile
 

@@ -16,6 +16,7 @@ which switches signing to V4 (OSS4-HMAC-SHA256; V1 otherwise).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -28,7 +29,7 @@ from processors.storage.errors import (
     StorageError,
     TemporaryStorageError,
 )
-from processors.storage.http_get import Connections
+from processors.storage.http_get import Connections, with_query
 from processors.storage.uri import OssLocation
 
 ENV_KEY_ID = "OSS_ACCESS_KEY_ID"
@@ -157,38 +158,47 @@ class OssBucket:
 class _Transport:
     """What ``oss2.Bucket`` sends its signed requests through (its ``session``).
 
-    An object's GET (no query, no body) goes through
+    A GET (an object's, a listing: no body) goes through
     :class:`~processors.storage.http_get.Connections`, a lean keep-alive client (a small
     object's GET in a third of the CPU), unless a proxy applies to the endpoint. The rest
-    goes through one pooled ``requests.Session``, given each request prepared:
-    ``oss2.Session.do_request`` calls ``requests.Session.request``, which per call merges the
-    session's headers, params, hooks and cookies into the request and formats a debug line
-    of all headers, for settings a pull never makes. Either way the request is the one
-    ``oss2`` built and signed, and answered as ``oss2`` expects.
+    goes through one pooled ``requests.Session`` (:attr:`session`), given each request
+    prepared: ``oss2.Session.do_request`` calls ``requests.Session.request``, which per call
+    merges the session's headers, params, hooks and cookies into the request and formats a
+    debug line of all headers, for settings a pull never makes. Either way the request is
+    the one ``oss2`` built and signed, and answered as ``oss2`` expects.
     """
 
     def __init__(self, oss2: Any, pool_size: int, endpoint: str) -> None:
         import requests
-        import requests.adapters
         import requests.utils
 
         self._oss2 = oss2
         self._requests = requests  # imported once here, not per request
-        self.session = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=pool_size)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
+        self._pool_size = pool_size
         # requests reads the proxy variables (scanning the whole environment) and ~/.netrc
         # per request: resolve the proxy for this endpoint once, as it would (HTTPS_PROXY,
         # NO_PROXY...). OSS requests are signed, so a .netrc login is never wanted.
-        self.session.proxies = requests.utils.get_environ_proxies(endpoint)
-        self.session.trust_env = False
-        self.gets = None if self.session.proxies else Connections(pool_size)
+        self._proxies = requests.utils.get_environ_proxies(endpoint)
+        self.gets = None if self._proxies else Connections(pool_size)
+
+    @functools.cached_property
+    def session(self) -> Any:
+        """The ``requests.Session``, made when first needed: without a proxy a pull sends
+        only GETs, all through :attr:`gets`."""
+        import requests.adapters
+
+        session = self._requests.Session()
+        adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=self._pool_size)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        session.proxies = self._proxies
+        session.trust_env = False
+        return session
 
     def do_request(self, req: Any, timeout: Any) -> Any:
-        if self.gets is not None and req.method == "GET" and not req.params and not req.data:
+        if self.gets is not None and req.method == "GET" and not req.data:
             try:
-                return self.gets.get(req.url, req.headers, timeout)
+                return self.gets.get(with_query(req.url, req.params), req.headers, timeout)
             except OSError as e:
                 raise self._oss2.exceptions.RequestError(e) from e
         requests = self._requests

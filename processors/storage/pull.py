@@ -25,7 +25,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,7 @@ import processors.storage.helper as helper
 from processors.progress import Meter, Sink
 from processors.storage.check import check
 from processors.storage.crc64 import Crc64, checksum
+from processors.storage.crew import Crew, Task
 from processors.storage.errors import PermanentStorageError, TemporaryStorageError
 from processors.storage.manifest import Entry, Manifest
 from processors.storage.node_cache import NodeCache
@@ -201,7 +202,7 @@ def _pull_oss(
         if not p.pending:  # empty, or every part kept from an interrupted pull
             p.prepare()
             finish(p)
-    streams = _Streams(bucket, partials, workers, meter, finish)
+    streams = functools.partial(_Streams, bucket, partials, workers, meter, finish)
     _fetch(bucket, tree, streams, whole, workers, made, fetched)
     if node_cache is not None:
         offered = [(p.file, p.data, crcs[p.file.path]) for p in partials]
@@ -216,7 +217,7 @@ def _pull_oss(
 def _fetch(
     bucket: OssBucket,
     tree: Path,
-    streams: _Streams,
+    streams: Callable[[Crew], _Streams],
     whole: list[RemoteFile],
     workers: int,
     made: set[Path],
@@ -224,7 +225,6 @@ def _fetch(
 ) -> None:
     """Fetch the pending parts (biggest files first, so that their parts are not the tail)
     and the small files: half of these in a helper process when :func:`helper.wanted`."""
-    tasks: list[Callable[[threading.Event], None]] = [streams.task] * streams.workers
     mine = sorted(whole, key=lambda f: -f.size)
     limit = workers  # small-file GETs in flight in this process, at most
     other: helper.Helper | None = None
@@ -235,13 +235,17 @@ def _fetch(
         other = helper.start(
             lambda report: _fetch_wholes(bucket.copy(share), theirs, tree, share, report)
         )
-        tasks.append(functools.partial(_read_helper, other, theirs, fetched))
         limit -= share
+    # Threads besides this one; one more when a helper runs: the one reading its reports.
+    crew = Crew(workers - 1 + (other is not None))
     try:
-        wholes = _Wholes(bucket, tree, mine, limit, made, fetched)
-        tasks += [wholes.task] * min(limit, len(mine))
-        # One more thread when a helper runs: the one reading its reports.
-        _run(tasks, workers + (other is not None))
+        tasks: list[Task] = []
+        if other is not None:
+            tasks.append(functools.partial(_read_helper, other, theirs, fetched))
+        # A worker of each kind to begin with: their throttles start the others.
+        for work in (streams(crew), _Wholes(bucket, tree, mine, limit, made, fetched, crew)):
+            tasks += [work.task] * min(1, work.workers)
+        crew.run(tasks)
     finally:
         if other is not None:
             other.close()
@@ -288,8 +292,10 @@ class _Stopped(Exception):
 class _Streams:
     """The big files' pending parts, fetched by ranged streams that each read run after run
     of parts (:class:`~processors.storage.runs.Claims`): the first alone, then as many as
-    its reads call for (:func:`~processors.storage.throttle.stream_count`). :meth:`task` is one
-    worker's; a file whose last part is in is finished at once (and the meter counts it)."""
+    its reads call for (:func:`~processors.storage.throttle.stream_count`), each a thread of
+    ``crew`` running :meth:`task` (the throttle starts all but the first, up to
+    :attr:`workers`); a file whose last part is in is finished at once (and the meter
+    counts it)."""
 
     def __init__(
         self,
@@ -298,6 +304,7 @@ class _Streams:
         workers: int,
         meter: Meter,
         finish: Callable[[Partial], None],
+        crew: Crew,
     ) -> None:
         self._bucket = bucket
         # Biggest first: Claims starts the first stream on the first of the largest runs.
@@ -307,7 +314,13 @@ class _Streams:
         )
         self._left = [len(p.pending) for p in self._partials]
         self.workers = min(workers, sum(self._left))
-        self._throttle = Throttle(workers, stream_count, probes=1, warm_up=0)
+        self._throttle = Throttle(
+            self.workers,
+            stream_count,
+            probes=1,
+            warm_up=0,
+            widened=functools.partial(crew.start, self.task),
+        )
         self._lock = threading.Lock()
         self._meter = meter
         self._finish = finish
@@ -397,9 +410,10 @@ class _Streams:
 
 
 class _Wholes:
-    """Small files to fetch into ``tree`` (:func:`_fetch_whole`): :meth:`task` is one
-    worker's, taking file after file while a
-    :class:`~processors.storage.throttle.Throttle` lets it; ``fetched`` hears each one."""
+    """Small files to fetch into ``tree`` (:func:`_fetch_whole`) by up to :attr:`workers`
+    threads of ``crew``, each taking file after file (:meth:`task`) while a
+    :class:`~processors.storage.throttle.Throttle` lets it (and starting all but the first
+    as it widens); ``fetched`` hears each one."""
 
     def __init__(
         self,
@@ -409,11 +423,13 @@ class _Wholes:
         workers: int,
         made: set[Path],
         fetched: Callable[[RemoteFile, int, int], None],
+        crew: Crew,
     ) -> None:
         self._bucket = bucket
         self._tree = tree
         self._files = iter(files)  # next() is atomic: each file goes to one worker
-        self._throttle = Throttle(workers)
+        self.workers = min(workers, len(files))
+        self._throttle = Throttle(self.workers, widened=functools.partial(crew.start, self.task))
         self._made = made
         self._fetched = fetched
 
@@ -433,6 +449,7 @@ def _fetch_wholes(
 ) -> None:
     """In the helper process: fetch ``files``, reporting each by its index in ``files``."""
     index = {id(f): i for i, f in enumerate(files)}
+    crew = Crew(workers - 1)
     wholes = _Wholes(
         bucket,
         tree,
@@ -440,8 +457,9 @@ def _fetch_wholes(
         workers,
         set(),
         lambda f, crc, mtime: report(f"{index[id(f)]} {crc} {mtime}"),
+        crew,
     )
-    _run([wholes.task] * min(workers, len(files)), workers)
+    crew.run([wholes.task] * min(1, wholes.workers))
 
 
 def _read_helper(
@@ -454,25 +472,6 @@ def _read_helper(
     for line in other.lines(stop):
         i, crc, mtime_ns = map(int, line.split())
         fetched(files[i], crc, mtime_ns)
-
-
-def _run(tasks: list[Callable[[threading.Event], None]], workers: int) -> None:
-    """Run the fetches on up to ``workers`` threads; the first failure stops the rest."""
-    stop = threading.Event()
-    with ThreadPoolExecutor(max(1, min(workers, len(tasks))), "oss-pull") as pool:
-        futures = [pool.submit(task, stop) for task in tasks]
-        try:
-            wait(futures, return_when=FIRST_EXCEPTION)
-        finally:
-            # All done, or one failed (or we were interrupted): the rest need not go on, and
-            # running parts stop at their next chunk instead of finishing.
-            stop.set()
-            for future in futures:
-                future.cancel()
-    errors = [e for f in futures if not f.cancelled() and (e := f.exception()) is not None]
-    if errors:
-        # Report what the user must fix before what a retry might fix.
-        raise next((e for e in errors if isinstance(e, PermanentStorageError)), errors[0])
 
 
 def _fetch_whole(

@@ -19,7 +19,6 @@ state says how many follow (:func:`stream_count`).
 from __future__ import annotations
 
 import math
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +35,7 @@ def concurrency(ratios: list[float], limit: int) -> int:
     works, the others wait out the rest of its wall time, so the median ratio of them keep
     one thread's worth of CPU busy. Twice that, since the probes ran alone: in company each
     GET also waits its turn for the lock, and OSS's latency varies. 1 to ``limit``."""
-    return max(1, math.ceil(min(limit, 2 * statistics.median(ratios))))
+    return max(1, math.ceil(min(limit, 2 * median(ratios))))
 
 
 def stream_count(ratios: list[float], limit: int) -> int:
@@ -45,16 +44,25 @@ def stream_count(ratios: list[float], limit: int) -> int:
     it, so a stream that works more than it waits stays alone (on a loopback one waits
     for the server's CPU about a third of its time: a second would take that CPU away).
     1 to ``limit``."""
-    ratio = statistics.median(ratios)
+    ratio = median(ratios)
     return limit if math.isinf(ratio) else max(1, min(limit, math.floor(ratio)))
+
+
+def median(values: list[float]) -> float:
+    """As ``statistics.median`` (the mean of the middle two of an even count), without its
+    import: ``fractions`` and ``decimal``, a few ms of every pull process's start."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 class Throttle:
     """Turns for the workers: each holds one while it takes file after file, or run after
     run (so a file ends without handing a turn to another thread). Until ``probes`` are
     timed (:meth:`timed` around a GET, or :meth:`probed`), after the first ``warm_up``,
-    one turn; then as many as ``decide`` says, up to ``limit``. After :meth:`close` (no
-    work left to start), the workers still waiting leave without one."""
+    one turn; then as many as ``decide`` says, up to ``limit``, and ``widened`` hears how
+    many more that is (to start workers for them, rather than keep them waiting). After
+    :meth:`close` (no work left to start), the workers still waiting leave without one."""
 
     def __init__(
         self,
@@ -62,11 +70,13 @@ class Throttle:
         decide: Decide = concurrency,
         probes: int = PROBES,
         warm_up: int = WARM_UP,
+        widened: Callable[[int], None] | None = None,
     ) -> None:
         self._limit = limit
         self._decide = decide
         self._probes = probes
         self._warm_up = warm_up
+        self._widened = widened
         self._allowed = 1
         self._running = 0
         self._seen = 0  # probes reported, the warm-up's among them
@@ -124,11 +134,15 @@ class Throttle:
             if self._seen <= self._warm_up or not self.probing:
                 return
             self._ratios.append(wall / cpu if cpu > 0 else math.inf)
-            if not self.probing:
-                before, self._allowed = self._allowed, self._decide(self._ratios, self._limit)
-                # Wake only as many waiters as may now run: a woken thread that must wait
-                # again costs two context switches and a turn of the lock for nothing.
-                self._turn.notify(self._allowed - before)
+            if self.probing:
+                return
+            before, self._allowed = self._allowed, self._decide(self._ratios, self._limit)
+            # Wake only as many waiters as may now run: a woken thread that must wait
+            # again costs two context switches and a turn of the lock for nothing.
+            self._turn.notify(self._allowed - before)
+            more = 0 if self._closed else self._allowed - before
+        if more > 0 and self._widened is not None:
+            self._widened(more)
 
 
 PROBE_BYTES = 4 << 20  # a stream's reads timed for a decision: a few chunks

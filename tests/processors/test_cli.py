@@ -82,6 +82,15 @@ def test_commands_are_lazy_module_function_strings() -> None:
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
+def test_a_pull_process_starts_without_what_it_does_not_use() -> None:
+    """Not the model cache's HTTP server, nor pickle (a failed helper's) nor statistics'
+    fractions and decimal: milliseconds of every pull's start."""
+    unused = ["http.server", "socketserver", "pickle", "fractions", "decimal"]
+    check = f"import sys, processors.cli; print([m for m in {unused!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
 def test_pull_copies_a_local_repository(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dest = tmp_path / "models"
     assert openeas_cli.main(["processor", "pull", str(EXAMPLE_MODELS), str(dest)]) == 0

@@ -54,3 +54,14 @@ def test_combine_of_parts_is_the_whole(split: int, size: int) -> None:
     data = random.Random(split).randbytes(size)
     a, b = data[:split], data[split:]
     assert combine(crc(a), crc(b), len(b)) == crc(data)
+
+
+def test_combining_parts_of_one_size_in_turn_is_the_whole() -> None:
+    """As a file's parts are checked: the same length again and again, then a shorter one."""
+    data = random.Random(5).randbytes(4 * 1000 + 7)
+    parts = [data[i : i + 1000] for i in range(0, len(data), 1000)]
+    for _ in range(2):  # the second time with every length's shift already known
+        whole = 0
+        for part in parts:
+            whole = combine(whole, crc(part), len(part))
+        assert whole == crc(data)

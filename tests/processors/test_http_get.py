@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from processors.storage import PermanentStorageError, TemporaryStorageError
-from processors.storage.http_get import Connections, IncompleteBody, ProtocolError
-from processors.storage.oss import OssBucket
+from processors.storage.http_get import Connections, IncompleteBody, ProtocolError, with_query
+from processors.storage.oss import OssBucket, RemoteObject
 from processors.storage.uri import OssLocation
 from testing.oss_server import OssServer
 from tests.fixtures_oss import BUCKET, oss_bucket
@@ -215,6 +216,22 @@ def test_https_checks_the_certificate_and_keeps_the_connection(
         Connections(1).get(f"{server.url}/k", {}, 5)
 
 
+@pytest.mark.parametrize(
+    ("url", "params"),
+    [
+        ("http://h/b/", {"list-type": "2", "prefix": "models/", "continuation-token": ""}),
+        ("http://h/b/", {"prefix": "a b+c/é~_.-%&=?#", "delimiter": None, "acl": ""}),
+        ("http://h/b/k?x=1", {"y": "2"}),
+        ("http://h/b/k", {"gone": None}),
+        ("http://h/b/k", {}),
+    ],
+)
+def test_a_query_is_encoded_as_requests_encodes_it(url: str, params: dict[str, str | None]) -> None:
+    prepared = requests.PreparedRequest()
+    prepared.prepare_url(url, params)
+    assert with_query(url, params) == prepared.url
+
+
 def test_a_header_that_would_split_the_request_is_refused() -> None:
     with pytest.raises(ProtocolError, match="cannot be sent"):
         Connections(1).get("http://127.0.0.1:9/k", {"If-Match": '"e"\r\nX-Evil: 1'}, 5)
@@ -244,6 +261,22 @@ def test_object_gets_take_the_lean_path_and_keep_one_connection(
     assert [c.status for c in oss_server.calls] == [206, 206, 206]
     gets = bucket._bucket.session.gets
     assert gets is not None and sum(map(len, gets._idle.values())) == 1
+
+
+def test_a_listing_takes_the_lean_path_and_leaves_its_connection_to_the_gets(
+    oss_server: OssServer, bucket: OssBucket
+) -> None:
+    """A pull's first request is its listing: the object GETs after it reuse its connection."""
+    key = f"listed {uuid.uuid4().hex[:6]}/é+k"  # a prefix that must be encoded in the query
+    etag = stored(oss_server, key, b"abc")
+    listing = OssBucket(OssLocation(BUCKET, key.split("/")[0] + "/"), endpoint=bucket.endpoint)
+    assert listing.list_page("")[0] == [RemoteObject(key, 3, etag)]
+    gets = listing._bucket.session.gets
+    assert gets is not None and sum(map(len, gets._idle.values())) == 1
+    with listing.open_range(key, 0, 2, etag) as body:
+        assert body.read(3) == b"abc"
+    assert sum(map(len, gets._idle.values())) == 1
+    assert "session" not in vars(listing._bucket.session)  # requests' never made
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from processors.storage import (
 )
 from processors.storage import oss as oss_module
 from processors.storage.check import check
+from processors.storage.crew import Crew, Task
 from processors.storage.manifest import NAME as MANIFEST
 from processors.storage.oss import RemoteObject
 from processors.storage.plan import (
@@ -180,13 +181,19 @@ def test_a_locally_edited_file_is_fetched_again(
 
 
 def pull_big(
-    oss_server: OssServer, size: int, dest: Path, **kw: Any
+    oss_server: OssServer,
+    size: int,
+    dest: Path,
+    faults: Callable[[str], None] = lambda key: None,
+    **kw: Any,
 ) -> tuple[bytes, str, PullReport]:
-    """Pull a repository of one ``size``-byte file into ``dest``, counting from zero: its
-    bytes, its key and the pull's report (after checking the copy is exact)."""
+    """Pull a repository of one ``size``-byte file into ``dest``, counting from zero (the
+    stand-in's ``faults`` for its key set then): its bytes, its key and the pull's report
+    (after checking the copy is exact)."""
     key = f"big-{uuid.uuid4().hex[:6]}/m/1/model.bin"
     data = put_random(oss_server, key, size)
     oss_server.reset()
+    faults(key)
     report = pull(f"oss://{BUCKET}/{key.rsplit('/', 3)[0]}", dest, **kw)
     assert (dest / "m/1/model.bin").read_bytes() == data
     return data, key, report
@@ -198,6 +205,20 @@ def streams(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     monkeypatch.setattr(pull_module, "stream_count", lambda ratios, limit: min(n, limit))
 
 
+def threads_started(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """What the pull starts on threads of their own, counted as started (its first task
+    runs on the caller's thread)."""
+    started: list[int] = []
+    start = Crew.start
+
+    def spy(crew: Crew, task: Task, count: int = 1) -> None:
+        started.append(count)
+        start(crew, task, count)
+
+    monkeypatch.setattr(Crew, "start", spy)
+    return started
+
+
 def starts(server: OssServer) -> list[int]:
     """Where the ranged GETs began, in order."""
     return [int((c.range or "bytes=0-").split("=")[1].split("-")[0]) for c in gets(server)]
@@ -206,11 +227,14 @@ def starts(server: OssServer) -> list[int]:
 def test_one_stream_reads_a_big_file_in_one_get_part_by_part(
     oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A stream alone (its reads kept its CPU busy) goes on from part to part in one GET."""
+    """A stream alone (its reads kept its CPU busy) goes on from part to part in one GET,
+    on the caller's thread: the pull starts none."""
     streams(monkeypatch, 1)
+    started = threads_started(monkeypatch)
     data, key, report = pull_big(oss_server, 5 * MiB + 123, tmp_path / "r", part_size=MiB)
     assert [(c.range, c.status) for c in gets(oss_server)] == [(f"bytes=0-{len(data) - 1}", 206)]
     assert report.bytes_downloaded == len(data) == oss_server.bytes_served(key)
+    assert started == []
 
 
 def test_a_stream_that_waits_on_the_network_gets_company(
@@ -857,10 +881,16 @@ def test_a_big_file_is_split_among_the_workers(
 ) -> None:
     """Without a part size, a big file's parts are its share of the workers."""
     streams(monkeypatch, 2)
-    pull_big(oss_server, 2 * SMALLEST_PART + 123, tmp_path / "r", workers=2)
+    started = threads_started(monkeypatch)
+
+    def paced(key: str) -> None:  # the first stream (~1 s a half): the second surely starts
+        oss_server.slow_next(1, rate=8e6, match=lambda c: c.key == key)
+
+    pull_big(oss_server, 2 * SMALLEST_PART + 123, tmp_path / "r", paced, workers=2)
     # Two halves, not three parts of the smallest size; the second stream starts at the
-    # second half long before the first one's reads get there.
+    # second half long before the first one's reads get there, on the one thread started.
     assert starts(oss_server) == [0, SMALLEST_PART + 62]
+    assert started == [1]
 
 
 def test_manifest_records_what_was_pulled(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,10 +18,18 @@ from processors.storage.throttle import (
     Throttle,
     alone,
     concurrency,
+    median,
     stream_count,
 )
 
 MiB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "values", [[3.0], [2.0, 1.0], [1.4, 9.0, 1.3], [4.0, 1.0, 3.0, 2.0], [math.inf, 1.0, 2.0]]
+)
+def test_the_median_is_statistics(values: list[float]) -> None:
+    assert median(values) == statistics.median(values)
 
 
 @pytest.mark.parametrize(
@@ -110,6 +119,21 @@ def test_a_stream_probe_counts_the_first_byte_waits_of_the_gets_left() -> None:
     probe.read(1)
     probe.read(PROBE_BYTES)  # reading at once: the reads alone would say one stream
     assert throttle.allowed == 8
+
+
+def test_a_throttle_that_widens_says_how_many_more_turns_it_opened() -> None:
+    """So that the workers for them start then, not up front to wait for turns."""
+    opened: list[int] = []
+    wide = Throttle(8, stream_count, probes=1, warm_up=0, widened=opened.append)
+    wide.probed(0.03, 0.01)  # waited twice as long as it worked: three streams
+    assert (wide.allowed, opened) == (3, [2])
+    narrow = Throttle(8, stream_count, probes=1, warm_up=0, widened=opened.append)
+    narrow.probed(0.01, 0.01)
+    assert (narrow.allowed, opened) == (1, [2])  # no more turns: nothing to hear
+    done = Throttle(8, stream_count, probes=1, warm_up=0, widened=opened.append)
+    done.close()  # every part taken before the probe decided
+    done.probed(0.03, 0.01)
+    assert opened == [2]
 
 
 def run(throttle: Throttle, blocks: int, work: float, busy: bool) -> int:

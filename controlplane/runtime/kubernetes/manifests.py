@@ -29,7 +29,7 @@ from controlplane.runtime.kubernetes.settings import (
 )
 from processors import registry
 from processors.base import READY_FILE_ENV, Ports, ProcessorError, Pull, ReplicaPlan
-from processors.model_cache.server import TOKEN_ENV as NODE_CACHE_TOKEN_ENV
+from processors.model_cache.wire import TOKEN_ENV as NODE_CACHE_TOKEN_ENV
 from processors.storage.node_cache import ENV_URL as NODE_CACHE_ENV
 
 Manifest = dict[str, Any]
