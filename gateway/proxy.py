@@ -34,7 +34,7 @@ from gateway.mirror import Copy, Mirrors, RecordingExchange
 from gateway.paths import Target
 from gateway.problems import Problem, unauthorized, write_problem
 from gateway.route_table import Asleep, GroupEntry, RouteState, ServiceRoute
-from gateway.server import BodyTooLarge, ClientGone, Request
+from gateway.server import BodyTooLarge, Chunk, ClientGone, Request
 from gateway.settings import GatewaySettings
 from gateway.upstream import (
     Exchange,
@@ -58,7 +58,7 @@ async def relay(
     request: Request,
     conn: UpstreamConnection,
     head: bytes,
-    body: bytes | None,
+    body: Chunk | None,
     *,
     stream_body: bool,
     timeout_s: float | None,
@@ -310,7 +310,7 @@ class PredictProxy:
         started: float,
     ) -> None:
         stream = not request.body.complete  # the rest of the body is still to come
-        body = request.body.take() if request.has_body and not stream else None
+        body = request.body.take() if request.has_body else None  # sent with the head
         # The body has the head's length, so the upstream head follows from the head, the
         # connection and the replica: made once while a client repeats its head.
         memo = request.head.memo
@@ -502,7 +502,7 @@ class FallbackProxy:
 
     async def handle(self, request: Request) -> None:
         length = request.content_length
-        body: bytes | None = None
+        body: Chunk | None = None
         stream = False
         try:
             if request.has_body:

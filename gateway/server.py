@@ -46,6 +46,10 @@ from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
 log = logging.getLogger(__name__)
 
 BUFFER_HIGH = 256 * 1024  # body bytes held before the client is paused (at least)
+# The body bytes of a read past its head are passed on as a view, not copied, from this size.
+VIEW_BODY_BYTES = 65_536
+# Request-body bytes as read: a memoryview for the rest of a large read past its head.
+Chunk = bytes | memoryview
 MAX_HEAD_BYTES = 64 * 1024  # request line + header fields (431 past it)
 MAX_HEADER_FIELDS = 100  # Apache's LimitRequestFields: past it 431 (replicas refuse more)
 DISCARD_MAX = 4 * 1024 * 1024  # unread body drained to keep a connection; past it, close
@@ -63,7 +67,7 @@ class Producer(TypingProtocol):
 class BodySink(TypingProtocol):
     """Where :meth:`Body.pipe_to` sends request-body bytes (an upstream connection)."""
 
-    def write_body(self, data: bytes) -> None: ...
+    def write_body(self, data: Chunk) -> None: ...
 
 
 class BodyTooLarge(Exception):
@@ -92,7 +96,7 @@ class Body:
 
     def __init__(self, conn: HttpConnection) -> None:
         self._conn = conn
-        self._chunks: list[bytes] = []
+        self._chunks: list[Chunk] = []
         self._sink: BodySink | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._discard = False
@@ -104,7 +108,7 @@ class Body:
 
     # -- fed by the connection ----------------------------------------------------------
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: Chunk) -> None:
         self.received += len(data)
         if self._sink is not None:
             self._sink.write_body(data)
@@ -134,8 +138,8 @@ class Body:
 
     # -- used by the handler ------------------------------------------------------------
 
-    def take(self) -> bytes:
-        """The whole body of a complete message (what small-body dispatch relies on)."""
+    def take(self) -> Chunk:
+        """What is buffered (the whole body once the message is complete)."""
         chunks = self._chunks
         self._chunks = []
         self.buffered = 0
@@ -160,7 +164,8 @@ class Body:
             self._waiter = None
         if self.buffered > limit:
             raise BodyTooLarge()
-        return self.take()
+        body = self.take()
+        return body if isinstance(body, bytes) else bytes(body)  # kept (mirrors): a copy
 
     def pipe_to(self, sink: BodySink) -> None:
         """Send what is buffered and everything still to come to ``sink``."""
@@ -448,17 +453,18 @@ class HttpConnection(ReadPausable):
         parser stays between messages; the rest of the body skips it (``_body_left``)."""
         req = Request(self, head)
         end = len(head.raw)
+        body = data[end:] if len(data) - end < VIEW_BODY_BYTES else memoryview(data)[end:]
         if len(data) == end + (req.content_length or 0):
             # The whole message: complete at once, the connection still between messages.
             if req.has_body:
-                req.body.feed(data[end:])
+                req.body.feed(body)
             req.body.complete = True
             self._enqueue(req)
             return
         self._in_head = self._expect_head = False
         self._headed(req)
-        if len(data) > end:
-            self.on_body(data[end:])
+        if body:
+            self.on_body(body)
         left = (req.content_length or 0) - req.body.received
         if left:
             self._line = None  # inside a message
@@ -572,7 +578,7 @@ class HttpConnection(ReadPausable):
         if self._parsing_dispatched:
             self._enqueue(req)
 
-    def on_body(self, body: bytes) -> None:
+    def on_body(self, body: Chunk) -> None:
         req = self._parsing
         self.body_at = self.loop.time()
         if req is not None:
@@ -703,6 +709,11 @@ class HttpConnection(ReadPausable):
         if not self.closed and self.transport is not None:
             self.responding = True
             self.transport.write(data)
+
+    def writelines(self, parts: list[bytes]) -> None:
+        if not self.closed and self.transport is not None:
+            self.responding = True
+            self.transport.writelines(parts)  # one system call, nothing joined
 
     def write_response(
         self, status: int, headers: list[tuple[bytes, bytes]], body: bytes = b""

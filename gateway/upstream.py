@@ -27,7 +27,7 @@ import httptools
 
 from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_fields
 from gateway.http1 import CRLF, ReadPausable, status_line
-from gateway.server import Request
+from gateway.server import VIEW_BODY_BYTES, Chunk, Request
 
 _NO_BODY_STATUS = frozenset({204, 304})
 TICK_S = 0.05  # resolution of upstream timeouts
@@ -249,11 +249,15 @@ class UpstreamConnection(ReadPausable):
 
     # -- used by the exchange -------------------------------------------------------------
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: Chunk) -> None:
         if self.transport is not None and not self.closed:
             self.transport.write(data)
 
-    def write_body(self, data: bytes) -> None:
+    def writelines(self, parts: tuple[Chunk, ...]) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.writelines(parts)  # one system call, nothing joined
+
+    def write_body(self, data: Chunk) -> None:
         self.write(data)
 
     def close(self) -> None:
@@ -459,15 +463,14 @@ class Exchange:
         upstream.exchange = self
         request.on_abort(self.abort)
 
-    def send(self, head: bytes, body: bytes | None) -> None:
-        """Write the request head and (buffered) body; start the answer timeout."""
-        if body is None:
+    def send(self, head: bytes, body: Chunk | None) -> None:
+        """Write the request head and the body buffered so far; start the answer timeout."""
+        if not body:
             self.upstream.write(head)
         elif len(body) < 65536:
             self.upstream.write(head + body)
         else:
-            self.upstream.write(head)
-            self.upstream.write(body)
+            self.upstream.writelines((head, body))
         if self._timeout_s is not None:
             self.deadline = self.loop.time() + self._timeout_s
             self.upstream.pool.watch(self)
@@ -517,7 +520,12 @@ class Exchange:
             return
         out = self._out
         if out:
-            self.client.write(out[0] if len(out) == 1 else b"".join(out))
+            if len(out) == 1:
+                self.client.write(out[0])
+            elif len(out[-1]) < VIEW_BODY_BYTES:
+                self.client.write(b"".join(out))  # cheaper than a vectored write when small
+            else:
+                self.client.writelines(out)
             self._out = []
         if self.complete:
             self._end()

@@ -12,6 +12,7 @@ import hashlib
 import http.client
 import os
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -217,6 +218,33 @@ def test_pipelined_and_split_messages_still_parse(
     # Each answer's head came alone: after the first, recognised, its body passed after it.
     assert parses["response"] == 1
     assert parses["request"] <= 4  # the first, the three in one read; the split one not
+
+
+def test_large_bodies_behind_a_repeated_head_pass_whole(
+    make_gateway: GatewayFactory, replicas: list[Replica], parses: dict[str, int]
+) -> None:
+    """Past a read's head, a large body part is passed on as a view of the read, not a
+    copy: whole in one read, or the start of a body still coming."""
+    replica = replicas[0]
+    gw = make_gateway(table(route([replica.url])))
+    size = 100_000
+    bodies = [os.urandom(size) for _ in range(4)]
+    head = (
+        f"POST {P} HTTP/1.1\r\nHost: x\r\nAuthorization: {TOKEN}\r\nContent-Length: {size}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+        got = []
+        for i, body in enumerate(bodies):
+            if i < 2:
+                s.sendall(head + body)
+            else:
+                s.sendall(head + body[:70_000])
+                time.sleep(0.05)  # the call is on its way before the rest comes
+                s.sendall(body[70_000:])
+            got += read_answers(s, 1)
+    assert got == [hashlib.sha256(b).digest() for b in bodies]
+    assert replica.bodies == bodies
+    assert parses["request"] == 1  # the first head only
 
 
 def read_answers(s: socket.socket, n: int) -> list[bytes]:
