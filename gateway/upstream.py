@@ -467,8 +467,8 @@ class Exchange:
         """Write the request head and the body buffered so far; start the answer timeout."""
         if not body:
             self.upstream.write(head)
-        elif len(body) < 65536:
-            self.upstream.write(head + body)
+        elif len(body) < VIEW_BODY_BYTES:
+            self.upstream.write(head + body)  # cheaper than a vectored write when small
         else:
             self.upstream.writelines((head, body))
         if self._timeout_s is not None:
