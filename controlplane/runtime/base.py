@@ -15,6 +15,17 @@ from typing import Literal, Protocol, runtime_checkable
 from contract.progress import Progress
 
 ReplicaState = Literal["Pending", "Running", "CrashLoopBackOff", "Failed", "Terminating"]
+# Readiness probes failed in a row before a ready replica counts as not ready (Kubernetes's
+# failureThreshold, which the pods get too): a busy replica's one late answer is no verdict.
+READY_PROBE_FAILURES = 3
+
+
+def probed_state(state: ReplicaState, ready: bool, misses: int) -> ReplicaState:
+    """A live replica's state after a readiness probe; ``misses``: probes failed in a row,
+    this one included. Running stays Running until :data:`READY_PROBE_FAILURES` of them."""
+    if ready or (state == "Running" and misses < READY_PROBE_FAILURES):
+        return "Running"
+    return "Pending"
 
 
 class RuntimeError_(Exception):

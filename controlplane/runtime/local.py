@@ -32,6 +32,7 @@ from controlplane.runtime.base import (
     ReplicaState,
     ReplicaStatus,
     ReplicaSummary,
+    probed_state,
 )
 from controlplane.runtime.proc_cpu import CpuRates
 from processors import exits, progress, registry
@@ -341,6 +342,7 @@ class LocalRuntime:
                 timeout=aiohttp.ClientTimeout(total=2),
             )
         watch = _ProgressWatch(replica.progress_path)
+        misses = 0  # probes failed in a row
         while True:
             try:
                 async with self._http.get(url) as response:
@@ -349,16 +351,20 @@ class LocalRuntime:
                 ready = False
             if ready and gate is not None and not gate.exists():
                 ready = False
-            state: ReplicaState = "Running" if ready else "Pending"
+            misses = 0 if ready else misses + 1
+            state = probed_state(replica.state, ready, misses)
             if state != replica.state:
                 if gate is not None and ready:
                     watch.changed(replica, force=True)  # its last word: the warm-up's duration
                 replica.state = state
                 replica.reason = "" if ready else "NotReady"
                 self.notify(replica.service)
-            elif not ready and watch.changed(replica):
+            elif state == "Pending" and watch.changed(replica):
                 self.notify(replica.service)
-            await asyncio.sleep(self.ready_probe_interval if ready else self.probe_interval)
+            # A ready replica is probed at its own pace, misses too (as Kubernetes does).
+            await asyncio.sleep(
+                self.ready_probe_interval if state == "Running" else self.probe_interval
+            )
 
     async def _kill(self, replica: Replica) -> None:
         process = replica.process

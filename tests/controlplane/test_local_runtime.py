@@ -18,7 +18,12 @@ import pytest
 
 from contract.progress import Progress
 from controlplane.runtime import local as local_module
-from controlplane.runtime.base import DesiredReplicaSet, Resources
+from controlplane.runtime.base import (
+    DesiredReplicaSet,
+    ReplicaState,
+    Resources,
+    probed_state,
+)
 from controlplane.runtime.local import LocalRuntime
 from processors import progress, registry
 from processors.base import Ports, Processor, ReplicaPlan
@@ -343,3 +348,50 @@ async def test_ready_replicas_publish_metrics_and_cpu(runtime: LocalRuntime) -> 
         return len(cores) == 1 and 0.0 <= cores[0] < 2.0
 
     await until(measured)
+
+
+@pytest.mark.parametrize(
+    ("state", "ready", "misses", "after"),
+    [
+        ("Pending", True, 0, "Running"),
+        ("Pending", False, 1, "Pending"),
+        ("Running", True, 0, "Running"),
+        ("Running", False, 1, "Running"),  # one late answer from a busy replica
+        ("Running", False, 2, "Running"),
+        ("Running", False, 3, "Pending"),  # READY_PROBE_FAILURES in a row
+        ("Running", False, 9, "Pending"),
+    ],
+)
+def test_a_ready_replica_turns_pending_only_after_probes_fail_in_a_row(
+    state: ReplicaState, ready: bool, misses: int, after: ReplicaState
+) -> None:
+    assert probed_state(state, ready, misses) == after
+
+
+async def test_a_ready_replica_missing_a_probe_or_two_keeps_its_endpoint(
+    tmp_path: Path,
+) -> None:
+    """Under load a replica may answer a probe late; its endpoint (and so every request
+    routed to it) stays until probes fail READY_PROBE_FAILURES times in a row."""
+    rt = LocalRuntime(tmp_path, lambda _: None, probe_interval=0.05, ready_probe_interval=0.3)
+    flag = tmp_path / "ready"
+    flag.touch()
+    try:
+        await rt.apply(want(behaviour=f"until:{flag}"))
+        await until(states_are(rt, ["Running"]))
+        flag.unlink()  # not ready for 0.35 s: at most two probes of 0.3 s fall in it
+        deadline = time.monotonic() + 0.35
+        while time.monotonic() < deadline:
+            assert await states(rt) == ["Running"]
+            await asyncio.sleep(0.02)
+        flag.touch()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            assert await states(rt) == ["Running"]
+            await asyncio.sleep(0.05)
+        flag.unlink()  # gone for good: Pending after three probes
+        started = time.monotonic()
+        await until(states_are(rt, ["Pending"]))
+        assert time.monotonic() - started > 0.5
+    finally:
+        await rt.close()

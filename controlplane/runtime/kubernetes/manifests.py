@@ -20,7 +20,11 @@ import json
 import math
 from typing import Any
 
-from controlplane.runtime.base import DesiredReplicaSet, PermanentRuntimeError
+from controlplane.runtime.base import (
+    READY_PROBE_FAILURES,
+    DesiredReplicaSet,
+    PermanentRuntimeError,
+)
 from controlplane.runtime.kubernetes.settings import (
     SURGE,
     KubernetesSettings,
@@ -318,7 +322,7 @@ def _processor_container(
         ],
         "resources": resources,
         "startupProbe": startup,
-        "readinessProbe": _probe(plan.readiness_path, period=5, failures=3),
+        "readinessProbe": _probe(plan.readiness_path, period=5, failures=READY_PROBE_FAILURES),
         # A replica busy with long inferences may answer slowly; restart only when it is
         # clearly gone.
         "livenessProbe": _probe(plan.liveness_path, period=10, failures=6),
