@@ -6,9 +6,9 @@ sums the reports of every process and expires a silent one.
 Started by :class:`gateway.app.Gateway` when it holds a control-plane credential. A report
 carries only the services the proxy saw traffic for (:class:`gateway.limits.Activity`), plus
 once, with zeros, those that just went quiet; with no traffic nothing is sent, and the
-reporter does not wake until a request comes. Each busy
-service also carries what was answered since its last report (count, 5xx, latency
-histogram), the difference of the gateway's own metrics, for the console's charts.
+reporter does not wake until a request comes. Each busy service also carries what was
+answered since its last report (count, 5xx, latency histogram), the difference of the
+gateway's own metrics, for the console's charts.
 """
 
 from __future__ import annotations
@@ -87,9 +87,13 @@ class LoadReporter:
         load.errors = errors - last_errors
 
     async def _until_touched(self) -> None:
-        woken = asyncio.get_running_loop().create_future()
-        # Cleared below before the future can be cancelled or done: set it once.
-        self.activity.on_touch = lambda: woken.set_result(None)
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not woken.done():  # cancelled meanwhile (shutting down): not the request's fault
+                woken.set_result(None)
+
+        self.activity.on_touch = wake
         try:
             await woken
         finally:

@@ -4,6 +4,8 @@ go quiet, nothing when idle."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -159,3 +161,19 @@ def test_an_idle_reporter_sleeps_until_a_request_comes(lt: LoopThread, receiver:
         assert (reporter.wakes, len(receiver.reports)) == (woke, sent)
     finally:
         lt.call(task.cancel)
+
+
+def test_a_request_while_an_idle_reporter_stops_is_not_disturbed() -> None:
+    async def scenario() -> None:
+        activity = Activity()
+        reporter = LoadReporter("http://127.0.0.1:9", "routes-secret", activity, interval_s=0.05)
+        task = asyncio.create_task(reporter.run())
+        await asyncio.sleep(0.05)  # idle: it waits for traffic
+        task.cancel()  # shutting down; the request below comes before the task runs again
+        in_flight = InFlight()
+        assert in_flight.try_enter()
+        activity.touch(SERVICE, in_flight)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
