@@ -41,6 +41,7 @@ from gateway.grpc_rules import CallHead, Refusal, call_head, deadline_s
 from gateway.h2wire import Bytes
 from gateway.hpack_codec import BlockDecoder, Fields
 from gateway.route_table import Asleep, ServiceRoute
+from gateway.writes import write_parts
 
 STREAM_WINDOW = 4 * 1024 * 1024  # per stream, each way: a 1 MB tensor never waits on credit
 CONN_WINDOW = 1 << 30
@@ -261,12 +262,7 @@ class Conn(asyncio.Protocol, metaclass=ABCMeta):
     def flush(self) -> None:
         out, self._out = self._out, []
         if self.transport is not None and not self.closed and out:
-            if len(out) == 1:
-                self.transport.write(out[0])
-            elif sum(map(len, out)) < _PASS_ON:
-                self.transport.write(b"".join(out))  # cheaper than a vectored write when small
-            else:
-                self.transport.writelines(out)  # large payloads are not copied
+            write_parts(self.transport, out)
 
     def send(self, leg: Leg, kind: int, payload: Bytes, end: bool, credit: int = 0) -> None:
         """DATA (flow-controlled) or a header block on ``leg``, in order after what waits;

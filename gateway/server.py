@@ -42,6 +42,7 @@ from typing import Protocol as TypingProtocol
 import httptools
 
 from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
+from gateway.writes import write_parts
 
 log = logging.getLogger(__name__)
 
@@ -710,10 +711,10 @@ class HttpConnection(ReadPausable):
             self.responding = True
             self.transport.write(data)
 
-    def writelines(self, parts: list[bytes]) -> None:
+    def write_parts(self, parts: list[bytes]) -> None:
         if not self.closed and self.transport is not None:
             self.responding = True
-            self.transport.writelines(parts)  # one system call, nothing joined
+            write_parts(self.transport, parts)
 
     def write_response(
         self, status: int, headers: list[tuple[bytes, bytes]], body: bytes = b""

@@ -27,7 +27,8 @@ import httptools
 
 from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_fields
 from gateway.http1 import CRLF, ReadPausable, status_line
-from gateway.server import VIEW_BODY_BYTES, Chunk, Request
+from gateway.server import Chunk, Request
+from gateway.writes import write_parts
 
 _NO_BODY_STATUS = frozenset({204, 304})
 TICK_S = 0.05  # resolution of upstream timeouts
@@ -253,9 +254,9 @@ class UpstreamConnection(ReadPausable):
         if self.transport is not None and not self.closed:
             self.transport.write(data)
 
-    def writelines(self, parts: tuple[Chunk, ...]) -> None:
+    def write_parts(self, parts: tuple[bytes, Chunk]) -> None:
         if self.transport is not None and not self.closed:
-            self.transport.writelines(parts)  # one system call, nothing joined
+            write_parts(self.transport, parts)
 
     def write_body(self, data: Chunk) -> None:
         self.write(data)
@@ -465,12 +466,10 @@ class Exchange:
 
     def send(self, head: bytes, body: Chunk | None) -> None:
         """Write the request head and the body buffered so far; start the answer timeout."""
-        if not body:
-            self.upstream.write(head)
-        elif len(body) < VIEW_BODY_BYTES:
-            self.upstream.write(head + body)  # cheaper than a vectored write when small
+        if body:
+            self.upstream.write_parts((head, body))
         else:
-            self.upstream.writelines((head, body))
+            self.upstream.write(head)
         if self._timeout_s is not None:
             self.deadline = self.loop.time() + self._timeout_s
             self.upstream.pool.watch(self)
@@ -520,12 +519,7 @@ class Exchange:
             return
         out = self._out
         if out:
-            if len(out) == 1:
-                self.client.write(out[0])
-            elif len(out[-1]) < VIEW_BODY_BYTES:
-                self.client.write(b"".join(out))  # cheaper than a vectored write when small
-            else:
-                self.client.writelines(out)
+            self.client.write_parts(out)
             self._out = []
         if self.complete:
             self._end()
