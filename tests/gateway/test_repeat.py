@@ -202,9 +202,7 @@ def test_pipelined_and_split_messages_still_parse(
     a body split across reads, an answer whose body comes after its head."""
     gw = make_gateway(table(route([replicas[2].url])))  # the replica that splits answers
     bodies = [os.urandom(40) for _ in range(3)]
-    head = (
-        f"POST {P} HTTP/1.1\r\nHost: x\r\nAuthorization: {TOKEN}\r\nContent-Length: 40\r\n\r\n"
-    ).encode()
+    head = raw_head(40)
     with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
         s.sendall(head + bodies[0])  # kept as the connection's last head
         got = read_answers(s, 1)
@@ -229,9 +227,7 @@ def test_large_bodies_behind_a_repeated_head_pass_whole(
     gw = make_gateway(table(route([replica.url])))
     size = 100_000
     bodies = [os.urandom(size) for _ in range(4)]
-    head = (
-        f"POST {P} HTTP/1.1\r\nHost: x\r\nAuthorization: {TOKEN}\r\nContent-Length: {size}\r\n\r\n"
-    ).encode()
+    head = raw_head(size)
     with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
         got = []
         for i, body in enumerate(bodies):
@@ -245,6 +241,14 @@ def test_large_bodies_behind_a_repeated_head_pass_whole(
     assert got == [hashlib.sha256(b).digest() for b in bodies]
     assert replica.bodies == bodies
     assert parses["request"] == 1  # the first head only
+
+
+def raw_head(length: int) -> bytes:
+    """The head of a call with a body of ``length`` bytes, as a client repeats it."""
+    return (
+        f"POST {P} HTTP/1.1\r\nHost: x\r\nAuthorization: {TOKEN}\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
 
 
 def read_answers(s: socket.socket, n: int) -> list[bytes]:
