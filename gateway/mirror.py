@@ -128,6 +128,13 @@ class RecordingExchange(Exchange):
         if head.status >= 200:
             self.copy.primary.on_head(head)
 
+    def on_whole(self, head: ResponseHead, body: bytes) -> None:
+        primary = self.copy.primary
+        primary.on_head(head)
+        primary.on_body(body)
+        primary.complete = True
+        super().on_whole(head, body)
+
     def on_body(self, data: bytes) -> None:
         super().on_body(data)
         self.copy.primary.on_body(data)
@@ -177,6 +184,12 @@ class ShadowCall:
     def on_head(self, head: ResponseHead) -> None:
         if head.status >= 200:
             self.answer.on_head(head)
+
+    def on_whole(self, head: ResponseHead, body: bytes) -> None:
+        self.on_head(head)
+        self.on_body(body)
+        self.on_complete()
+        self.flush()
 
     def on_body(self, data: bytes) -> None:
         self.answer.on_body(data)

@@ -80,6 +80,7 @@ class Receiver(Protocol):
     def status(self) -> int: ...
 
     def on_head(self, head: ResponseHead) -> None: ...
+    def on_whole(self, head: ResponseHead, body: bytes) -> None: ...
     def on_body(self, data: bytes) -> None: ...
     def on_complete(self) -> None: ...
     def flush(self) -> None: ...
@@ -128,10 +129,13 @@ class UpstreamConnection(ReadPausable):
         if fresh and last is not None and data.startswith(last.raw):
             end = len(last.raw)
             length = last.content_length or 0  # kept heads have one
-            if len(data) <= end + length:
-                # The same head as last time, with nothing but (some of) its body after
-                # it: what the parser's callbacks would do, without them; the parser stays
-                # between messages and the body skips it.
+            if len(data) == end + length:
+                # The same head as last time and all of its body: one call relays both.
+                ex.on_whole(last, data[end:])
+                return
+            if len(data) < end + length:
+                # The same head with part of its body: what the parser's callbacks would
+                # do, without them; the parser stays between messages and the body skips it.
                 self._between = False
                 ex.on_head(last)
                 self._body_left = length
@@ -487,6 +491,24 @@ class Exchange:
     def on_head(self, head: ResponseHead) -> None:
         if head.status < 200:
             return  # 1xx interim responses: nothing to relay (we never send Expect)
+        self._out.append(self._client_head(head))
+        if self.head_only:
+            # llhttp would otherwise wait for a HEAD response's announced body.
+            self.complete = True
+
+    def on_whole(self, head: ResponseHead, body: bytes) -> None:
+        """A repeated final head (it has a length) with all of its body, from one read:
+        what ``on_head``, ``on_body``, ``on_complete`` and ``flush`` do, in one write."""
+        out = self._out
+        out += (self._client_head(head), body)
+        self.complete = True
+        self.client.write_parts(out)
+        self._out = []
+        self._end()
+
+    def _client_head(self, head: ResponseHead) -> bytes:
+        """The head the client gets for ``head`` (made once per kind of request); notes
+        the status, the framing and whether the client connection stays open."""
         req = self.request
         key = (req.version == "1.1", req.keep_alive, self.head_only)
         made = head.memo.get(key)
@@ -495,12 +517,9 @@ class Exchange:
                 head, client_http11=key[0], keep_alive=key[1], head_only=key[2]
             )
         out, self._chunked_out, req.keep_alive = made
-        self._out.append(out)
         self.status = head.status
         self.upstream.response = head
-        if self.head_only:
-            # llhttp would otherwise wait for a HEAD response's announced body.
-            self.complete = True
+        return out
 
     def on_body(self, data: bytes) -> None:
         if self._chunked_out:

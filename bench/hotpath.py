@@ -1,0 +1,308 @@
+"""The gateway's own cost per predict call, against a replica that costs next to nothing.
+
+Run by hand (``python bench/hotpath.py``; needs ``nginx``, ``wrk`` and, for ``--callgrind``,
+``valgrind`` from Debian). Where ``bench/gateway.py`` measures the proxies in front of real
+Triton (what a user meets), this one takes Triton's time and its noise out, to read changes
+to the gateway's request path:
+
+- a *canned replica* (``--serve-replica``, its own process on the client core) answers every
+  request with the same ``add_sub``-shaped Triton response, whatever it was sent;
+- the gateway (``bench/gateway.py --serve-gateway``: a static route table) and ``nginx``
+  (the same configuration as there) run in front of it, pinned to the server core; with
+  ``--base`` also the gateway of another checkout;
+- ``wrk`` drives each at 1, 8 and 64 connections in interleaved rounds; printed are each
+  proxy's CPU per request (user + system from ``/proc``, the least of the rounds) and the
+  ratio to nginx's, measured in the same run;
+- ``--callgrind N``: each gateway runs under ``valgrind --tool=callgrind`` and N sequential
+  calls on one connection are counted in instructions per call, which does not move with
+  whatever else the machine is doing (the same binary and inputs give the same count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# bench/gateway.py's harness (nginx's configuration, wrk, /proc CPU), loaded under another
+# name: as "gateway" it would hide the project's package of that name.
+_spec = importlib.util.spec_from_file_location("bench_gateway", Path(__file__).with_name("gateway.py"))
+assert _spec is not None and _spec.loader is not None
+bg = sys.modules["bench_gateway"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bg)
+
+# What Triton answers an add_sub infer with binary outputs (head fields as it sends them).
+_JSON = (
+    b'{"model_name":"add_sub","model_version":"1","outputs":[{"name":"OUTPUT0","datatype":'
+    b'"FP32","shape":[4],"parameters":{"binary_data_size":16}},{"name":"OUTPUT1","datatype":'
+    b'"FP32","shape":[4],"parameters":{"binary_data_size":16}}]}'
+)
+_BODY = _JSON + bytes(32)
+RESPONSE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+    b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n%b"
+    % (len(_JSON), len(_BODY), _BODY)
+)
+
+
+def serve_replica(port: int) -> None:
+    """``--serve-replica``: answer each complete request with :data:`RESPONSE`."""
+    import uvloop
+
+    class Replica(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.buf = b""
+            self.transport: asyncio.Transport | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport  # type: ignore[assignment]
+
+        def data_received(self, data: bytes) -> None:
+            buf = self.buf + data if self.buf else data
+            answers = 0
+            while True:
+                end = buf.find(b"\r\n\r\n")
+                if end == -1:
+                    break
+                m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", buf[:end])
+                total = end + 4 + (int(m.group(1)) if m else 0)
+                if len(buf) < total:
+                    break
+                buf = buf[total:]
+                answers += 1
+            self.buf = buf
+            if answers and self.transport is not None:
+                self.transport.write(RESPONSE * answers)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Replica, "127.0.0.1", port, backlog=1024)
+        async with server:
+            await server.serve_forever()
+
+    uvloop.run(main())
+
+
+def request_bytes(path: str, body: bytes, header_len: int, token: str) -> bytes:
+    """The request wrk sends (the same head fields, in the same order)."""
+    return (
+        b"POST %b HTTP/1.1\r\nHost: 127.0.0.1\r\nInference-Header-Content-Length: %d\r\n"
+        b"Content-Type: application/octet-stream\r\nAuthorization: %b\r\n"
+        b"Content-Length: %d\r\n\r\n%b"
+        % (path.encode(), header_len, token.encode(), len(body), body)
+    )
+
+
+def sequential_calls(port: int, request: bytes, n: int) -> None:
+    """``n`` calls one after another on one connection; each answer read whole."""
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(n):
+            s.sendall(request)
+            got = b""
+            while len(got) < len(RESPONSE) - len(_BODY) or not got.endswith(_BODY):
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise RuntimeError("the gateway closed the connection")
+                got += chunk
+            if not got.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"unexpected answer: {got[:200]!r}")
+
+
+def callgrind_count(
+    tree: Path, tmp: Path, name: str, replica: str, token: str, request: bytes, n: int, cpu: int
+) -> float:
+    """Instructions per call of the gateway in ``tree``, ``n`` sequential calls after a
+    warm-up, counted by callgrind with instrumentation on for the calls only."""
+    port = bg.free_port()
+    out = tmp / f"callgrind.{name}.out"
+    argv = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        str(tree / "bench" / "gateway.py"),
+        "--serve-gateway",
+        str(port),
+        replica,
+        token,
+    ]
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    with bg.process(bg.pinned(cpu, argv), tmp / f"{name}.callgrind.log", env=env) as proc:
+        bg.wait_http(f"http://127.0.0.1:{port}/gateway/healthz", proc, timeout=600)
+        sequential_calls(port, request, 300)  # warm: caches, memos, pools
+        control = ["callgrind_control"]
+        subprocess.run([*control, "-i", "on", str(proc.pid)], check=True, capture_output=True)
+        sequential_calls(port, request, n)
+        subprocess.run([*control, "-i", "off", str(proc.pid)], check=True, capture_output=True)
+    text = out.read_text(errors="replace")
+    m = re.search(r"^totals: *(\d+)", text, re.M)
+    if m is None:
+        raise RuntimeError(f"no totals in {out}")
+    return int(m.group(1)) / n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved wrk runs per point")
+    ap.add_argument("--connections", default="1,8,64")
+    ap.add_argument("--server-cpu", type=int, default=0)
+    ap.add_argument("--client-cpu", type=int, default=1)
+    ap.add_argument("--base", type=Path, help="another checkout, measured beside this one")
+    ap.add_argument(
+        "--callgrind",
+        type=int,
+        metavar="N",
+        default=0,
+        help="instead of wrk: instructions per call over N sequential calls, per gateway",
+    )
+    ap.add_argument("--serve-replica", type=int, metavar="PORT")
+    args = ap.parse_args(argv)
+    if args.serve_replica:
+        serve_replica(args.serve_replica)
+        return 0
+    os.sched_setaffinity(0, {args.client_cpu})
+    token = secrets.token_hex(16)
+    trees = {"gateway": ROOT} | ({"base": args.base.resolve()} if args.base else {})
+    with tempfile.TemporaryDirectory(prefix="openeas-hotpath-") as tmpdir:
+        tmp = Path(tmpdir)
+        (workload,) = bg.make_bodies(tmp, 0, 0)[:1]
+        body = workload.body.read_bytes()
+        path = f"/api/predict/{bg.SERVICE}/v2/models/add_sub/infer"
+        request = request_bytes(path, body, workload.header_len, token)
+        replica_port = bg.free_port()
+        replica = f"http://127.0.0.1:{replica_port}"
+        with contextlib.ExitStack() as stack:
+            rep = stack.enter_context(
+                bg.process(
+                    bg.pinned(args.client_cpu, [sys.executable, __file__, "--serve-replica",
+                                                str(replica_port)]),
+                    tmp / "replica.log",
+                )
+            )
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", replica_port)).close()
+                    break
+                except OSError:
+                    if rep.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the canned replica did not start") from None
+                    time.sleep(0.05)
+            if args.callgrind:
+                if shutil.which("valgrind") is None:
+                    print("bench: valgrind not found (apt-get install valgrind)", file=sys.stderr)
+                    return 2
+                print(f"instructions per call, {args.callgrind} sequential calls (callgrind):")
+                counts = {
+                    name: callgrind_count(
+                        tree, tmp, name, replica, token, request, args.callgrind, args.server_cpu
+                    )
+                    for name, tree in trees.items()
+                }
+                for name, ir in counts.items():
+                    line = f"  {name:8s} {ir:12,.0f}"
+                    if name == "gateway" and "base" in counts:
+                        line += f"  ({ir / counts['base']:.3f}x base)"
+                    print(line, flush=True)
+                return 0
+            return wrk_rounds(args, stack, tmp, trees, replica, replica_port, token, workload)
+    return 0
+
+
+def wrk_rounds(
+    args: argparse.Namespace,
+    stack: contextlib.ExitStack,
+    tmp: Path,
+    trees: dict[str, Path],
+    replica: str,
+    replica_port: int,
+    token: str,
+    workload: object,
+) -> int:
+    """CPU per request of nginx and each gateway under wrk, interleaved rounds."""
+    lua = tmp / "post.lua"
+    lua.write_text(bg.WRK_LUA)
+    nginx_port = bg.free_port()
+    (tmp / "nginx.conf").write_text(
+        bg.NGINX_CONF.format(
+            tmp=tmp, token=token, triton_port=replica_port, port=nginx_port, service=bg.SERVICE
+        )
+    )
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    ngx = stack.enter_context(
+        bg.process(
+            bg.pinned(args.server_cpu, [nginx, "-c", str(tmp / "nginx.conf"), "-p", str(tmp)]),
+            tmp / "nginx.log",
+        )
+    )
+    ports = {"nginx": nginx_port}
+    pids = {"nginx": ngx.pid}
+    for name, tree in trees.items():
+        port = bg.free_port()
+        argv = [sys.executable, str(tree / "bench" / "gateway.py"), "--serve-gateway"]
+        argv += [str(port), replica, token]
+        proc = stack.enter_context(
+            bg.process(
+                bg.pinned(args.server_cpu, argv),
+                tmp / f"{name}.log",
+                env=dict(os.environ, PYTHONPATH=str(tree)),
+            )
+        )
+        bg.wait_http(f"http://127.0.0.1:{port}/gateway/healthz", proc)
+        ports[name], pids[name] = port, proc.pid
+    bg.wait_http(f"http://127.0.0.1:{nginx_port}/", ngx)
+    prefix = f"/api/predict/{bg.SERVICE}"
+    print(
+        f"canned replica; proxies pinned to CPU {args.server_cpu}, wrk and the replica to "
+        f"CPU {args.client_cpu}; CPU µs per request, least of {args.repeat} rounds:"
+    )
+    failures = 0
+    for c in (int(x) for x in args.connections.split(",")):
+        cpu: dict[str, list[float]] = {name: [] for name in ports}
+        rps: dict[str, list[float]] = {name: [] for name in ports}
+        for _ in range(args.repeat):
+            for name, port in ports.items():
+                base = f"http://127.0.0.1:{port}"
+                path = f"{prefix}/v2/models/add_sub/infer"
+                bg.run_wrk(args.client_cpu, base, path, workload, token, c, 1.0, lua)  # warm
+                before = bg.cpu_seconds(pids[name])
+                r = bg.run_wrk(args.client_cpu, base, path, workload, token, c, args.duration, lua)
+                after = bg.cpu_seconds(pids[name])
+                failures += r.non200 + r.sockerr
+                cpu[name].append((after - before) * 1e6 / max(1, r.requests))
+                rps[name].append(r.rps)
+        nginx_us = min(cpu["nginx"])
+        parts = []
+        for name in ports:
+            us = min(cpu[name])
+            part = f"{name} {us:5.1f}"
+            if name != "nginx":
+                part += f" ({us / nginx_us:.2f}x nginx"
+                if name == "gateway" and "base" in cpu:
+                    part += f", {us / min(cpu['base']):.2f}x base"
+                part += ")"
+            parts.append(part + f" [{sorted(rps[name])[len(rps[name]) // 2]:.0f} rps]")
+        print(f"  c={c:<3d} " + " | ".join(parts), flush=True)
+    if failures:
+        print(f"\n{failures} requests failed")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
