@@ -38,7 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # bench/gateway.py's harness (nginx's configuration, wrk, /proc CPU), loaded under another
 # name: as "gateway" it would hide the project's package of that name.
-_spec = importlib.util.spec_from_file_location("bench_gateway", Path(__file__).with_name("gateway.py"))
+_here = Path(__file__).with_name("gateway.py")
+_spec = importlib.util.spec_from_file_location("bench_gateway", _here)
 assert _spec is not None and _spec.loader is not None
 bg = sys.modules["bench_gateway"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bg)
@@ -189,8 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:
             rep = stack.enter_context(
                 bg.process(
-                    bg.pinned(args.client_cpu, [sys.executable, __file__, "--serve-replica",
-                                                str(replica_port)]),
+                    bg.pinned(
+                        args.client_cpu,
+                        [sys.executable, __file__, "--serve-replica", str(replica_port)],
+                    ),
                     tmp / "replica.log",
                 )
             )
