@@ -95,16 +95,16 @@ class Body:
         "received",
     )
 
-    def __init__(self, conn: HttpConnection) -> None:
+    def __init__(self, conn: HttpConnection, whole: Chunk | None = None) -> None:
+        """``whole``: all of the body, already read (its message is complete)."""
         self._conn = conn
-        self._chunks: list[Chunk] = []
+        self._chunks: list[Chunk] = [whole] if whole else []
         self._sink: BodySink | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._discard = False
         self._limit = 0
-        self.buffered = 0
-        self.received = 0
-        self.complete = False
+        self.buffered = self.received = len(whole) if whole is not None else 0
+        self.complete = whole is not None
         self.failed = False
 
     # -- fed by the connection ----------------------------------------------------------
@@ -271,7 +271,7 @@ class Request:
         "version",
     )
 
-    def __init__(self, conn: HttpConnection, head: Head) -> None:
+    def __init__(self, conn: HttpConnection, head: Head, whole: Chunk | None = None) -> None:
         self.conn = conn
         self.head = head
         self.method = head.method
@@ -284,7 +284,7 @@ class Request:
         self.has_body = head.has_body
         self.expect_continue = head.expect_continue
         self.upgrade = head.upgrade
-        self.body = Body(conn)
+        self.body = Body(conn, whole)
         self._abort: Callable[[], None] | None = None
 
     @property
@@ -452,16 +452,17 @@ class HttpConnection(ReadPausable):
         """A request whose head is byte-equal to the last one kept, with nothing but (some
         of) its body after it: what the parser's callbacks would do, without them. The
         parser stays between messages; the rest of the body skips it (``_body_left``)."""
-        req = Request(self, head)
         end = len(head.raw)
         body = data[end:] if len(data) - end < VIEW_BODY_BYTES else memoryview(data)[end:]
-        if len(data) == end + (req.content_length or 0):
+        if len(data) == end + (head.content_length or 0):
             # The whole message: complete at once, the connection still between messages.
-            if req.has_body:
-                req.body.feed(body)
-            req.body.complete = True
-            self._enqueue(req)
+            req = Request(self, head, body)
+            if self.active is None:
+                self._start(req)
+            else:
+                self._enqueue(req)
             return
+        req = Request(self, head)
         self._in_head = self._expect_head = False
         self._headed(req)
         if body:
