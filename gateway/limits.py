@@ -78,10 +78,13 @@ class InFlight:
         self.area += self.count * (now - self.since)
         self.since = now
 
+    # try_enter and leave run once per request each: _integrate is written out in them.
     def try_enter(self) -> bool:
         if self.limit is not None and self.count >= self.limit:
             return False
-        self._integrate()
+        now = self._clock()
+        self.area += self.count * (now - self.since)
+        self.since = now
         self.count += 1
         self.requests += 1
         return True
@@ -93,7 +96,9 @@ class InFlight:
         self.count += 1
 
     def leave(self) -> None:
-        self._integrate()
+        now = self._clock()
+        self.area += self.count * (now - self.since)
+        self.since = now
         self.count -= 1
 
     def take(self, interval_s: float) -> tuple[int, float]:
