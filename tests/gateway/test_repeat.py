@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from gateway.server import HttpConnection
-from gateway.upstream import UpstreamConnection
+from gateway.upstream import Exchange, ResponseHead, UpstreamConnection
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import SERVICE, TOKEN, Gateway, LoopThread, route, table
 
@@ -131,8 +131,19 @@ def post(conn: http.client.HTTPConnection, body: bytes, token: str = TOKEN) -> t
 
 
 def test_a_repeated_head_carries_each_requests_own_body_both_ways(
-    make_gateway: GatewayFactory, replicas: list[Replica], parses: dict[str, int]
+    make_gateway: GatewayFactory,
+    replicas: list[Replica],
+    parses: dict[str, int],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    wholes: list[bytes] = []
+    original = Exchange.on_whole
+
+    def on_whole(self: Exchange, head: ResponseHead, body: bytes) -> None:
+        wholes.append(body)
+        original(self, head, body)
+
+    monkeypatch.setattr(Exchange, "on_whole", on_whole)
     replica = replicas[0]
     gw = make_gateway(table(route([replica.url])))
     conn = connect(gw)
@@ -146,6 +157,8 @@ def test_a_repeated_head_carries_each_requests_own_body_both_ways(
     assert b"authorization" not in replica.heads[0].lower()
     # One head parsed on each side; the other 19 were recognised.
     assert parses == {"request": 1, "response": 1}
+    # Each of those 19 answers came in one read and was relayed by one call.
+    assert wholes == [hashlib.sha256(b).digest() for b in bodies[1:]]
 
 
 def test_a_head_that_differs_is_parsed_and_checked_again(
