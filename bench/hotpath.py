@@ -151,8 +151,10 @@ def callgrind_count(
         subprocess.run([*control, "-i", "off", str(proc.pid)], check=True, capture_output=True)
     text = out.read_text(errors="replace")
     m = re.search(r"^totals: *(\d+)", text, re.M)
-    if m is None:
-        raise RuntimeError(f"no totals in {out}")
+    if m is None or int(m.group(1)) == 0:
+        # callgrind_control exits 0 even when it finds no such process (e.g. a wrapper
+        # script ran under valgrind instead of Python): nothing was counted.
+        raise RuntimeError(f"callgrind counted nothing in {out}")
     return int(m.group(1)) / n
 
 
