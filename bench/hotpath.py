@@ -32,7 +32,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,15 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                     tmp / "replica.log",
                 )
             )
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", replica_port)).close()
-                    break
-                except OSError:
-                    if rep.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("the canned replica did not start") from None
-                    time.sleep(0.05)
+            bg.wait_http(f"{replica}/", rep)  # it answers any request
             if args.callgrind:
                 if shutil.which("valgrind") is None:
                     print("bench: valgrind not found (apt-get install valgrind)", file=sys.stderr)
@@ -226,7 +217,6 @@ def main(argv: list[str] | None = None) -> int:
                     print(line, flush=True)
                 return 0
             return wrk_rounds(args, stack, tmp, trees, replica, replica_port, token, workload)
-    return 0
 
 
 def wrk_rounds(
@@ -237,7 +227,7 @@ def wrk_rounds(
     replica: str,
     replica_port: int,
     token: str,
-    workload: object,
+    workload: bg.Workload,
 ) -> int:
     """CPU per request of nginx and each gateway under wrk, interleaved rounds."""
     lua = tmp / "post.lua"

@@ -78,13 +78,10 @@ class InFlight:
         self.area += self.count * (now - self.since)
         self.since = now
 
-    # try_enter and leave run once per request each: _integrate is written out in them.
     def try_enter(self) -> bool:
         if self.limit is not None and self.count >= self.limit:
             return False
-        now = self._clock()
-        self.area += self.count * (now - self.since)
-        self.since = now
+        self._integrate()
         self.count += 1
         self.requests += 1
         return True
@@ -96,9 +93,7 @@ class InFlight:
         self.count += 1
 
     def leave(self) -> None:
-        now = self._clock()
-        self.area += self.count * (now - self.since)
-        self.since = now
+        self._integrate()
         self.count -= 1
 
     def take(self, interval_s: float) -> tuple[int, float]:

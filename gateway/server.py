@@ -34,7 +34,7 @@ import asyncio
 import logging
 import socket
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from http import HTTPStatus
 from typing import Any, cast
 from typing import Protocol as TypingProtocol
@@ -456,11 +456,7 @@ class HttpConnection(ReadPausable):
         body = data[end:] if len(data) - end < VIEW_BODY_BYTES else memoryview(data)[end:]
         if len(data) == end + (head.content_length or 0):
             # The whole message: complete at once, the connection still between messages.
-            req = Request(self, head, body)
-            if self.active is None:
-                self._start(req)
-            else:
-                self._enqueue(req)
+            self._enqueue(Request(self, head, body))
             return
         req = Request(self, head)
         self._in_head = self._expect_head = False
@@ -712,7 +708,7 @@ class HttpConnection(ReadPausable):
             self.responding = True
             self.transport.write(data)
 
-    def write_parts(self, parts: list[bytes]) -> None:
+    def write_parts(self, parts: Sequence[Chunk]) -> None:
         if not self.closed and self.transport is not None:
             self.responding = True
             write_parts(self.transport, parts)

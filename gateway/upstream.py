@@ -129,11 +129,12 @@ class UpstreamConnection(ReadPausable):
         if fresh and last is not None and data.startswith(last.raw):
             end = len(last.raw)
             length = last.content_length or 0  # kept heads have one
-            if len(data) == end + length:
+            whole = end + length
+            if len(data) == whole:
                 # The same head as last time and all of its body: one call relays both.
                 ex.on_whole(last, data[end:])
                 return
-            if len(data) < end + length:
+            if len(data) < whole:
                 # The same head with part of its body: what the parser's callbacks would
                 # do, without them; the parser stays between messages and the body skips it.
                 self._between = False
@@ -499,11 +500,8 @@ class Exchange:
     def on_whole(self, head: ResponseHead, body: bytes) -> None:
         """A repeated final head (it has a length) with all of its body, from one read:
         what ``on_head``, ``on_body``, ``on_complete`` and ``flush`` do, in one write."""
-        out = self._out
-        out += (self._client_head(head), body)
         self.complete = True
-        self.client.write_parts(out)
-        self._out = []
+        self.client.write_parts((self._client_head(head), body))  # nothing else waits in _out
         self._end()
 
     def _client_head(self, head: ResponseHead) -> bytes:
