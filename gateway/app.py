@@ -25,12 +25,15 @@ from urllib.parse import urlsplit
 from contract.wire import RouteTable
 from gateway import snapshot
 from gateway.balancer import EndpointPool
+from gateway.forwarding import FallbackProxy
 from gateway.limits import Activity
+from gateway.listener import HttpServer
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
 from gateway.paths import BadTarget, parse_target
+from gateway.pool import UpstreamPool
 from gateway.problems import Problem, write_problem
-from gateway.proxy import FallbackProxy, PredictProxy
+from gateway.proxy import PredictProxy
 from gateway.reporter import LoadReporter
 from gateway.route_table import (
     ControlPlaneRouteSource,
@@ -40,9 +43,8 @@ from gateway.route_table import (
     RouteState,
     iso_time,
 )
-from gateway.server import HttpServer, Request
+from gateway.server import Request
 from gateway.settings import GatewaySettings
-from gateway.upstream import UpstreamPool
 from gateway.wake import ControlPlaneWake, Waking
 from gateway.workers import WorkerPeers
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from http import HTTPStatus
@@ -69,6 +68,22 @@ class BodySink(TypingProtocol):
     """Where :meth:`Body.pipe_to` sends request-body bytes (an upstream connection)."""
 
     def write_body(self, data: Chunk) -> None: ...
+
+
+class Listener(TypingProtocol):
+    """What accepted a connection (:class:`gateway.listener.HttpServer`)."""
+
+    loop: asyncio.AbstractEventLoop
+    buffer_bytes: int
+    connections: set[HttpConnection]
+
+    def handler(self, request: Request) -> Coroutine[Any, Any, None] | None: ...
+
+    def add(self, conn: HttpConnection) -> None: ...
+
+    def run_handler(
+        self, conn: HttpConnection, req: Request, coro: Coroutine[Any, Any, None]
+    ) -> asyncio.Task[None]: ...
 
 
 class BodyTooLarge(Exception):
@@ -148,25 +163,18 @@ class Body:
             return chunks[0]
         return b"".join(chunks)
 
-    async def read_all(self, limit: int) -> bytes:
-        """The whole body; :class:`BodyTooLarge` past ``limit`` bytes,
-        :class:`ClientGone` if the client left first."""
-        if not self.complete:
-            self._conn.send_continue()
-            self._limit = limit
-            self._conn.resume_reading()
-        while not self.complete:
-            if self.failed:
-                raise ClientGone()
-            if self.buffered > limit:
-                raise BodyTooLarge()
-            self._waiter = self._conn.loop.create_future()
-            await self._waiter
-            self._waiter = None
-        if self.buffered > limit:
-            raise BodyTooLarge()
-        body = self.take()
-        return body if isinstance(body, bytes) else bytes(body)  # kept (mirrors): a copy
+    def expect(self, limit: int) -> None:
+        """Read the rest of the body (asking a client that waits for "100 Continue"), and
+        wake :meth:`waiter` as soon as more than ``limit`` bytes are buffered."""
+        self._conn.send_continue()
+        self._limit = limit
+        self._conn.resume_reading()
+
+    def waiter(self) -> asyncio.Future[None]:
+        """Done when more of the body arrived, the message is complete or the client left
+        (see :func:`gateway.forwarding.read_body`)."""
+        self._waiter = self._conn.loop.create_future()
+        return self._waiter
 
     def pipe_to(self, sink: BodySink) -> None:
         """Send what is buffered and everything still to come to ``sink``."""
@@ -340,7 +348,7 @@ def framing_refusal(
 class HttpConnection(ReadPausable):
     """One client connection."""
 
-    def __init__(self, server: HttpServer) -> None:
+    def __init__(self, server: Listener) -> None:
         self.server = server
         self.responding = False  # bytes of the active request's response went out
         self.loop = server.loop
@@ -618,17 +626,10 @@ class HttpConnection(ReadPausable):
             self.close()
             return
         if coro is not None:
-            self._task = self.loop.create_task(self._run(req, coro))
+            self._task = self.server.run_handler(self, req, coro)
 
-    async def _run(self, req: Request, coro: Coroutine[Any, Any, None]) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("unhandled error in the gateway's request handler")
-            self.close()
-            return
+    def handled(self, req: Request) -> None:
+        """The coroutine the handler returned for ``req`` has returned."""
         self._task = None
         self.finished(req)
 
@@ -748,94 +749,3 @@ class HttpConnection(ReadPausable):
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.transport.close()
-
-
-class HttpServer:
-    """Accepts connections for ``handler`` and closes idle keep-alive ones."""
-
-    def __init__(
-        self,
-        handler: Handler,
-        *,
-        keepalive_s: float = 75.0,
-        buffer_bytes: int = BUFFER_HIGH,
-        head_timeout_s: float = 60.0,
-        body_timeout_s: float = 60.0,
-    ) -> None:
-        self.handler = handler
-        self.loop = asyncio.get_running_loop()
-        self.keepalive_s = keepalive_s
-        self.head_timeout_s = head_timeout_s
-        self.body_timeout_s = body_timeout_s
-        self.buffer_bytes = buffer_bytes
-        self.connections: set[HttpConnection] = set()
-        self._servers: list[asyncio.Server] = []
-        self._sweeper: asyncio.Task[None] | None = None
-
-    def protocol(self) -> HttpConnection:
-        return HttpConnection(self)
-
-    async def listen(
-        self,
-        host: str | None = None,
-        port: int = 0,
-        *,
-        sock: socket.socket | None = None,
-        reuse_port: bool = False,
-        backlog: int = 1024,
-    ) -> asyncio.Server:
-        server: asyncio.Server
-        if sock is not None:
-            server = await self.loop.create_server(self.protocol, sock=sock, backlog=backlog)
-        else:
-            server = await self.loop.create_server(
-                self.protocol, host, port, reuse_port=reuse_port or None, backlog=backlog
-            )
-        self._servers.append(server)
-        return server
-
-    def add(self, conn: HttpConnection) -> None:
-        self.connections.add(conn)
-        if self._sweeper is None and self._servers:
-            self._sweeper = self.loop.create_task(self._sweep())
-
-    @property
-    def sockets(self) -> list[socket.socket]:
-        return [s for srv in self._servers for s in srv.sockets]
-
-    async def _sweep(self) -> None:
-        """Close keep-alive connections idle past ``keepalive_s``, heads still unfinished
-        after ``head_timeout_s`` and bodies stalled for ``body_timeout_s`` (nginx's
-        client_header_timeout and client_body_timeout: a slowloris holds nothing long).
-        O(open connections) per tick, and only while there are some."""
-        interval = min(5.0, self.keepalive_s / 2, self.head_timeout_s / 2, self.body_timeout_s / 2)
-        try:
-            while self.connections:
-                await asyncio.sleep(interval)
-                now = self.loop.time()
-                for conn in list(self.connections):
-                    if conn.body_stalled(now, self.body_timeout_s):
-                        conn._protocol_error(408, "request body timed out")
-                        continue
-                    slow_head = conn._in_head and now - conn.head_started > self.head_timeout_s
-                    idle = conn.active is None and conn.last_active < now - self.keepalive_s
-                    if slow_head or idle:
-                        conn.close()
-        finally:
-            self._sweeper = None
-
-    async def close(self, grace_s: float = 10.0) -> None:
-        """Stop accepting, let requests in progress finish for up to ``grace_s``, close."""
-        for srv in self._servers:
-            srv.close()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-        deadline = self.loop.time() + grace_s
-        while any(c.active is not None for c in self.connections):
-            if self.loop.time() > deadline:
-                break
-            await asyncio.sleep(0.05)
-        for conn in list(self.connections):
-            conn.close()
-        for srv in self._servers:
-            await srv.wait_closed()

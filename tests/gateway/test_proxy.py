@@ -451,15 +451,15 @@ def test_client_disconnect_cancels_upstream(
 
 def coroutine_paths(gw: Gateway, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records each call that takes the coroutine path rather than the callback one."""
-    proxy = gw.runner.gateway._predict
+    slow = gw.runner.gateway._predict.slow
     taken: list[str] = []
-    original = proxy._slow
+    original = slow.run
 
     def counted(request: Any, *args: Any, **kwargs: Any) -> Any:
         taken.append(request.target)
         return original(request, *args, **kwargs)
 
-    monkeypatch.setattr(proxy, "_slow", counted)
+    monkeypatch.setattr(slow, "run", counted)
     return taken
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.upstream import UpstreamPool
+from gateway.pool import UpstreamPool
 from testing.waiting import wait_until_async
 
 
