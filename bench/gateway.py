@@ -336,7 +336,7 @@ def serve_gateway(port: int, upstream: str, token: str, workers: int = 1) -> Non
     sys.path.insert(0, str(ROOT))
     from contract.wire import GroupRoute, Route, RouteTable, token_digest
     from gateway.app import start_gateway
-    from gateway.route_table import StaticRouteSource
+    from gateway.route_source import StaticRouteSource
     from gateway.settings import GatewaySettings
 
     digest = token_digest(token)

@@ -154,7 +154,7 @@ def serve_gateway(grpc_port: int, http_upstream: str, grpc_upstream: str, token:
     from gateway.app import start_gateway
     from gateway.cli import run
     from gateway.grpc_server import start_grpc
-    from gateway.route_table import StaticRouteSource
+    from gateway.route_source import StaticRouteSource
     from gateway.settings import GatewaySettings
 
     route = Route(

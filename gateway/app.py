@@ -20,7 +20,6 @@ import socket
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from contract.wire import RouteTable
 from gateway import snapshot
@@ -30,19 +29,12 @@ from gateway.limits import Activity
 from gateway.listener import HttpServer
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
-from gateway.paths import BadTarget, parse_target
 from gateway.pool import UpstreamPool
-from gateway.problems import Problem, write_problem
 from gateway.proxy import PredictProxy
 from gateway.reporter import LoadReporter
-from gateway.route_table import (
-    ControlPlaneRouteSource,
-    Health,
-    RouteChange,
-    RouteSource,
-    RouteState,
-    iso_time,
-)
+from gateway.route_source import ControlPlaneRouteSource, Health, RouteSource, iso_time
+from gateway.route_table import RouteChange, RouteState
+from gateway.router import Router
 from gateway.server import Request
 from gateway.settings import GatewaySettings
 from gateway.wake import ControlPlaneWake, Waking
@@ -74,6 +66,7 @@ class Gateway:
         self._upstreams: UpstreamPool | None = None
         self._predict: PredictProxy | None = None
         self._fallback: FallbackProxy | None = None
+        self.router: Router | None = None
         self._source_task: asyncio.Task[None] | None = None
         self.activity = Activity()
         token = settings.control_plane_credential()  # the one the route table is read with
@@ -123,6 +116,13 @@ class Gateway:
                 connect_timeout_s=self.settings.connect_timeout_s,
                 max_body_bytes=self.settings.max_body_bytes,
             )
+        self.router = Router(
+            self._predict,
+            self,
+            self._fallback,
+            health_path=self.settings.health_path,
+            metrics_path=self.settings.metrics_path,
+        )
         self._source_task = asyncio.create_task(self._run_source(), name="gateway-routes")
         if self.snapshot_path is not None:
             self._snapshot_task = asyncio.create_task(self._fall_back_to_snapshot())
@@ -214,7 +214,7 @@ class Gateway:
         if self._wake is not None:
             await self._wake.close()
         if self._upstreams is not None:
-            await self._upstreams.close()
+            self._upstreams.close()
             self._upstreams = None
         if self.peers is not None:
             await self.peers.close()
@@ -260,61 +260,31 @@ class Gateway:
         return self._current_metrics().render(others)
 
     def handle(self, request: Request) -> Coroutine[Any, Any, None] | None:
-        """The server's handler: answer now (and finish), or return the coroutine that
-        will (see :mod:`gateway.server`)."""
-        raw = request.target
-        if raw[:1] != "/":
-            if raw.startswith(("http://", "https://")):  # absolute-form (RFC 9112 §3.2.2)
-                parts = urlsplit(raw)
-                raw = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-                request.target = raw
-            else:
-                return self._answer(request, Problem(400, "request-target must be a path"))
-        if request.upgrade:
-            problem = Problem(501, "protocol upgrades are not supported")
-            request.keep_alive = False
-            return self._answer(request, problem)
-        try:
-            target = parse_target(raw)
-        except BadTarget as e:
-            return self._answer(request, Problem(400, str(e)))
-        if target is not None:
-            assert self._predict is not None, "Gateway.start() was not awaited"
-            return self._predict.dispatch(request, target)
-        path = request.path
-        if path == self.settings.health_path:
-            status, body = self.health()
-            request.conn.write_response(
-                status,
-                [(b"content-type", b"application/json"), (b"cache-control", b"no-store")],
-                json.dumps(body).encode(),
-            )
-            request.finish()
-            return None
-        if path == self.settings.metrics_path:
-            if request.method not in ("GET", "HEAD"):
-                problem = Problem(405, "metrics are read with GET", headers={"Allow": "GET"})
-                return self._answer(request, problem)
-            if self.peers is not None:
-                return self._answer_metrics(request)
-            request.conn.write_response(
-                200, [(b"content-type", METRICS_CONTENT_TYPE.encode())], self.render_metrics()
-            )
-            request.finish()
-            return None
-        if self._fallback is not None:
-            return self._fallback.handle(request)
-        problem = Problem(404, "not found: predict calls go to /api/predict/<service>/<path>")
-        return self._answer(request, problem)
+        """The server's handler (after :meth:`start`; see :class:`gateway.router.Router`)."""
+        assert self.router is not None, "Gateway.start() was not awaited"
+        return self.router.handle(request)
+
+    def health_page(self, request: Request) -> None:
+        status, body = self.health()
+        request.conn.write_response(
+            status,
+            [(b"content-type", b"application/json"), (b"cache-control", b"no-store")],
+            json.dumps(body).encode(),
+        )
+        request.finish()
+
+    def metrics_page(self, request: Request) -> Coroutine[Any, Any, None] | None:
+        if self.peers is not None:
+            return self._answer_metrics(request)
+        request.conn.write_response(
+            200, [(b"content-type", METRICS_CONTENT_TYPE.encode())], self.render_metrics()
+        )
+        request.finish()
+        return None
 
     async def _answer_metrics(self, request: Request) -> None:
         body = await self.render_all_metrics()
         request.conn.write_response(200, [(b"content-type", METRICS_CONTENT_TYPE.encode())], body)
-
-    @staticmethod
-    def _answer(request: Request, problem: Problem) -> None:
-        write_problem(request, problem)
-        request.finish()
 
     @property
     def waking(self) -> Waking:
@@ -376,8 +346,9 @@ async def start_gateway(
     worker of several whose ``/metrics`` is summed (see :mod:`gateway.workers`)."""
     gateway = Gateway(settings, route_source, fallback_upstream=fallback_upstream, peers=peers)
     await gateway.start()
+    assert gateway.router is not None
     server = HttpServer(
-        gateway.handle,
+        gateway.router.handle,
         keepalive_s=75.0,
         buffer_bytes=settings.buffer_body_bytes,
         head_timeout_s=settings.head_timeout_s,

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from contract.helptext import settings_epilog
 from gateway.app import start_gateway
 from gateway.grpc_server import start_grpc
-from gateway.route_table import ControlPlaneRouteSource
+from gateway.route_source import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
 from gateway.workers import WorkerPeers
 

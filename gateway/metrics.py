@@ -6,7 +6,6 @@ path or anything a client chose freely (unknown services count under ``service="
 
 from __future__ import annotations
 
-import copy
 import operator
 from abc import ABC, abstractmethod
 from bisect import bisect_left
@@ -95,6 +94,10 @@ class _Metric(ABC):
     def merge(self, snapshot: list[Any]) -> None:
         """Fold another worker's :meth:`snapshot` into these values."""
 
+    @abstractmethod
+    def blank(self) -> _Metric:
+        """The same metric with no values (to merge workers' snapshots into)."""
+
 
 class Counter(_Metric):
     kind = "counter"
@@ -119,6 +122,11 @@ class Counter(_Metric):
             key = tuple(labels)
             mine = self.values.get(key)
             self.values[key] = value if mine is None else self.combine(mine, value)
+
+    def blank(self) -> Counter:
+        out = Counter(self.name, self.help, self.labelnames)
+        out.combine = self.combine
+        return out
 
 
 class RequestCounter(Counter):
@@ -154,6 +162,9 @@ class Gauge(Counter):
 
     def set(self, labels: LabelValues, value: float) -> None:
         self.values[labels] = value
+
+    def blank(self) -> Gauge:
+        return Gauge(self.name, self.help, self.labelnames, self.combine)
 
 
 class _HistogramChild:
@@ -211,6 +222,9 @@ class Histogram(_Metric):
                 raise ValueError(f"{self.name}: a worker has other buckets")
             child.counts = [a + b for a, b in zip(child.counts, counts, strict=True)]
             child.sum += total
+
+    def blank(self) -> Histogram:
+        return Histogram(self.name, self.help, self.labelnames, self.buckets)
 
 
 class GatewayMetrics:
@@ -302,10 +316,12 @@ class GatewayMetrics:
         metrics: Iterable[_Metric] = self.all
         others = list(others)
         if others:
-            metrics = [copy.deepcopy(m) for m in self.all]
-            for snapshot in others:
-                for metric in metrics:
-                    metric.merge(snapshot.get(metric.name, []))
+            metrics = []
+            for mine in self.all:
+                metric = mine.blank()
+                for snapshot in [{mine.name: mine.snapshot()}, *others]:
+                    metric.merge(snapshot.get(mine.name, []))
+                metrics.append(metric)
         lines: list[str] = []
         for metric in metrics:
             lines.extend(metric.header())

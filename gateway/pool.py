@@ -3,19 +3,19 @@ the deadlines of the exchanges in flight. The proxies take an idle connection pe
 (:meth:`UpstreamPool.idle`, or :meth:`UpstreamPool.acquire` to connect) and hand it back
 when the exchange ends (:meth:`UpstreamPool.release`).
 
-Its coroutines (connecting, the sweep and the tick) are why it is apart from
-:mod:`gateway.upstream`: the per-call callbacks there are compiled (see
-``docs/architecture.md``, "Compiled hot path"), coroutines stay interpreted.
+Compiled with the proxy (``gateway/native.py``): its timers are loop callbacks, and the one
+coroutine, connecting, is :func:`gateway.connect.connect` (interpreted).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections import deque
+from collections.abc import Awaitable
 
-from gateway.upstream import Receiver, UpstreamConnection, UpstreamError
+from gateway.connect import connect
+from gateway.upstream import Receiver, UpstreamConnection
 
 TICK_S = 0.05  # resolution of upstream timeouts
 
@@ -28,35 +28,33 @@ class UpstreamPool:
         self.loop = asyncio.get_running_loop()
         self.keepalive_s = keepalive_s
         self.max_idle = max_idle
+        self._sweep_s = min(5.0, keepalive_s / 2)
         self._idle: dict[tuple[str, int], deque[UpstreamConnection]] = {}
         # Replicas that left the route table (a delta at a time; small: a replica port or
         # pod IP that comes back is taken out again).
         self._unrouted: set[tuple[str, int]] = set()
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
         self._closed = False
         # Exchanges with a deadline, checked every TICK_S by one timer rather than one
         # timer per request (a timer handle per request cost more than the rest of it).
         self._watched: set[Receiver] = set()
-        self._ticker: asyncio.Task[None] | None = None
+        self._ticker: asyncio.TimerHandle | None = None
 
     def watch(self, ex: Receiver) -> None:
         self._watched.add(ex)
         if self._ticker is None and not self._closed:
-            self._ticker = self.loop.create_task(self._tick())
+            self._ticker = self.loop.call_later(TICK_S, self._tick)
 
     def unwatch(self, ex: Receiver) -> None:
         self._watched.discard(ex)
 
-    async def _tick(self) -> None:
-        """Runs while exchanges are watched; idle, the gateway has no timer of its own."""
-        try:
-            while self._watched:
-                await asyncio.sleep(TICK_S)
-                now = self.loop.time()
-                for ex in list(self._watched):
-                    ex.check_deadline(now)
-        finally:
-            self._ticker = None
+    def _tick(self) -> None:
+        """Armed while exchanges are watched; idle, the gateway has no timer of its own."""
+        now = self.loop.time()
+        for ex in list(self._watched):
+            ex.check_deadline(now)
+        more = self._watched and not self._closed
+        self._ticker = self.loop.call_later(TICK_S, self._tick) if more else None
 
     def idle(self, host: str, port: int) -> UpstreamConnection | None:
         """An idle keep-alive connection to ``host:port``, if there is one."""
@@ -67,28 +65,16 @@ class UpstreamPool:
                 return conn
         return None
 
-    async def acquire(self, host: str, port: int, connect_timeout_s: float) -> UpstreamConnection:
-        """An idle connection to ``host:port`` or a new one. Raises :class:`UpstreamError`
-        (``kind="connect"``, nothing sent) if it cannot be established."""
+    def acquire(
+        self, host: str, port: int, connect_timeout_s: float
+    ) -> Awaitable[UpstreamConnection]:
+        """An idle connection to ``host:port`` or a new one (see :func:`connect`)."""
         conn = self.idle(host, port)
-        if conn is not None:
-            return conn
-        key = (host, port)
-        try:
-            async with asyncio.timeout(connect_timeout_s):
-                _, conn = await self.loop.create_connection(
-                    lambda: UpstreamConnection(self, key), host, port
-                )
-        except TimeoutError:
-            raise UpstreamError("connect", "connect timed out") from None
-        except OSError as e:
-            raise UpstreamError(
-                "connect", f"cannot connect: {e.strerror or type(e).__name__}"
-            ) from None
-        sock = conn.transport.get_extra_info("socket") if conn.transport else None
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
+        if conn is None:
+            return connect(self, (host, port), connect_timeout_s)
+        done: asyncio.Future[UpstreamConnection] = self.loop.create_future()
+        done.set_result(conn)
+        return done
 
     def reroute(self, added: set[tuple[str, int]], released: set[tuple[str, int]]) -> None:
         """Close idle connections to replicas no route lists any more (and busy ones when
@@ -115,7 +101,7 @@ class UpstreamPool:
         conn.idle_since = self.loop.time()
         idle.append(conn)
         if self._sweeper is None:
-            self._sweeper = self.loop.create_task(self._sweep())
+            self._sweeper = self.loop.call_later(self._sweep_s, self._sweep)
 
     def forget(self, conn: UpstreamConnection) -> None:
         idle = self._idle.get(conn.key)
@@ -123,23 +109,21 @@ class UpstreamPool:
             with contextlib.suppress(ValueError):
                 idle.remove(conn)
 
-    async def _sweep(self) -> None:
-        """Close connections idle past ``keepalive_s``; runs while any are idle."""
-        try:
-            while any(self._idle.values()):
-                await asyncio.sleep(min(5.0, self.keepalive_s / 2))
-                cutoff = self.loop.time() - self.keepalive_s
-                for idle in self._idle.values():
-                    while idle and idle[0].idle_since < cutoff:
-                        idle.popleft().close()
-        finally:
-            self._sweeper = None
+    def _sweep(self) -> None:
+        """Close connections idle past ``keepalive_s``; armed while any are idle."""
+        cutoff = self.loop.time() - self.keepalive_s
+        for idle in self._idle.values():
+            while idle and idle[0].idle_since < cutoff:
+                idle.popleft().close()
+        more = any(self._idle.values()) and not self._closed
+        self._sweeper = self.loop.call_later(self._sweep_s, self._sweep) if more else None
 
-    async def close(self) -> None:
+    def close(self) -> None:
         self._closed = True
-        for task in (self._sweeper, self._ticker):
-            if task is not None:
-                task.cancel()
+        for timer in (self._sweeper, self._ticker):
+            if timer is not None:
+                timer.cancel()
+        self._sweeper = self._ticker = None
         for idle in self._idle.values():
             while idle:
                 idle.popleft().close()

@@ -374,7 +374,7 @@ class HttpConnection(ReadPausable):
         self.body_at: float | None = None  # last body bytes of the message being parsed
         self._expect_head = True  # next bytes start or continue a request head
         self._parsing: Request | None = None  # request whose message is being parsed
-        self._done: Request | None = None  # the last request the parser completed
+        self._done: Request | None = None  # the last request the parser completed (this read)
         self._last: Head | None = None  # the last head that may be repeated unparsed
         self._parsing_dispatched = False
         self._body_left = 0  # body bytes still to come that bypass the parser
@@ -424,7 +424,6 @@ class HttpConnection(ReadPausable):
                 self._protocol_error(400, refusal)
                 return
             self._line = None if complete else held
-        self._done = None
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -442,7 +441,10 @@ class HttpConnection(ReadPausable):
         elif (req := self._parsing) is not None and req.content_length:
             # Mid-way through a body of known length: the rest skips the parser.
             self._body_left = req.content_length - req.body.received
-        if fresh and (req := self._done or self._parsing) is not None:
+        # The last request the parser completed in this read. (Reset after use, not before
+        # the parser runs: compiled, an attribute set to None just before stays None.)
+        done, self._done = self._done, None
+        if fresh and (req := done or self._parsing) is not None:
             self._remember(req, data)
 
     def _remember(self, req: Request, data: bytes) -> None:

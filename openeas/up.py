@@ -23,7 +23,7 @@ from eascmd import profile
 from gateway import cli as gateway_cli
 from gateway.app import start_gateway
 from gateway.grpc_server import start_grpc
-from gateway.route_table import ControlPlaneRouteSource
+from gateway.route_source import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
 
 # Triton's own gRPC port number: what tritonclient.grpc users reach for first.

@@ -24,7 +24,7 @@ from controlplane import migrate
 from controlplane.server import ControlPlane, bind
 from controlplane.settings import Settings
 from gateway.app import GatewayRunner, start_gateway
-from gateway.route_table import ControlPlaneRouteSource
+from gateway.route_source import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
 from processors import registry
 from processors.base import Processor

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from contract.wire import RouteTable
-from gateway.route_table import RouteSource, StaticRouteSource
+from gateway.route_source import RouteSource, StaticRouteSource
 from tests.gateway.harness import Echo, Gateway, LoopThread, start
 
 

@@ -33,7 +33,7 @@ from contract.wire import (
     token_digest,
 )
 from gateway.app import GatewayRunner, start_gateway
-from gateway.route_table import RouteSource, StaticRouteSource
+from gateway.route_source import RouteSource, StaticRouteSource
 from gateway.settings import GatewaySettings
 from gateway.workers import WorkerPeers
 

@@ -12,7 +12,7 @@ import pytest
 from gateway.app import Gateway
 from gateway.forwarding import read_body
 from gateway.listener import HttpServer
-from gateway.route_table import StaticRouteSource
+from gateway.route_source import StaticRouteSource
 from gateway.server import Request
 from gateway.settings import GatewaySettings
 from testing.waiting import wait_until_async

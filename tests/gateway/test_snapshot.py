@@ -14,7 +14,7 @@ import pytest
 
 from contract.wire import RouteTable
 from gateway import snapshot
-from gateway.route_table import ControlPlaneRouteSource
+from gateway.route_source import ControlPlaneRouteSource
 from testing.waiting import seconds_until, wait_until
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import TOKEN, Echo, FakeControlPlane, LoopThread, route, table

@@ -34,7 +34,7 @@ async def test_reroute_closes_idle_and_finishing_connections_to_unrouted_replica
     assert pool.idle("127.0.0.1", port) is None
     pool.release(busy)  # a request in flight finished: not kept either
     await wait_until_async(lambda: closed == [1, 1], 10)
-    await pool.close()
+    pool.close()
     server.close()
     await server.wait_closed()
 
@@ -59,7 +59,7 @@ async def test_the_deadline_timer_runs_only_while_something_is_watched() -> None
     pool.watch(ex)  # type: ignore[arg-type]
     checks = ex.checks
     await wait_until_async(lambda: ex.checks > checks, 5)  # and back when needed
-    await pool.close()
+    pool.close()
 
 
 async def test_idle_connections_are_closed_and_then_the_sweeper_stops() -> None:
@@ -78,6 +78,6 @@ async def test_idle_connections_are_closed_and_then_the_sweeper_stops() -> None:
     assert pool._sweeper is not None
     await wait_until_async(lambda: closed == [1], 10)  # idle past keepalive_s: closed
     await wait_until_async(lambda: pool._sweeper is None, 10)  # nothing idle: no timer
-    await pool.close()
+    pool.close()
     server.close()
     await server.wait_closed()

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from contract.wire import GroupRoute, Route, RouteTable, token_digest
-from gateway.route_table import ControlPlaneRouteSource
+from gateway.route_source import ControlPlaneRouteSource
 from testing.waiting import wait_until
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import (
