@@ -27,6 +27,7 @@ from controlplane.runtime.kubernetes import client as k8s_client
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.settings import Settings
 from eascmd.cli import parser as eascmd_parser
+from gateway import native
 from gateway.settings import GatewaySettings
 from processors import progress, repository
 from processors.base import READY_FILE_ENV
@@ -122,7 +123,7 @@ def test_configuration_names_every_variable_and_no_other() -> None:
         | {binary.ENV_BINARY, binary.ENV_CACHE, repository.ENV_MODEL_CACHE}
         | {oss.ENV_KEY_ID, oss.ENV_KEY_SECRET, oss.ENV_SESSION_TOKEN, oss.ENV_ENDPOINT}
         | {oss.ENV_REGION, node_cache.ENV_URL, READY_FILE_ENV, progress.ENV_FILE}
-        | {cache_server.TOKEN_ENV}
+        | {cache_server.TOKEN_ENV, native.PURE_ENV}
     )
     missing = sorted(n for n in names if f"`{n}`" not in text)
     assert missing == []
