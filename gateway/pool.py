@@ -50,11 +50,12 @@ class UpstreamPool:
 
     def _tick(self) -> None:
         """Armed while exchanges are watched; idle, the gateway has no timer of its own."""
+        self._ticker = None  # (first: should a check raise, the next watch arms it again)
         now = self.loop.time()
         for ex in list(self._watched):
             ex.check_deadline(now)
-        more = self._watched and not self._closed
-        self._ticker = self.loop.call_later(TICK_S, self._tick) if more else None
+        if self._watched and not self._closed:
+            self._ticker = self.loop.call_later(TICK_S, self._tick)
 
     def idle(self, host: str, port: int) -> UpstreamConnection | None:
         """An idle keep-alive connection to ``host:port``, if there is one."""
@@ -111,12 +112,13 @@ class UpstreamPool:
 
     def _sweep(self) -> None:
         """Close connections idle past ``keepalive_s``; armed while any are idle."""
+        self._sweeper = None  # (first, as in _tick)
         cutoff = self.loop.time() - self.keepalive_s
         for idle in self._idle.values():
             while idle and idle[0].idle_since < cutoff:
                 idle.popleft().close()
-        more = any(self._idle.values()) and not self._closed
-        self._sweeper = self.loop.call_later(self._sweep_s, self._sweep) if more else None
+        if any(self._idle.values()) and not self._closed:
+            self._sweeper = self.loop.call_later(self._sweep_s, self._sweep)
 
     def close(self) -> None:
         self._closed = True

@@ -164,8 +164,11 @@ def browser() -> Iterator[Any]:
         if os.environ.get("OPENEAS_REQUIRE_BROWSER") == "1":  # CI: a skip would hide the tests
             pytest.fail(reason)
         pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # As the pages' own default below: on two cores shared with the rest of the suite a
+    # round trip to the control plane has outlasted expect()'s 5 s (a flaky "not visible").
+    expect.set_options(timeout=15_000)
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=path, args=["--no-sandbox"])
         yield b
