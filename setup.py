@@ -6,14 +6,11 @@ import os
 
 from setuptools import setup
 
-
-def _compiled_sources() -> list[str]:
-    # Loaded by path: importing the package here would run its import-time checks.
-    spec = importlib.util.spec_from_file_location("_native", os.path.join("gateway", "native.py"))
-    assert spec is not None and spec.loader is not None
-    native = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(native)
-    return [os.path.join("gateway", f"{name}.py") for name in native.COMPILED]
+# Loaded by path: importing the package here would run its import-time checks.
+_spec = importlib.util.spec_from_file_location("_native", os.path.join("gateway", "native.py"))
+assert _spec is not None and _spec.loader is not None
+native = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(native)
 
 
 # The same build wherever it runs: third-party packages are not looked at (their types are
@@ -28,9 +25,17 @@ MYPY_OPTIONS = [
 ]
 
 ext_modules = []
-if os.environ.get("OPENEAS_PURE_PYTHON") != "1":
+record = os.path.join("gateway", native.RECORD)
+if os.environ.get(native.PURE_ENV) == "1":
+    if os.path.exists(record):
+        os.remove(record)  # extensions left from an earlier build are not this one's
+else:
     from mypyc.build import mypycify
 
-    ext_modules = mypycify([*MYPY_OPTIONS, *_compiled_sources()], opt_level="3")
+    # Recorded first: a source edited while it compiles no longer matches its build.
+    with open(record, "w") as f:
+        f.write(native.record_lines(native.COMPILED, "gateway"))
+    sources = [os.path.join("gateway", f"{name}.py") for name in native.COMPILED]
+    ext_modules = mypycify([*MYPY_OPTIONS, *sources], opt_level="3")
 
 setup(ext_modules=ext_modules)

@@ -6,15 +6,19 @@ by mypyc when the package is built (``setup.py``): the same typed Python, at abo
 the instructions per call (``bench/hotpath.py --callgrind``). Coroutines are never in
 these modules: they stay interpreted (mypyc's coroutines are where its bugs have been).
 
-A compiled module is skipped for its source, all of them together (they call each other
-natively), when ``OPENEAS_PURE_PYTHON=1`` or when a source is newer than its build (an
-edited checkout: ``./dev`` rebuilds) — so what runs is never older than what is read.
-:func:`use_sources_if_needed` runs once, from ``gateway/__init__.py``, before any of
-them is imported. ``python gateway/native.py`` prints their source paths (for ``./dev``).
+The build records the digest of each source it compiled (``RECORD``, written by
+``setup.py`` before compiling). Every module built as an extension is skipped for its
+source, all of them together (they call each other natively), when ``OPENEAS_PURE_PYTHON=1``
+or when any source differs from what was compiled (an edited checkout: ``./dev``
+rebuilds), or the record is missing (a leftover build) — so what runs is never other than
+what is read. :func:`use_sources_if_needed` runs once, from ``gateway/__init__.py``,
+before any of them is imported. ``python gateway/native.py`` prints the sources to compile
+(for ``./dev``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -45,9 +49,7 @@ COMPILED = (
     "writes",
 )
 PURE_ENV = "OPENEAS_PURE_PYTHON"
-# A build is older than its source by more than this: an edit, not the order in which an
-# installer happened to write the files.
-STALE_AFTER_S = 2.0
+RECORD = "compiled.txt"  # beside this file: "<module> <sha256 of its source>" per line
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 log = logging.getLogger(__name__)
@@ -57,23 +59,36 @@ def sources() -> list[str]:
     return [os.path.join(HERE, f"{name}.py") for name in COMPILED]
 
 
-def _extension(name: str) -> str | None:
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = os.path.join(HERE, name + suffix)
-        if os.path.exists(path):
-            return path
-    return None
+def digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
-def stale() -> list[str]:
-    """The compiled modules whose source changed after they were built."""
-    out = []
-    for name in COMPILED:
-        built = _extension(name)
-        source = os.path.join(HERE, f"{name}.py")
-        if built is not None and os.stat(source).st_mtime > os.stat(built).st_mtime + STALE_AFTER_S:
-            out.append(name)
-    return out
+def record_lines(names: Sequence[str], directory: str = HERE) -> str:
+    """The build record of ``names`` (``setup.py`` writes it before compiling them)."""
+    return "".join(f"{n} {digest(os.path.join(directory, n + '.py'))}\n" for n in names)
+
+
+def _built() -> list[str]:
+    """The modules here that have an extension beside their source."""
+    names = set()
+    for entry in os.listdir(HERE):
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            name = entry.removesuffix(suffix)
+            if name != entry and os.path.exists(os.path.join(HERE, name + ".py")):
+                names.add(name)
+    return sorted(names)
+
+
+def stale(built: Sequence[str] | None = None) -> list[str]:
+    """The built modules whose source is not what was compiled (or of no recorded build)."""
+    built = _built() if built is None else built
+    try:
+        with open(os.path.join(HERE, RECORD)) as f:
+            recorded = dict(line.split() for line in f if line.strip())
+    except OSError:
+        recorded = {}
+    return [n for n in built if recorded.get(n) != digest(os.path.join(HERE, n + ".py"))]
 
 
 class _Sources(importlib.abc.MetaPathFinder):
@@ -92,17 +107,20 @@ class _Sources(importlib.abc.MetaPathFinder):
 def use_sources_if_needed() -> None:
     if any(isinstance(f, _Sources) for f in sys.meta_path):
         return
-    if os.environ.get(PURE_ENV) == "1":
-        sys.meta_path.insert(0, _Sources(COMPILED))
+    built = _built()
+    if not built:
         return
-    changed = stale()
+    if os.environ.get(PURE_ENV) == "1":
+        sys.meta_path.insert(0, _Sources(built))
+        return
+    changed = stale(built)
     if changed:
         log.warning(
-            "gateway: %s changed since it was compiled; running all compiled modules from "
-            "source (slower) until rebuilt: ./dev up|test, or pip install -e .",
+            "gateway: %s not what was compiled; running every compiled module from source "
+            "(slower) until rebuilt: ./dev up|test, or pip install -e .",
             ", ".join(f"{n}.py" for n in changed),
         )
-        sys.meta_path.insert(0, _Sources(COMPILED))
+        sys.meta_path.insert(0, _Sources(built))
 
 
 def compiled() -> bool:

@@ -42,7 +42,12 @@ class UpstreamPool:
 
     def watch(self, ex: Receiver) -> None:
         self._watched.add(ex)
-        if self._ticker is None and not self._closed:
+        self._arm_ticker()
+
+    def _arm_ticker(self) -> None:
+        """One tick chain at most: a deadline check may start the next pipelined call,
+        which watches again, while :meth:`_tick` is still running."""
+        if self._ticker is None and self._watched and not self._closed:
             self._ticker = self.loop.call_later(TICK_S, self._tick)
 
     def unwatch(self, ex: Receiver) -> None:
@@ -54,8 +59,7 @@ class UpstreamPool:
         now = self.loop.time()
         for ex in list(self._watched):
             ex.check_deadline(now)
-        if self._watched and not self._closed:
-            self._ticker = self.loop.call_later(TICK_S, self._tick)
+        self._arm_ticker()
 
     def idle(self, host: str, port: int) -> UpstreamConnection | None:
         """An idle keep-alive connection to ``host:port``, if there is one."""
@@ -101,8 +105,7 @@ class UpstreamPool:
             conn.resume_reading()
         conn.idle_since = self.loop.time()
         idle.append(conn)
-        if self._sweeper is None:
-            self._sweeper = self.loop.call_later(self._sweep_s, self._sweep)
+        self._arm_sweeper()
 
     def forget(self, conn: UpstreamConnection) -> None:
         idle = self._idle.get(conn.key)
@@ -117,7 +120,10 @@ class UpstreamPool:
         for idle in self._idle.values():
             while idle and idle[0].idle_since < cutoff:
                 idle.popleft().close()
-        if any(self._idle.values()) and not self._closed:
+        self._arm_sweeper()
+
+    def _arm_sweeper(self) -> None:
+        if self._sweeper is None and any(self._idle.values()) and not self._closed:
             self._sweeper = self.loop.call_later(self._sweep_s, self._sweep)
 
     def close(self) -> None:

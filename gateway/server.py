@@ -479,6 +479,7 @@ class HttpConnection(ReadPausable):
             self._body_left = left
         else:
             self.on_message_complete()
+            self._done = None  # (the parser did not complete it: see data_received)
 
     def _pass_body(self, data: bytes) -> bytes:
         """Hand the body bytes at the start of ``data`` to the request as they are (llhttp
@@ -497,6 +498,7 @@ class HttpConnection(ReadPausable):
         if not self._body_left:
             self.parser = httptools.HttpRequestParser(self)
             self.on_message_complete()
+            self._done = None  # (the parser did not complete it: see data_received)
         return rest
 
     def eof_received(self) -> bool | None:

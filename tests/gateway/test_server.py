@@ -150,3 +150,33 @@ def test_the_sweeper_runs_only_while_connections_are_open() -> None:
         await server.close(0)
 
     asyncio.run(scenario())
+
+
+def test_a_head_after_a_body_that_spanned_reads_is_remembered_as_itself() -> None:
+    """A body whose end came in its own read (or a repeated head's body) completes the
+    message without the parser: that request must not be taken for the next read's. Else
+    the next head's bytes are kept as the old request's, and a later read equal to them is
+    answered as the old request while its body is parsed as requests (smuggling)."""
+
+    async def scenario() -> list[tuple[str, int | None]]:
+        seen: list[tuple[str, int | None]] = []
+
+        def handle(request: Request) -> None:
+            seen.append((request.target, request.content_length))
+            request.conn.write_response(200, [], b"ok")
+            request.finish()
+
+        conn = HttpServer(handle, buffer_bytes=1 << 20).protocol()
+        conn.connection_made(FakeTransport())  # type: ignore[arg-type]
+        inner = b"GET /smuggled HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n"
+        second = b"y" * 100 + inner
+        h1 = b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n"
+        h2 = b"POST /b HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % len(second)
+        for part in (h1 + b"x" * 10, b"x" * 90):  # /a's body ends in a read of its own
+            conn.data_received(part)
+        for cut in (100, 50):  # /b twice, each in two reads
+            conn.data_received(h2 + second[:cut])
+            conn.data_received(second[cut:])
+        return seen
+
+    assert asyncio.run(scenario()) == [("/a", 100), ("/b", 154), ("/b", 154)]

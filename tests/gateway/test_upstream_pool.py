@@ -62,6 +62,27 @@ async def test_the_deadline_timer_runs_only_while_something_is_watched() -> None
     pool.close()
 
 
+class WatchesAnother(Watched):
+    """A deadline check that starts another call (a pipelined request after a timeout)."""
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        super().__init__()
+        self.pool = pool
+
+    def check_deadline(self, now: float) -> None:
+        super().check_deadline(now)
+        self.pool.watch(Watched())  # type: ignore[arg-type]
+
+
+async def test_a_deadline_check_that_watches_again_keeps_one_timer() -> None:
+    pool = UpstreamPool()
+    ex = WatchesAnother(pool)
+    pool.watch(ex)  # type: ignore[arg-type]
+    await asyncio.sleep(0.5)  # ten ticks of 50 ms
+    pool.close()
+    assert 5 <= ex.checks <= 12  # one chain; two would double, and so on
+
+
 async def test_idle_connections_are_closed_and_then_the_sweeper_stops() -> None:
     closed: list[int] = []
 
