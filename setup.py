@@ -35,7 +35,6 @@ else:
     # Recorded first: a source edited while it compiles no longer matches its build.
     with open(record, "w") as f:
         f.write(native.record_lines(native.COMPILED, "gateway"))
-    sources = [os.path.join("gateway", f"{name}.py") for name in native.COMPILED]
-    ext_modules = mypycify([*MYPY_OPTIONS, *sources], opt_level="3")
+    ext_modules = mypycify([*MYPY_OPTIONS, *native.sources()], opt_level="3")
 
 setup(ext_modules=ext_modules)

@@ -100,11 +100,6 @@ def upstream_headers(request: Request, length: int | None) -> list[bytes]:
     return headers
 
 
-def unavailable(name: str, detail: str, retry_after_s: int) -> Problem:
-    """A 503 the caller may retry after a moment (replicas come and go)."""
-    return Problem(503, detail, service=name, headers={"Retry-After": str(retry_after_s)})
-
-
 def upstream_problem(entry: ServiceRoute, error: UpstreamError) -> Problem:
     name = entry.route.service
     if error.kind == "timeout":
@@ -135,6 +130,8 @@ class Admission(Protocol):
 
     def count(self, label: str, code: int, started: float) -> None: ...
 
+    def unavailable(self, name: str, detail: str) -> Problem: ...
+
 
 class SlowPath:
     """The coroutine half of a :class:`gateway.proxy.PredictProxy`."""
@@ -149,9 +146,6 @@ class SlowPath:
         self.waking = proxy.waking
         self.activity = proxy.activity
         self.connect_timeout_s = proxy.settings.connect_timeout_s
-
-    def unavailable(self, name: str, detail: str) -> Problem:
-        return unavailable(name, detail, self.settings.retry_after_s)
 
     async def held(
         self, request: Request, target: Target, asleep: ServiceRoute, started: float
@@ -196,7 +190,7 @@ class SlowPath:
                 service=name,
             )
         why = str(e) if isinstance(e, NotWakeable) else "none ready yet"
-        return self.unavailable(name, f"service {name!r} has no ready replica: {why}")
+        return self.proxy.unavailable(name, f"service {name!r} has no ready replica: {why}")
 
     async def run(
         self,
@@ -263,7 +257,7 @@ class SlowPath:
             if endpoint is None:
                 endpoint = self.balancer.choose(entry.endpoints, tried)
             if endpoint is None:
-                raise self.unavailable(
+                raise self.proxy.unavailable(
                     name, f"no replica of service {name!r} accepted the connection"
                 )
             endpoint.outstanding += 1

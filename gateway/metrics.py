@@ -319,7 +319,8 @@ class GatewayMetrics:
             metrics = []
             for mine in self.all:
                 metric = mine.blank()
-                for snapshot in [{mine.name: mine.snapshot()}, *others]:
+                metric.merge(mine.snapshot())
+                for snapshot in others:
                     metric.merge(snapshot.get(mine.name, []))
                 metrics.append(metric)
         lines: list[str] = []

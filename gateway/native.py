@@ -56,7 +56,8 @@ log = logging.getLogger(__name__)
 
 
 def sources() -> list[str]:
-    return [os.path.join(HERE, f"{name}.py") for name in COMPILED]
+    """The compiled modules' sources, from the project's root (where ``setup.py`` runs)."""
+    return [f"gateway/{name}.py" for name in COMPILED]
 
 
 def digest(path: str) -> str:
@@ -130,4 +131,4 @@ def compiled() -> bool:
 
 
 if __name__ == "__main__":
-    print("\n".join(os.path.relpath(p) for p in sources()))
+    print("\n".join(sources()))

@@ -29,7 +29,6 @@ from gateway.balancer import Endpoint, EndpointPool
 from gateway.forwarding import (
     CLIENT_CLOSED,
     SlowPath,
-    unavailable,
     upstream_headers,
     upstream_problem,
 )
@@ -165,7 +164,9 @@ class PredictProxy:
             raise Problem(429, over.detail, service=name, headers=headers)
 
     def unavailable(self, name: str, detail: str) -> Problem:
-        return unavailable(name, detail, self.settings.retry_after_s)
+        """A 503 the caller may retry after a moment (replicas come and go)."""
+        headers = {"Retry-After": str(self.settings.retry_after_s)}
+        return Problem(503, detail, service=name, headers=headers)
 
     def count(self, label: str, code: int, started: float) -> None:
         self.metrics.requests.inc((label, str(code)))

@@ -478,8 +478,7 @@ class HttpConnection(ReadPausable):
             self._line = None  # inside a message
             self._body_left = left
         else:
-            self.on_message_complete()
-            self._done = None  # (the parser did not complete it: see data_received)
+            self._complete()
 
     def _pass_body(self, data: bytes) -> bytes:
         """Hand the body bytes at the start of ``data`` to the request as they are (llhttp
@@ -497,8 +496,7 @@ class HttpConnection(ReadPausable):
             req.body.feed(data)
         if not self._body_left:
             self.parser = httptools.HttpRequestParser(self)
-            self.on_message_complete()
-            self._done = None  # (the parser did not complete it: see data_received)
+            self._complete()
         return rest
 
     def eof_received(self) -> bool | None:
@@ -595,6 +593,14 @@ class HttpConnection(ReadPausable):
             req.body.feed(body)
 
     def on_message_complete(self) -> None:
+        # Only the parser's completions are this read's (see data_received): a body that
+        # skipped the parser completes by _complete alone.
+        if self._parsing is not None:
+            self._done = self._parsing
+        self._complete()
+
+    def _complete(self) -> None:
+        """The message being read is complete."""
         self._expect_head = True
         self._line = b""
         self._head_size = 0
@@ -603,7 +609,6 @@ class HttpConnection(ReadPausable):
         self._parsing = None
         if req is None:
             return
-        self._done = req
         req.body.finish()
         if not self._parsing_dispatched:
             self._enqueue(req)
