@@ -270,6 +270,7 @@ class WrkResult:
     non200: int
     sockerr: int
     requests: int
+    p50_ms: float  # wrk's median latency
 
 
 def cpu_seconds(pid: int) -> float:
@@ -320,11 +321,13 @@ def run_wrk(
         ],
     )
     out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
-    m = re.search(r"BENCH requests=(\d+) duration_us=(\d+) non200=(\d+) sockerr=(\d+)", out)
+    m = re.search(
+        r"BENCH requests=(\d+) duration_us=(\d+) non200=(\d+) sockerr=(\d+) p50_us=(\d+)", out
+    )
     if m is None:
         raise RuntimeError(f"unexpected wrk output:\n{out}")
-    requests, us, non200, sockerr = (int(g) for g in m.groups())
-    return WrkResult(requests / (us / 1e6), non200, sockerr, requests)
+    requests, us, non200, sockerr, p50_us = (int(g) for g in m.groups())
+    return WrkResult(requests / (us / 1e6), non200, sockerr, requests, p50_us / 1000.0)
 
 
 # --- the gateway under test, as its own process -----------------------------------------

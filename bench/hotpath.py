@@ -10,7 +10,8 @@ to the gateway's request path:
 - the gateway (``bench/gateway.py --serve-gateway``: a static route table) and ``nginx``
   (the same configuration as there) run in front of it, pinned to the server core; with
   ``--base`` also the gateway of another checkout;
-- ``wrk`` drives each at 1, 8 and 64 connections in interleaved rounds; printed are each
+- ``wrk`` drives each (``--model``: add_sub's 361 B request, or inception's 1 MB one) at 1,
+  8 and 64 connections in interleaved rounds; printed are each
   proxy's CPU per request (user + system from ``/proc``, the least of the rounds) and the
   ratio to nginx's, measured in the same run;
 - ``--callgrind N``: each gateway runs under ``valgrind --tool=callgrind`` and N sequential
@@ -63,7 +64,8 @@ def serve_replica(port: int) -> None:
 
     class Replica(asyncio.Protocol):
         def __init__(self) -> None:
-            self.buf = b""
+            self.buf = b""  # a head not yet complete
+            self.body_left = 0  # body bytes still to come (skipped, not kept: 1 MB bodies)
             self.transport: asyncio.Transport | None = None
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -71,18 +73,24 @@ def serve_replica(port: int) -> None:
 
         def data_received(self, data: bytes) -> None:
             buf = self.buf + data if self.buf else data
-            answers = 0
+            answers, at = 0, 0
             while True:
-                end = buf.find(b"\r\n\r\n")
+                if self.body_left:
+                    took = min(self.body_left, len(buf) - at)
+                    self.body_left -= took
+                    at += took
+                    if self.body_left:
+                        break
+                    answers += 1
+                end = buf.find(b"\r\n\r\n", at)
                 if end == -1:
                     break
-                m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", buf[:end])
-                total = end + 4 + (int(m.group(1)) if m else 0)
-                if len(buf) < total:
-                    break
-                buf = buf[total:]
-                answers += 1
-            self.buf = buf
+                m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", buf[at:end])
+                at = end + 4
+                self.body_left = int(m.group(1)) if m else 0
+                if not self.body_left:
+                    answers += 1
+            self.buf = buf[at:]
             if answers and self.transport is not None:
                 self.transport.write(RESPONSE * answers)
 
@@ -166,6 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--client-cpu", type=int, default=1)
     ap.add_argument("--base", type=Path, help="another checkout, measured beside this one")
     ap.add_argument(
+        "--model",
+        choices=("add_sub", "inception_graphdef"),
+        default="add_sub",
+        help="whose request the callers send (inception_graphdef: a 1 MB body); the canned "
+        "replica's answer is add_sub's either way",
+    )
+    ap.add_argument(
         "--callgrind",
         type=int,
         metavar="N",
@@ -182,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     trees = {"gateway": ROOT} | ({"base": args.base.resolve()} if args.base else {})
     with tempfile.TemporaryDirectory(prefix="openeas-hotpath-") as tmpdir:
         tmp = Path(tmpdir)
-        (workload,) = bg.make_bodies(tmp, 0, 0)[:1]
+        (workload,) = [w for w in bg.make_bodies(tmp, 0, 0) if w.model == args.model]
         body = workload.body.read_bytes()
         path = f"/api/predict/{bg.SERVICE}/v2/models/add_sub/infer"
         request = request_bytes(path, body, workload.header_len, token)
@@ -270,6 +285,7 @@ def wrk_rounds(
     for c in (int(x) for x in args.connections.split(",")):
         cpu: dict[str, list[float]] = {name: [] for name in ports}
         rps: dict[str, list[float]] = {name: [] for name in ports}
+        p50: dict[str, list[float]] = {name: [] for name in ports}
         for _ in range(args.repeat):
             for name, port in ports.items():
                 base = f"http://127.0.0.1:{port}"
@@ -281,6 +297,7 @@ def wrk_rounds(
                 failures += r.non200 + r.sockerr
                 cpu[name].append((after - before) * 1e6 / max(1, r.requests))
                 rps[name].append(r.rps)
+                p50[name].append(r.p50_ms)
         nginx_us = min(cpu["nginx"])
         parts = []
         for name in ports:
@@ -291,7 +308,9 @@ def wrk_rounds(
                 if name == "gateway" and "base" in cpu:
                     part += f", {us / min(cpu['base']):.2f}x base"
                 part += ")"
-            parts.append(part + f" [{sorted(rps[name])[len(rps[name]) // 2]:.0f} rps]")
+            mid = len(rps[name]) // 2
+            part += f" [{sorted(rps[name])[mid]:.0f} rps, p50 {sorted(p50[name])[mid]:.3f} ms]"
+            parts.append(part)
         print(f"  c={c:<3d} " + " | ".join(parts), flush=True)
     if failures:
         print(f"\n{failures} requests failed")

@@ -287,7 +287,7 @@ class SlowPath:
             finally:
                 endpoint.outstanding -= 1
             if ex.error is None:
-                metrics.upstream_duration.observe((name,), time.perf_counter() - sent_at)
+                metrics.series(name).upstream_duration.observe(time.perf_counter() - sent_at)
                 return ex.status
             if request.body.failed:
                 raise ClientGone()

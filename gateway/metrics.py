@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import operator
 from abc import ABC, abstractmethod
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -168,11 +167,25 @@ class Gauge(Counter):
 
 
 class _HistogramChild:
-    __slots__ = ("counts", "sum")
+    __slots__ = ("buckets", "counts", "sum")
 
-    def __init__(self, n: int) -> None:
-        self.counts = [0] * (n + 1)  # last slot: above the largest bound (+Inf only)
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)  # last slot: above the largest bound (+Inf)
         self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        # bisect_left, written out: compiled, it compares unboxed floats (once per call).
+        bounds = self.buckets
+        lo, hi = 0, len(bounds)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if bounds[mid] < value:
+                lo = mid + 1
+            else:
+                hi = mid
+        self.counts[lo] += 1
+        self.sum += value
 
 
 class Histogram(_Metric):
@@ -190,11 +203,14 @@ class Histogram(_Metric):
         self.children: dict[LabelValues, _HistogramChild] = {}
 
     def observe(self, labels: LabelValues, value: float) -> None:
+        self.child(labels).observe(value)
+
+    def child(self, labels: LabelValues) -> _HistogramChild:
+        """The series of ``labels`` (kept: observing it directly skips the lookup)."""
         child = self.children.get(labels)
         if child is None:
-            child = self.children[labels] = _HistogramChild(len(self.buckets))
-        child.counts[bisect_left(self.buckets, value)] += 1
-        child.sum += value
+            child = self.children[labels] = _HistogramChild(self.buckets)
+        return child
 
     def samples(self) -> Iterable[str]:
         for labels, child in sorted(self.children.items()):
@@ -214,10 +230,7 @@ class Histogram(_Metric):
 
     def merge(self, snapshot: list[Any]) -> None:
         for labels, counts, total in snapshot:
-            key = tuple(labels)
-            child = self.children.get(key)
-            if child is None:
-                child = self.children[key] = _HistogramChild(len(self.buckets))
+            child = self.child(tuple(labels))
             if len(counts) != len(child.counts):
                 raise ValueError(f"{self.name}: a worker has other buckets")
             child.counts = [a + b for a, b in zip(child.counts, counts, strict=True)]
@@ -227,10 +240,31 @@ class Histogram(_Metric):
         return Histogram(self.name, self.help, self.labelnames, self.buckets)
 
 
+class ServiceSeries:
+    """One service's series of the metrics every predict call updates, found once per call
+    by the service's name instead of by three label tuples built, hashed and compared."""
+
+    __slots__ = ("_codes", "_requests", "duration", "name", "upstream_duration")
+
+    def __init__(self, metrics: GatewayMetrics, name: str) -> None:
+        self.name = name
+        self.duration = metrics.duration.child((name,))
+        self.upstream_duration = metrics.upstream_duration.child((name,))
+        self._requests = metrics.requests
+        self._codes: dict[int, LabelValues] = {}  # status → its label values, made once
+
+    def answered(self, status: int) -> None:
+        key = self._codes.get(status)
+        if key is None:
+            key = self._codes[status] = (self.name, str(status))
+        self._requests.inc(key)
+
+
 class GatewayMetrics:
     """Every metric the gateway exports; one instance per gateway app."""
 
     def __init__(self) -> None:
+        self._series: dict[str, ServiceSeries] = {}
         p = "openeas_gateway_"
         self.requests = RequestCounter(
             p + "requests_total",
@@ -306,6 +340,13 @@ class GatewayMetrics:
             self.mirror_duration,
             self.cold_start,
         )
+
+    def series(self, service: str) -> ServiceSeries:
+        """``service``'s per-call series (as many as there are label values already)."""
+        found = self._series.get(service)
+        if found is None:
+            found = self._series[service] = ServiceSeries(self, service)
+        return found
 
     def snapshot(self) -> dict[str, list[Any]]:
         return {metric.name: metric.snapshot() for metric in self.all}

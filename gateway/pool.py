@@ -94,10 +94,12 @@ class UpstreamPool:
 
     def release(self, conn: UpstreamConnection) -> None:
         conn.exchange = None
-        if conn.closed or self._closed or conn.key in self._unrouted:
+        if conn.closed or self._closed or (self._unrouted and conn.key in self._unrouted):
             conn.close()
             return
-        idle = self._idle.setdefault(conn.key, deque())
+        idle = self._idle.get(conn.key)
+        if idle is None:
+            idle = self._idle[conn.key] = deque()
         if len(idle) >= self.max_idle:
             conn.close()
             return

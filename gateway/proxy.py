@@ -169,8 +169,9 @@ class PredictProxy:
         return Problem(503, detail, service=name, headers=headers)
 
     def count(self, label: str, code: int, started: float) -> None:
-        self.metrics.requests.inc((label, str(code)))
-        self.metrics.duration.observe((label,), time.perf_counter() - started)
+        series = self.metrics.series(label)
+        series.answered(code)
+        series.duration.observe(time.perf_counter() - started)
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -251,11 +252,10 @@ class PredictProxy:
             return
         if ex.error is None:
             now = time.perf_counter()
-            label = (name,)
-            metrics = self.metrics
-            metrics.upstream_duration.observe(label, now - sent_at)
-            metrics.duration.observe(label, now - started)
-            metrics.requests.inc((name, str(ex.status)))
+            series = self.metrics.series(name)
+            series.upstream_duration.observe(now - sent_at)
+            series.duration.observe(now - started)
+            series.answered(ex.status)
             request.finish()
             return
         self.metrics.upstream_errors.inc((name, ex.error.kind))

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 
-from gateway.metrics import Counter, GatewayMetrics, Histogram
+import pytest
+
+from gateway.metrics import LATENCY_BUCKETS, Counter, GatewayMetrics, Histogram
 
 
 def test_counter_and_histogram_text() -> None:
@@ -65,3 +68,37 @@ def test_workers_snapshots_merge_into_one_view() -> None:
     assert "openeas_gateway_control_plane_up 0" in text
     # Merging for a scrape leaves this worker's own counters as they were.
     assert 'openeas_gateway_requests_total{service="svc",code="200"} 3' in a.render().decode()
+
+
+# Each bound, just either side of it, and past both ends: the bucket is bisect_left's.
+_EDGES = sorted(
+    {0.0, -1.0, 1e9, *LATENCY_BUCKETS, *(b * 0.999 for b in LATENCY_BUCKETS)}
+    | {b * 1.001 for b in LATENCY_BUCKETS}
+)
+
+
+@pytest.mark.parametrize("value", _EDGES)
+def test_an_observation_lands_in_the_bucket_bisect_left_names(value: float) -> None:
+    h = Histogram("lat_seconds", "Latency.", ("service",))
+    h.observe(("a",), value)
+    counts = h.children[("a",)].counts
+    assert counts.index(1) == bisect_left(LATENCY_BUCKETS, value)
+    assert sum(counts) == 1
+
+
+def test_a_service_series_counts_into_the_labelled_metrics() -> None:
+    m = GatewayMetrics()
+    series = m.series("svc")
+    assert m.series("svc") is series  # found again, not made again
+    series.answered(200)
+    series.answered(200)
+    series.answered(503)
+    series.duration.observe(0.002)
+    series.upstream_duration.observe(0.001)
+    m.duration.observe(("svc",), 0.02)  # the labelled form reaches the same series
+    text = m.render().decode()
+    assert 'openeas_gateway_requests_total{service="svc",code="200"} 2' in text
+    assert 'openeas_gateway_requests_total{service="svc",code="503"} 1' in text
+    assert 'openeas_gateway_request_duration_seconds_count{service="svc"} 2' in text
+    assert 'openeas_gateway_upstream_duration_seconds_count{service="svc"} 1' in text
+    assert m.requests.errors == {"svc": 1}  # the load report's running 5xx total
