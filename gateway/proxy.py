@@ -19,9 +19,9 @@ waking) runs as a coroutine, in :mod:`gateway.forwarding` (interpreted).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Coroutine, Iterable
 from hmac import compare_digest
+from time import perf_counter
 from typing import Any
 
 from gateway.auth import presented_token, token_matches
@@ -171,12 +171,12 @@ class PredictProxy:
     def count(self, label: str, code: int, started: float) -> None:
         series = self.metrics.series(label)
         series.answered(code)
-        series.duration.observe(time.perf_counter() - started)
+        series.duration.observe(perf_counter() - started)
 
     # -- dispatch ---------------------------------------------------------------------------
 
     def dispatch(self, request: Request, target: Target) -> Coroutine[Any, Any, None] | None:
-        started = time.perf_counter()
+        started = perf_counter()
         entry: ServiceRoute | None = None
         try:
             entry, authenticated = self.resolve(request, target)
@@ -231,7 +231,7 @@ class PredictProxy:
             conn,
             timeout_s=entry.timeout_s,
             on_done=self._fast_done,
-            context=(entry, endpoint, started, time.perf_counter()),
+            context=(entry, endpoint, started, perf_counter()),
         )
         ex.send(head, body)
         if stream:
@@ -251,7 +251,7 @@ class PredictProxy:
             self.count(name, CLIENT_CLOSED, started)
             return
         if ex.error is None:
-            now = time.perf_counter()
+            now = perf_counter()
             series = self.metrics.series(name)
             series.upstream_duration.observe(now - sent_at)
             series.duration.observe(now - started)
