@@ -21,11 +21,20 @@ class Endpoint:
     """One ready replica, e.g. ``http://127.0.0.1:41233`` (plain HTTP: replicas sit on
     the cluster network behind the gateway)."""
 
-    __slots__ = ("base_url", "down_until", "host", "host_header", "outstanding", "port")
+    __slots__ = (
+        "address",
+        "base_url",
+        "down_until",
+        "host",
+        "host_header",
+        "outstanding",
+        "port",
+    )
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url.rstrip("/")
         self.host, self.port = split_base_url(self.base_url)
+        self.address = address(self.host, self.port)  # its connections' key in the pool
         default = self.port == 80
         hostname = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = (hostname if default else f"{hostname}:{self.port}").encode("idna")
@@ -34,6 +43,12 @@ class Endpoint:
 
     def __repr__(self) -> str:
         return f"Endpoint({self.base_url!r}, outstanding={self.outstanding})"
+
+
+def address(host: str, port: int) -> str:
+    """A replica's key in the connection pool: a string, whose hash is kept, where a
+    ``(host, port)`` tuple would be built, hashed and compared on every lookup."""
+    return f"{host}:{port}"
 
 
 def split_base_url(base_url: str) -> tuple[str, int]:

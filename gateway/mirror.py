@@ -23,7 +23,13 @@ from collections.abc import Callable
 from gateway.compare import Answer
 from gateway.server import Request
 from gateway.traffic import MirrorState
-from gateway.upstream import Exchange, ResponseHead, UpstreamConnection, UpstreamError
+from gateway.upstream import (
+    Exchange,
+    Receiver,
+    ResponseHead,
+    UpstreamConnection,
+    UpstreamError,
+)
 
 MAX_IN_FLIGHT = 16  # shadows per (service, target) per gateway process
 MAX_ANSWER_BYTES = 4 * 1024 * 1024  # an answer kept for comparison, primary's or shadow's
@@ -132,13 +138,14 @@ class RecordingExchange(Exchange):
         self.copy.primary.complete = True
 
 
-class ShadowCall:
+class ShadowCall(Receiver):
     """One request to a target's replica whose answer is kept, not relayed: the
     :class:`gateway.upstream.Receiver` of its connection until it ends."""
 
     __slots__ = ("_done", "_timeout_s", "answer", "deadline", "error", "finished", "upstream")
 
     def __init__(self, upstream: UpstreamConnection, *, timeout_s: float, limit: int) -> None:
+        super().__init__()
         self.upstream = upstream
         self.answer = Collected(limit)
         self.error: UpstreamError | None = None
@@ -147,11 +154,6 @@ class ShadowCall:
         self._timeout_s = timeout_s
         self._done: asyncio.Future[None] = upstream.pool.loop.create_future()
         upstream.exchange = self
-
-    @property
-    def status(self) -> int:
-        head = self.answer.head
-        return head.status if head is not None else 0
 
     def start(self, head: bytes, body: bytes | None) -> asyncio.Future[None]:
         """Send; the future is done at the end of the answer (see ``error``)."""
@@ -165,6 +167,7 @@ class ShadowCall:
     def on_head(self, head: ResponseHead) -> None:
         if head.status >= 200:
             self.answer.on_head(head)
+            self.status = head.status
 
     def on_whole(self, head: ResponseHead, body: bytes) -> None:
         self.on_head(head)

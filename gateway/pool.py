@@ -1,5 +1,6 @@
-"""Keep-alive connections to replicas by ``(host, port)``, and the one timer that checks
-the deadlines of the exchanges in flight. The proxies take an idle connection per call
+"""Keep-alive connections to replicas by address (``host:port``, see
+:func:`gateway.balancer.address`), and the one timer that checks the deadlines of the
+exchanges in flight. The proxies take an idle connection per call
 (:meth:`UpstreamPool.idle`, or :meth:`UpstreamPool.acquire` to connect) and hand it back
 when the exchange ends (:meth:`UpstreamPool.release`).
 
@@ -11,17 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
 from collections.abc import Awaitable
+from typing import Protocol
 
+from gateway.balancer import address
 from gateway.connect import connect
-from gateway.upstream import Receiver, UpstreamConnection
+from gateway.upstream import UpstreamConnection
 
 TICK_S = 0.05  # resolution of upstream timeouts
 
 
+class Watched(Protocol):
+    """What the deadline timer checks (an exchange or a shadow call in flight)."""
+
+    def check_deadline(self, now: float) -> None: ...
+
+
 class UpstreamPool:
-    """Idle keep-alive connections by ``(host, port)``; at most ``max_idle`` kept per
+    """Idle keep-alive connections by address; at most ``max_idle`` kept per
     replica, closed after ``keepalive_s`` unused."""
 
     def __init__(self, *, keepalive_s: float = 60.0, max_idle: int = 512) -> None:
@@ -29,18 +37,21 @@ class UpstreamPool:
         self.keepalive_s = keepalive_s
         self.max_idle = max_idle
         self._sweep_s = min(5.0, keepalive_s / 2)
-        self._idle: dict[tuple[str, int], deque[UpstreamConnection]] = {}
+        self.time = self.loop.time  # (bound once: called per request)
+        # Most recently used last; a list, not a deque: compiled, its append and pop are
+        # direct calls (the sweep's removals from the front are rare).
+        self._idle: dict[str, list[UpstreamConnection]] = {}
         # Replicas that left the route table (a delta at a time; small: a replica port or
         # pod IP that comes back is taken out again).
-        self._unrouted: set[tuple[str, int]] = set()
+        self._unrouted: set[str] = set()
         self._sweeper: asyncio.TimerHandle | None = None
         self._closed = False
         # Exchanges with a deadline, checked every TICK_S by one timer rather than one
         # timer per request (a timer handle per request cost more than the rest of it).
-        self._watched: set[Receiver] = set()
+        self._watched: set[Watched] = set()
         self._ticker: asyncio.TimerHandle | None = None
 
-    def watch(self, ex: Receiver) -> None:
+    def watch(self, ex: Watched) -> None:
         self._watched.add(ex)
         self._arm_ticker()
 
@@ -50,7 +61,7 @@ class UpstreamPool:
         if self._ticker is None and self._watched and not self._closed:
             self._ticker = self.loop.call_later(TICK_S, self._tick)
 
-    def unwatch(self, ex: Receiver) -> None:
+    def unwatch(self, ex: Watched) -> None:
         self._watched.discard(ex)
 
     def _tick(self) -> None:
@@ -61,9 +72,10 @@ class UpstreamPool:
             ex.check_deadline(now)
         self._arm_ticker()
 
-    def idle(self, host: str, port: int) -> UpstreamConnection | None:
-        """An idle keep-alive connection to ``host:port``, if there is one."""
-        idle = self._idle.get((host, port))
+    def idle(self, addr: str) -> UpstreamConnection | None:
+        """An idle keep-alive connection to ``addr`` (:func:`gateway.balancer.address`),
+        if there is one."""
+        idle = self._idle.get(addr)
         while idle:
             conn = idle.pop()  # most recently used: least likely to have been closed
             if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
@@ -74,7 +86,7 @@ class UpstreamPool:
         self, host: str, port: int, connect_timeout_s: float
     ) -> Awaitable[UpstreamConnection]:
         """An idle connection to ``host:port`` or a new one (see :func:`connect`)."""
-        conn = self.idle(host, port)
+        conn = self.idle(address(host, port))
         if conn is None:
             return connect(self, (host, port), connect_timeout_s)
         done: asyncio.Future[UpstreamConnection] = self.loop.create_future()
@@ -85,32 +97,33 @@ class UpstreamPool:
         """Close idle connections to replicas no route lists any more (and busy ones when
         they finish): Triton waits for open connections before it exits, so an idle
         keep-alive here would hold a stopping replica up for its whole exit timeout."""
-        self._unrouted -= added
-        self._unrouted |= released
-        for key in released:
-            idle = self._idle.pop(key, None)
-            while idle:
-                idle.popleft().close()
+        gone = {address(host, port) for host, port in released}
+        self._unrouted -= {address(host, port) for host, port in added}
+        self._unrouted |= gone
+        for addr in gone:
+            for conn in self._idle.pop(addr, []):
+                conn.close()
 
     def release(self, conn: UpstreamConnection) -> None:
         conn.exchange = None
-        if conn.closed or self._closed or (self._unrouted and conn.key in self._unrouted):
+        addr = conn.address
+        if conn.closed or self._closed or (self._unrouted and addr in self._unrouted):
             conn.close()
             return
-        idle = self._idle.get(conn.key)
+        idle = self._idle.get(addr)
         if idle is None:
-            idle = self._idle[conn.key] = deque()
+            idle = self._idle[addr] = []
         if len(idle) >= self.max_idle:
             conn.close()
             return
         if conn._reading_paused:  # (checked here: this runs once per request)
             conn.resume_reading()
-        conn.idle_since = self.loop.time()
+        conn.idle_since = self.time()
         idle.append(conn)
         self._arm_sweeper()
 
     def forget(self, conn: UpstreamConnection) -> None:
-        idle = self._idle.get(conn.key)
+        idle = self._idle.get(conn.address)
         if idle:
             with contextlib.suppress(ValueError):
                 idle.remove(conn)
@@ -120,8 +133,14 @@ class UpstreamPool:
         self._sweeper = None  # (first, as in _tick)
         cutoff = self.loop.time() - self.keepalive_s
         for idle in self._idle.values():
-            while idle and idle[0].idle_since < cutoff:
-                idle.popleft().close()
+            stale = 0
+            while stale < len(idle) and idle[stale].idle_since < cutoff:
+                stale += 1
+            if stale:
+                expired = idle[:stale]
+                del idle[:stale]
+                for conn in expired:
+                    conn.close()
         self._arm_sweeper()
 
     def _arm_sweeper(self) -> None:
@@ -136,4 +155,4 @@ class UpstreamPool:
         self._sweeper = self._ticker = None
         for idle in self._idle.values():
             while idle:
-                idle.popleft().close()
+                idle.pop().close()

@@ -67,6 +67,8 @@ class PredictProxy:
         self.upstreams = upstreams
         self.activity = activity if activity is not None else Activity()
         self._connect_s = settings.connect_timeout_s
+        self._max_body = settings.max_body_bytes  # (the settings are not compiled)
+        self._clock = perf_counter  # an attribute: a module global is a dict lookup per call
         self.mirrors = Mirrors(
             routes, balancer, upstreams, metrics, connect_timeout_s=settings.connect_timeout_s
         )
@@ -127,7 +129,7 @@ class PredictProxy:
     ) -> None:
         """Raise the :class:`Problem` that refuses this call, or take its place in the
         service's in-flight count (the caller must ``entry.in_flight.leave()``)."""
-        name = entry.route.service
+        name = entry.service
         auth = request.hmap.get(b"authorization")
         accepted = entry.accepted
         if not authenticated and (
@@ -147,7 +149,7 @@ class PredictProxy:
                 service=name,
             )
         length = request.content_length
-        limit = self.settings.max_body_bytes
+        limit = self._max_body
         if length is not None and length > limit:
             raise Problem(
                 413, f"request body of {length} bytes exceeds the limit of {limit}", service=name
@@ -171,12 +173,12 @@ class PredictProxy:
     def count(self, label: str, code: int, started: float) -> None:
         series = self.metrics.series(label)
         series.answered(code)
-        series.duration.observe(perf_counter() - started)
+        series.duration.observe(self._clock() - started)
 
     # -- dispatch ---------------------------------------------------------------------------
 
     def dispatch(self, request: Request, target: Target) -> Coroutine[Any, Any, None] | None:
-        started = perf_counter()
+        started = self._clock()
         entry: ServiceRoute | None = None
         try:
             entry, authenticated = self.resolve(request, target)
@@ -184,7 +186,7 @@ class PredictProxy:
         except Asleep as a:
             return self.slow.held(request, target, a.entry, started)
         except Problem as p:
-            self.count(entry.route.service if entry is not None else "", p.status, started)
+            self.count(entry.service if entry is not None else "", p.status, started)
             write_problem(request, p, close=p.status == 413)
             request.finish()
             return None
@@ -196,7 +198,7 @@ class PredictProxy:
         # A body of known length goes on by callbacks, whole or as it comes (a chunked one
         # is read whole first, to send it with its length).
         if endpoint is not None and (request.content_length is not None or not request.has_body):
-            conn = self.upstreams.idle(endpoint.host, endpoint.port)
+            conn = self.upstreams.idle(endpoint.address)
             if conn is not None:
                 self._fast(request, target, entry, endpoint, conn, started)
                 return None
@@ -231,7 +233,7 @@ class PredictProxy:
             conn,
             timeout_s=entry.timeout_s,
             on_done=self._fast_done,
-            context=(entry, endpoint, started, perf_counter()),
+            context=(entry, endpoint, started, self._clock()),
         )
         ex.send(head, body)
         if stream:
@@ -243,7 +245,7 @@ class PredictProxy:
         entry, endpoint, started, sent_at = context
         endpoint.outstanding -= 1
         entry.in_flight.leave()
-        name = entry.route.service
+        name = entry.service
         request = ex.request
         if not ex.request_body_sent:
             request.body.detach()  # a body streamed to the replica goes nowhere now
@@ -251,7 +253,7 @@ class PredictProxy:
             self.count(name, CLIENT_CLOSED, started)
             return
         if ex.error is None:
-            now = perf_counter()
+            now = self._clock()
             series = self.metrics.series(name)
             series.upstream_duration.observe(now - sent_at)
             series.duration.observe(now - started)

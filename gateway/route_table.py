@@ -28,6 +28,7 @@ class ServiceRoute:
     """One service as the proxy uses it: its wire route plus live admission state."""
 
     route: Route
+    service: str  # route.service, read per call (the wire route is not compiled)
     digest: bytes
     endpoints: tuple[Endpoint, ...]
     timeout_s: float
@@ -42,7 +43,7 @@ class ServiceRoute:
         """Admit one call under the service's rate limit and in-flight bound (HTTP and gRPC
         alike), and mark the service busy for the load report: None, or why not."""
         bucket = self.bucket
-        name = self.route.service
+        name = self.service
         if bucket is not None and not bucket.try_acquire():
             return OverLimit(
                 f"service {name!r} is over its rate limit of {self.route.rate_limit} requests/s",
@@ -65,7 +66,7 @@ class Asleep(Exception):
     (either door) until it has a ready replica."""
 
     def __init__(self, entry: ServiceRoute) -> None:
-        super().__init__(entry.route.service)
+        super().__init__(entry.service)
         self.entry = entry
 
 
@@ -275,6 +276,7 @@ class RouteState:
             self._forget_accepted(route.group)
         self.services[route.service] = ServiceRoute(
             route=route,
+            service=route.service,
             digest=digest,
             endpoints=endpoints,
             timeout_s=timeout_ms / 1000.0,

@@ -350,8 +350,11 @@ class HttpConnection(ReadPausable):
 
     def __init__(self, server: Listener) -> None:
         self.server = server
+        # Bound once (the listener is not compiled: each would be an attribute lookup).
+        self._handler = server.handler
         self.responding = False  # bytes of the active request's response went out
         self.loop = server.loop
+        self.time = server.loop.time
         self.buffer_bytes = server.buffer_bytes
         # Bodies dispatched whole must fit before reading pauses, or they never complete.
         self.pause_bytes = max(BUFFER_HIGH, self.buffer_bytes)
@@ -391,7 +394,7 @@ class HttpConnection(ReadPausable):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) else None
-        self.last_active = self.head_started = self.loop.time()
+        self.last_active = self.head_started = self.time()
         self.server.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -491,7 +494,7 @@ class HttpConnection(ReadPausable):
         if len(data) > left:
             data, rest = data[:left], data[left:]
         self._body_left = left - len(data)
-        self.body_at = self.loop.time()
+        self.body_at = self.time()
         if req is not None:
             req.body.feed(data)
         if not self._body_left:
@@ -541,7 +544,7 @@ class HttpConnection(ReadPausable):
         self._headers = []
         self._in_head = True
         self._head_size = 0
-        self.head_started = self.loop.time()
+        self.head_started = self.time()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -575,7 +578,7 @@ class HttpConnection(ReadPausable):
         if not req.has_body:
             req.body.complete = True
         else:
-            self.body_at = self.loop.time()
+            self.body_at = self.time()
         self._parsing = req
         # Small bodies are dispatched whole (on_message_complete); others right away.
         cl = req.content_length
@@ -588,7 +591,7 @@ class HttpConnection(ReadPausable):
 
     def on_body(self, body: Chunk) -> None:
         req = self._parsing
-        self.body_at = self.loop.time()
+        self.body_at = self.time()
         if req is not None:
             req.body.feed(body)
 
@@ -629,7 +632,7 @@ class HttpConnection(ReadPausable):
         self.active = req
         self._continue_sent = False
         try:
-            coro = self.server.handler(req)
+            coro = self._handler(req)
         except Exception:
             log.exception("unhandled error in the gateway's request handler")
             self.close()
@@ -646,7 +649,7 @@ class HttpConnection(ReadPausable):
         """The response to ``req`` is fully written."""
         self.producer = None
         self.responding = False
-        self.last_active = self.loop.time()
+        self.last_active = self.time()
         if self.closed or self.transport is None or req is not self.active:
             return
         if not req.body.complete:
@@ -710,7 +713,7 @@ class HttpConnection(ReadPausable):
         req = self.active
         if req is not None and req.expect_continue and not self._continue_sent:
             self._continue_sent = True
-            self.body_at = self.loop.time()  # the client starts sending only now
+            self.body_at = self.time()  # the client starts sending only now
             self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def write(self, data: bytes) -> None:
@@ -741,7 +744,7 @@ class HttpConnection(ReadPausable):
     def resume_reading(self) -> None:
         if not self._queue:  # else still answering pipelined requests in order
             if self._reading_paused and self.body_at is not None:
-                self.body_at = self.loop.time()  # the pause was ours, not the client's
+                self.body_at = self.time()  # the pause was ours, not the client's
             super().resume_reading()
 
     def body_stalled(self, now: float, timeout_s: float) -> bool:

@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, cast
 
 import httptools
 
+from gateway.balancer import address
 from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_fields
 from gateway.http1 import CRLF, ReadPausable, status_line
 from gateway.server import Chunk, Request
 from gateway.writes import write_parts
+
+if TYPE_CHECKING:  # (the pool imports this module)
+    from gateway.pool import UpstreamPool
 
 _NO_BODY_STATUS = frozenset({204, 304})
 # Response fields the proxy sets itself or that are hop-by-hop (RFC 9110 §7.6.1).
@@ -64,50 +68,59 @@ class ResponseHead:
         self.chunked = chunked
         self.keep_alive = keep_alive
         self.raw = b""
-        self.memo: dict[tuple[bool, bool, bool], tuple[bytes, bool, bool]] = {}
+        # By kind of request: an int (HTTP/1.1, keep-alive, HEAD as bits), not a tuple.
+        self.memo: dict[int, tuple[bytes, bool, bool]] = {}
 
 
-class Receiver(Protocol):
+class Receiver:
     """What a connection feeds while it carries one exchange: an :class:`Exchange` (relays to
     a client) or a mirror's shadow call (keeps the answer, see :mod:`gateway.mirror`).
-    ``status`` is 0 until a final response head arrived."""
+    ``status`` is 0 until a final response head arrived. A base class, not a protocol:
+    compiled, the connection's calls into it are direct calls, not attribute lookups."""
 
-    @property
-    def status(self) -> int: ...
+    __slots__ = ("status",)
 
-    def on_head(self, head: ResponseHead) -> None: ...
-    def on_whole(self, head: ResponseHead, body: bytes) -> None: ...
-    def on_body(self, data: bytes) -> None: ...
-    def on_complete(self) -> None: ...
-    def flush(self) -> None: ...
-    def connection_lost(self) -> None: ...
-    def fail(self, error: UpstreamError) -> None: ...
-    def check_deadline(self, now: float) -> None: ...
-    def pause_sending(self) -> None: ...
-    def resume_sending(self) -> None: ...
+    def __init__(self) -> None:
+        self.status = 0
 
+    def on_head(self, head: ResponseHead) -> None:
+        raise NotImplementedError
 
-class Pool(Protocol):
-    """Where an upstream connection returns when its exchange ends
-    (:class:`gateway.pool.UpstreamPool`)."""
+    def on_whole(self, head: ResponseHead, body: bytes) -> None:
+        raise NotImplementedError
 
-    loop: asyncio.AbstractEventLoop
+    def on_body(self, data: bytes) -> None:
+        raise NotImplementedError
 
-    def watch(self, ex: Receiver) -> None: ...
+    def on_complete(self) -> None:
+        raise NotImplementedError
 
-    def unwatch(self, ex: Receiver) -> None: ...
+    def flush(self) -> None:
+        raise NotImplementedError
 
-    def release(self, conn: UpstreamConnection) -> None: ...
+    def connection_lost(self) -> None:
+        raise NotImplementedError
 
-    def forget(self, conn: UpstreamConnection) -> None: ...
+    def fail(self, error: UpstreamError) -> None:
+        raise NotImplementedError
+
+    def check_deadline(self, now: float) -> None:
+        raise NotImplementedError
+
+    def pause_sending(self) -> None:
+        raise NotImplementedError
+
+    def resume_sending(self) -> None:
+        raise NotImplementedError
 
 
 class UpstreamConnection(ReadPausable):
     """One keep-alive connection to a replica; one exchange at a time."""
 
-    def __init__(self, pool: Pool, key: tuple[str, int]) -> None:
+    def __init__(self, pool: UpstreamPool, key: tuple[str, int]) -> None:
         self.pool = pool
         self.key = key
+        self.address = address(*key)
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.exchange: Receiver | None = None
@@ -294,7 +307,7 @@ def request_head(method: str, path_qs: str, host: bytes, header_lines: list[byte
     )
 
 
-class Exchange:
+class Exchange(Receiver):
     """Relays one request to ``upstream`` and its response to the client, entirely in
     callbacks (no task, no future): :meth:`send` writes the request; the parser's
     callbacks collect the response head and body, and what one ``data_received`` brought
@@ -317,11 +330,10 @@ class Exchange:
         "error",
         "finished",
         "head_only",
-        "loop",
         "on_done",
         "request",
         "request_body_sent",
-        "status",
+        "time",
         "upstream",
     )
 
@@ -334,14 +346,14 @@ class Exchange:
         on_done: Callable[[Exchange], None],
         context: object = None,
     ) -> None:
-        self.loop = upstream.pool.loop
+        super().__init__()
+        self.time = upstream.pool.time
         self.request = request
         self.client = request.conn
         self.upstream = upstream
         self.on_done = on_done
         self.context = context  # the caller's, handed back with on_done
         self.head_only = request.method == "HEAD"
-        self.status = 0
         self.error: UpstreamError | None = None
         self.complete = False
         self.finished = False
@@ -362,7 +374,7 @@ class Exchange:
         else:
             self.upstream.write(head)
         if self._timeout_s is not None:
-            self.deadline = self.loop.time() + self._timeout_s
+            self.deadline = self.time() + self._timeout_s
             self.upstream.pool.watch(self)
 
     def abort(self) -> None:
@@ -394,11 +406,12 @@ class Exchange:
         """The head the client gets for ``head`` (made once per kind of request); notes
         the status, the framing and whether the client connection stays open."""
         req = self.request
-        key = (req.version == "1.1", req.keep_alive, self.head_only)
+        http11 = req.version == "1.1"
+        key = http11 | req.keep_alive << 1 | self.head_only << 2
         made = head.memo.get(key)
         if made is None:
             made = head.memo[key] = response_head_bytes(
-                head, client_http11=key[0], keep_alive=key[1], head_only=key[2]
+                head, client_http11=http11, keep_alive=req.keep_alive, head_only=self.head_only
             )
         out, self._chunked_out, req.keep_alive = made
         self.status = head.status
@@ -434,7 +447,7 @@ class Exchange:
                     self.pause_producing()
             if self._timeout_s is not None:
                 # Mid-response the limit is on stalls: restart it with each read.
-                self.deadline = self.loop.time() + self._timeout_s
+                self.deadline = self.time() + self._timeout_s
 
     def connection_lost(self) -> None:
         if self.finished:

@@ -26,12 +26,12 @@ async def test_reroute_closes_idle_and_finishing_connections_to_unrouted_replica
 
     pool.reroute({("127.0.0.1", port)}, set())  # routed: kept
     await asyncio.sleep(0.1)
-    assert closed == [] and pool.idle("127.0.0.1", port) is idle
+    assert closed == [] and pool.idle(f"127.0.0.1:{port}") is idle
     pool.release(idle)
 
     pool.reroute(set(), {("127.0.0.1", port)})  # the replica left the table
     await wait_until_async(lambda: closed == [1], 10)
-    assert pool.idle("127.0.0.1", port) is None
+    assert pool.idle(f"127.0.0.1:{port}") is None
     pool.release(busy)  # a request in flight finished: not kept either
     await wait_until_async(lambda: closed == [1, 1], 10)
     pool.close()
@@ -52,11 +52,11 @@ class Watched:
 async def test_the_deadline_timer_runs_only_while_something_is_watched() -> None:
     pool = UpstreamPool()
     ex = Watched()
-    pool.watch(ex)  # type: ignore[arg-type]
+    pool.watch(ex)
     await wait_until_async(lambda: ex.checks >= 2, 5)
-    pool.unwatch(ex)  # type: ignore[arg-type]
+    pool.unwatch(ex)
     await wait_until_async(lambda: pool._ticker is None, 5)  # idle: no timer left
-    pool.watch(ex)  # type: ignore[arg-type]
+    pool.watch(ex)
     checks = ex.checks
     await wait_until_async(lambda: ex.checks > checks, 5)  # and back when needed
     pool.close()
@@ -71,13 +71,13 @@ class WatchesAnother(Watched):
 
     def check_deadline(self, now: float) -> None:
         super().check_deadline(now)
-        self.pool.watch(Watched())  # type: ignore[arg-type]
+        self.pool.watch(Watched())
 
 
 async def test_a_deadline_check_that_watches_again_keeps_one_timer() -> None:
     pool = UpstreamPool()
     ex = WatchesAnother(pool)
-    pool.watch(ex)  # type: ignore[arg-type]
+    pool.watch(ex)
     await asyncio.sleep(0.5)  # ten ticks of 50 ms
     pool.close()
     assert 5 <= ex.checks <= 12  # one chain; two would double, and so on
