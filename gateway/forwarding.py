@@ -22,11 +22,12 @@ from gateway.paths import Target
 from gateway.pool import UpstreamPool
 from gateway.problems import Problem, write_problem
 from gateway.route_table import Asleep, ServiceRoute
-from gateway.server import Body, BodyTooLarge, Chunk, ClientGone, Request
+from gateway.server import Body, BodyTooLarge, ClientGone, Request
 from gateway.settings import GatewaySettings
 from gateway.shadows import Mirrors
 from gateway.upstream import Exchange, UpstreamConnection, UpstreamError, request_head
 from gateway.wake import NotWakeable, QueueFull, WakeTimeout, Waking, queue_bound
+from gateway.writes import Chunk
 
 # EAS's answer when a service's queue is full; the request was not processed: retry.
 QUEUE_FULL = 450

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Iterable
 from hmac import compare_digest
 from time import perf_counter
-from typing import Any
+from typing import Any, Final
 
 from gateway.auth import presented_token, token_matches
 from gateway.balancer import Endpoint, EndpointPool
@@ -44,7 +44,7 @@ from gateway.shadows import Mirrors
 from gateway.upstream import Exchange, UpstreamConnection, request_head
 from gateway.wake import Push, Waking
 
-MEMO_ENDPOINTS = 16  # upstream heads kept per client head (one per replica it went to)
+MEMO_ENDPOINTS: Final = 16  # upstream heads kept per client head (one per replica it went to)
 
 
 class PredictProxy:
@@ -74,6 +74,7 @@ class PredictProxy:
         )
         self.waking = Waking(routes, metrics, wake)
         self.slow = SlowPath(self)
+        self._on_fast_done = self._fast_done  # bound once, not per call
 
     # -- admission (shared) ---------------------------------------------------------------
 
@@ -232,7 +233,7 @@ class PredictProxy:
             request,
             conn,
             timeout_s=entry.timeout_s,
-            on_done=self._fast_done,
+            on_done=self._on_fast_done,
             context=(entry, endpoint, started, self._clock()),
         )
         ex.send(head, body)

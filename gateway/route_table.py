@@ -134,6 +134,9 @@ class RouteState:
         group = self.groups.get(name) if self.groups else None
         if group is not None:
             return group
+        if "." not in name:  # (most calls: no partition to build)
+            entry = self.services.get(name)
+            return None if entry is None else (entry, None)
         group_name, dot, member = name.partition(".")
         entry = self.services.get(member if dot else name)
         if entry is None or (dot and entry.route.group != group_name):

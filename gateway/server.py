@@ -35,25 +35,24 @@ import logging
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from http import HTTPStatus
-from typing import Any, cast
+from typing import Any, Final, cast
 from typing import Protocol as TypingProtocol
 
 import httptools
 
 from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
-from gateway.writes import write_parts
+from gateway.writes import Chunk, unconnected, write_pair, write_parts
 
 log = logging.getLogger(__name__)
 
-BUFFER_HIGH = 256 * 1024  # body bytes held before the client is paused (at least)
+# Final: compiled, a plain module constant is a dict lookup per use.
+BUFFER_HIGH: Final = 256 * 1024  # body bytes held before the client is paused (at least)
 # The body bytes of a read past its head are passed on as a view, not copied, from this size.
-VIEW_BODY_BYTES = 65_536
-# Request-body bytes as read: a memoryview for the rest of a large read past its head.
-Chunk = bytes | memoryview
-MAX_HEAD_BYTES = 64 * 1024  # request line + header fields (431 past it)
-MAX_HEADER_FIELDS = 100  # Apache's LimitRequestFields: past it 431 (replicas refuse more)
-DISCARD_MAX = 4 * 1024 * 1024  # unread body drained to keep a connection; past it, close
-LINGER_S = 2.0  # how long a refused upload is drained before the connection is closed
+VIEW_BODY_BYTES: Final = 65_536
+MAX_HEAD_BYTES: Final = 64 * 1024  # request line + header fields (431 past it)
+MAX_HEADER_FIELDS: Final = 100  # Apache's LimitRequestFields: past it 431 (replicas refuse more)
+DISCARD_MAX: Final = 4 * 1024 * 1024  # unread body drained to keep a connection; past it, close
+LINGER_S: Final = 2.0  # how long a refused upload is drained before the connection is closed
 
 
 class Producer(TypingProtocol):
@@ -359,6 +358,7 @@ class HttpConnection(ReadPausable):
         # Bodies dispatched whole must fit before reading pauses, or they never complete.
         self.pause_bytes = max(BUFFER_HIGH, self.buffer_bytes)
         self.transport: asyncio.Transport | None = None
+        self._write: Callable[[bytes], None] = unconnected
         self.peer: str | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.closed = False
@@ -392,6 +392,7 @@ class HttpConnection(ReadPausable):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
+        self._write = self.transport.write
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) else None
         self.last_active = self.head_started = self.time()
@@ -725,6 +726,11 @@ class HttpConnection(ReadPausable):
         if not self.closed and self.transport is not None:
             self.responding = True
             write_parts(self.transport, parts)
+
+    def write_pair(self, head: bytes, body: Chunk) -> None:
+        if not self.closed and self.transport is not None:
+            self.responding = True
+            write_pair(self.transport, self._write, head, body)
 
     def write_response(
         self, status: int, headers: list[tuple[bytes, bytes]], body: bytes = b""

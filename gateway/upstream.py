@@ -25,8 +25,8 @@ import httptools
 from gateway.balancer import address
 from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_fields
 from gateway.http1 import CRLF, ReadPausable, status_line
-from gateway.server import Chunk, Request
-from gateway.writes import write_parts
+from gateway.server import Request
+from gateway.writes import Chunk, unconnected, write_pair
 
 if TYPE_CHECKING:  # (the pool imports this module)
     from gateway.pool import UpstreamPool
@@ -122,6 +122,7 @@ class UpstreamConnection(ReadPausable):
         self.key = key
         self.address = address(*key)
         self.transport: asyncio.Transport | None = None
+        self._write: Callable[[bytes], None] = unconnected
         self.parser = httptools.HttpResponseParser(self)
         self.exchange: Receiver | None = None
         self.response: ResponseHead | None = None
@@ -139,6 +140,7 @@ class UpstreamConnection(ReadPausable):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
+        self._write = self.transport.write
 
     def data_received(self, data: bytes) -> None:
         ex = self.exchange
@@ -283,9 +285,9 @@ class UpstreamConnection(ReadPausable):
         if self.transport is not None and not self.closed:
             self.transport.write(data)
 
-    def write_parts(self, parts: tuple[bytes, Chunk]) -> None:
+    def write_pair(self, head: bytes, body: Chunk) -> None:
         if self.transport is not None and not self.closed:
-            write_parts(self.transport, parts)
+            write_pair(self.transport, self._write, head, body)
 
     def write_body(self, data: Chunk) -> None:
         self.write(data)
@@ -370,7 +372,7 @@ class Exchange(Receiver):
     def send(self, head: bytes, body: Chunk | None) -> None:
         """Write the request head and the body buffered so far; start the answer timeout."""
         if body:
-            self.upstream.write_parts((head, body))
+            self.upstream.write_pair(head, body)
         else:
             self.upstream.write(head)
         if self._timeout_s is not None:
@@ -399,7 +401,7 @@ class Exchange(Receiver):
         """A repeated final head (it has a length) with all of its body, from one read:
         what ``on_head``, ``on_body``, ``on_complete`` and ``flush`` do, in one write."""
         self.complete = True
-        self.client.write_parts((self._client_head(head), body))  # nothing else waits in _out
+        self.client.write_pair(self._client_head(head), body)  # nothing else waits in _out
         self._end()
 
     def _client_head(self, head: ResponseHead) -> bytes:
