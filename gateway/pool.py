@@ -78,7 +78,7 @@ class UpstreamPool:
         idle = self._idle.get(addr)
         while idle:
             conn = idle.pop()  # most recently used: least likely to have been closed
-            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+            if not conn.closed and not conn.is_closing():
                 return conn
         return None
 

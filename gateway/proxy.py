@@ -44,6 +44,14 @@ from gateway.shadows import Mirrors
 from gateway.upstream import Exchange, UpstreamConnection, request_head
 from gateway.wake import Push, Waking
 
+
+def same_credential(presented: bytes, accepted: bytes) -> bool:
+    """Whether ``presented`` is the Authorization value that passed last: the same object
+    when a client repeats its head (its header values are kept with it, see
+    :class:`gateway.server.Head`), else compared in constant time."""
+    return presented is accepted or compare_digest(presented, accepted)
+
+
 MEMO_ENDPOINTS: Final = 16  # upstream heads kept per client head (one per replica it went to)
 
 
@@ -117,7 +125,7 @@ class PredictProxy:
         last is compared first; the digests are listed only when it does not match."""
         auth = request.hmap.get(b"authorization")
         accepted = holder.accepted
-        if auth is not None and accepted is not None and compare_digest(auth, accepted):
+        if auth is not None and accepted is not None and same_credential(auth, accepted):
             return True
         token = presented_token(auth)
         if token is None or not any(token_matches(token, d) for d in digests()):
@@ -134,7 +142,7 @@ class PredictProxy:
         auth = request.hmap.get(b"authorization")
         accepted = entry.accepted
         if not authenticated and (
-            auth is None or accepted is None or not compare_digest(auth, accepted)
+            auth is None or accepted is None or not same_credential(auth, accepted)
         ):
             token = presented_token(auth)
             if token is None:

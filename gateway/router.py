@@ -6,10 +6,10 @@ Called once per request, so compiled with the proxy (``gateway/native.py``).
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
-from gateway.paths import BadTarget, parse_target
+from gateway.paths import BadTarget, Target, parse_target
 from gateway.problems import Problem, write_problem
 from gateway.proxy import PredictProxy
 from gateway.server import Request
@@ -60,11 +60,18 @@ class Router:
             request.keep_alive = False
             _answer(request, problem)
             return None
-        try:
-            target = parse_target(raw)
-        except BadTarget as e:
-            _answer(request, Problem(400, str(e)))
-            return None
+        head = request.head
+        parsed = head.parsed
+        if parsed is not None and raw is head.target:
+            target: Target | None = cast(Target, parsed)  # a repeated head, read before
+        else:
+            try:
+                target = parse_target(raw)
+            except BadTarget as e:
+                _answer(request, Problem(400, str(e)))
+                return None
+            if raw is head.target:
+                head.parsed = target
         if target is not None:
             return self.predict.dispatch(request, target)
         path = request.path

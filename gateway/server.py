@@ -197,10 +197,11 @@ class Body:
 
 class Head:
     """A parsed request head (header names lower-case bytes). A connection keeps its last
-    one with the bytes it was parsed from (``raw``): clients repeat their heads byte for
-    byte (same model, tensor shapes and token), and a head equal to the last is not parsed
-    again (see :meth:`HttpConnection.data_received`). ``memo`` holds what a handler derives
-    from the head and the connection alone (the proxy's upstream head per replica)."""
+        one with the bytes it was parsed from (``raw``): clients repeat their heads byte for
+        byte (same model, tensor shapes and token), and a head equal to the last is not parsed
+        again (see :meth:`HttpConnection.data_received`). ``memo`` holds what a handler derives
+        from the head and the connection alone (the proxy's upstream head per replica), ``parsed``
+    what the router read from its target."""
 
     __slots__ = (
         "content_length",
@@ -211,6 +212,7 @@ class Head:
         "keep_alive",
         "memo",
         "method",
+        "parsed",
         "raw",
         "target",
         "upgrade",
@@ -243,6 +245,7 @@ class Head:
         )
         self.raw = b""  # the bytes it was parsed from, once known to be all of them
         self.memo: dict[object, bytes] = {}
+        self.parsed: object = None  # the router's reading of ``target`` (gateway.paths)
 
     @property
     def repeatable(self) -> bool:

@@ -114,6 +114,10 @@ class Receiver:
         raise NotImplementedError
 
 
+def _no_transport() -> bool:
+    return True
+
+
 class UpstreamConnection(ReadPausable):
     """One keep-alive connection to a replica; one exchange at a time."""
 
@@ -123,6 +127,7 @@ class UpstreamConnection(ReadPausable):
         self.address = address(*key)
         self.transport: asyncio.Transport | None = None
         self._write: Callable[[bytes], None] = unconnected
+        self.is_closing: Callable[[], bool] = _no_transport  # the transport's, bound once
         self.parser = httptools.HttpResponseParser(self)
         self.exchange: Receiver | None = None
         self.response: ResponseHead | None = None
@@ -141,6 +146,7 @@ class UpstreamConnection(ReadPausable):
         # uvloop's transports implement the interface without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
         self._write = self.transport.write
+        self.is_closing = self.transport.is_closing
 
     def data_received(self, data: bytes) -> None:
         ex = self.exchange

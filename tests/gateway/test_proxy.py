@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gateway.proxy import same_credential
 from testing.waiting import wait_until
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import (
@@ -610,3 +611,18 @@ def test_refused_upload_gets_its_answer(make_gateway: GatewayFactory, echo: Echo
             answer = s.recv(65536)
             assert answer.startswith(b"HTTP/1.1 " + status), answer[:100]
     assert echo.seen == []
+
+
+@pytest.mark.parametrize(
+    ("presented", "same"),
+    [
+        (b"Bearer abc", True),  # equal bytes, another object: compared
+        (b"Bearer abd", False),
+        (b"Bearer ab", False),
+        (b"", False),
+    ],
+)
+def test_a_credential_is_the_one_that_passed_only_when_equal(presented: bytes, same: bool) -> None:
+    accepted = "Bearer abc".encode()  # built at run time: not the parameter's object
+    assert same_credential(presented, accepted) is same
+    assert same_credential(accepted, accepted)  # the very object kept with a repeated head
