@@ -623,6 +623,6 @@ def test_refused_upload_gets_its_answer(make_gateway: GatewayFactory, echo: Echo
     ],
 )
 def test_a_credential_is_the_one_that_passed_only_when_equal(presented: bytes, same: bool) -> None:
-    accepted = "Bearer abc".encode()  # built at run time: not the parameter's object
+    accepted = bytes(bytearray(b"Bearer abc"))  # a new object, not the parameter
     assert same_credential(presented, accepted) is same
     assert same_credential(accepted, accepted)  # the very object kept with a repeated head
