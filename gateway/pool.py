@@ -11,7 +11,6 @@ coroutine, connecting, is :func:`gateway.connect.connect` (interpreted).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable
 from typing import Protocol
 
@@ -20,6 +19,55 @@ from gateway.connect import connect
 from gateway.upstream import UpstreamConnection
 
 TICK_S = 0.05  # resolution of upstream timeouts
+
+
+class Idle:
+    """One replica's idle connections, oldest first. The list never shrinks (``n`` of its
+    slots are in use): a list that goes from one item to none and back at every call is
+    reallocated at every call."""
+
+    __slots__ = ("n", "slots")
+
+    def __init__(self) -> None:
+        self.slots: list[UpstreamConnection | None] = []
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def push(self, conn: UpstreamConnection) -> None:
+        if self.n < len(self.slots):
+            self.slots[self.n] = conn
+        else:
+            self.slots.append(conn)
+        self.n += 1
+
+    def pop(self) -> UpstreamConnection | None:
+        """The most recently used (least likely to have been closed)."""
+        if not self.n:
+            return None
+        self.n -= 1
+        conn = self.slots[self.n]
+        self.slots[self.n] = None
+        return conn
+
+    def take(self, count: int) -> list[UpstreamConnection]:
+        """Remove and return the ``count`` oldest."""
+        taken = [c for c in self.slots[:count] if c is not None]
+        del self.slots[:count]
+        self.n -= count
+        return taken
+
+    def remove(self, conn: UpstreamConnection) -> None:
+        for i in range(self.n):
+            if self.slots[i] is conn:
+                del self.slots[i]
+                self.n -= 1
+                return
+
+    def idle_since(self, i: int) -> float:
+        conn = self.slots[i]
+        return conn.idle_since if conn is not None else 0.0
 
 
 class Watched(Protocol):
@@ -40,7 +88,7 @@ class UpstreamPool:
         self.time = self.loop.time  # (bound once: called per request)
         # Most recently used last; a list, not a deque: compiled, its append and pop are
         # direct calls (the sweep's removals from the front are rare).
-        self._idle: dict[str, list[UpstreamConnection]] = {}
+        self._idle: dict[str, Idle] = {}
         # Replicas that left the route table (a delta at a time; small: a replica port or
         # pod IP that comes back is taken out again).
         self._unrouted: set[str] = set()
@@ -76,10 +124,13 @@ class UpstreamPool:
         """An idle keep-alive connection to ``addr`` (:func:`gateway.balancer.address`),
         if there is one."""
         idle = self._idle.get(addr)
-        while idle:
-            conn = idle.pop()  # most recently used: least likely to have been closed
+        if idle is None:
+            return None
+        conn = idle.pop()
+        while conn is not None:
             if not conn.closed and not conn.is_closing():
                 return conn
+            conn = idle.pop()
         return None
 
     def acquire(
@@ -101,8 +152,10 @@ class UpstreamPool:
         self._unrouted -= {address(host, port) for host, port in added}
         self._unrouted |= gone
         for addr in gone:
-            for conn in self._idle.pop(addr, []):
-                conn.close()
+            idle = self._idle.pop(addr, None)
+            if idle is not None:
+                for conn in idle.take(len(idle)):
+                    conn.close()
 
     def release(self, conn: UpstreamConnection) -> None:
         conn.exchange = None
@@ -112,21 +165,20 @@ class UpstreamPool:
             return
         idle = self._idle.get(addr)
         if idle is None:
-            idle = self._idle[addr] = []
+            idle = self._idle[addr] = Idle()
         if len(idle) >= self.max_idle:
             conn.close()
             return
         if conn._reading_paused:  # (checked here: this runs once per request)
             conn.resume_reading()
         conn.idle_since = self.time()
-        idle.append(conn)
+        idle.push(conn)
         self._arm_sweeper()
 
     def forget(self, conn: UpstreamConnection) -> None:
         idle = self._idle.get(conn.address)
-        if idle:
-            with contextlib.suppress(ValueError):
-                idle.remove(conn)
+        if idle is not None:
+            idle.remove(conn)
 
     def _sweep(self) -> None:
         """Close connections idle past ``keepalive_s``; armed while any are idle."""
@@ -134,17 +186,14 @@ class UpstreamPool:
         cutoff = self.loop.time() - self.keepalive_s
         for idle in self._idle.values():
             stale = 0
-            while stale < len(idle) and idle[stale].idle_since < cutoff:
+            while stale < len(idle) and idle.idle_since(stale) < cutoff:
                 stale += 1
-            if stale:
-                expired = idle[:stale]
-                del idle[:stale]
-                for conn in expired:
-                    conn.close()
+            for conn in idle.take(stale):
+                conn.close()
         self._arm_sweeper()
 
     def _arm_sweeper(self) -> None:
-        if self._sweeper is None and any(self._idle.values()) and not self._closed:
+        if self._sweeper is None and not self._closed and any(map(len, self._idle.values())):
             self._sweeper = self.loop.call_later(self._sweep_s, self._sweep)
 
     def close(self) -> None:
@@ -154,5 +203,5 @@ class UpstreamPool:
                 timer.cancel()
         self._sweeper = self._ticker = None
         for idle in self._idle.values():
-            while idle:
-                idle.pop().close()
+            for conn in idle.take(len(idle)):
+                conn.close()

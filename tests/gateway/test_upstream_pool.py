@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.pool import UpstreamPool
+from gateway.pool import Idle, UpstreamPool
+from gateway.upstream import UpstreamConnection
 from testing.waiting import wait_until_async
 
 
@@ -102,3 +103,23 @@ async def test_idle_connections_are_closed_and_then_the_sweeper_stops() -> None:
     pool.close()
     server.close()
     await server.wait_closed()
+
+
+async def test_the_idle_list_is_a_stack_whose_oldest_are_swept_and_any_removed() -> None:
+    pool = UpstreamPool()
+    a, b, c = (UpstreamConnection(pool, ("127.0.0.1", 1)) for _ in range(3))
+    for since, conn in enumerate((a, b, c), start=1):
+        conn.idle_since = float(since)
+    idle = Idle()
+    assert idle.pop() is None
+    for conn in (a, b, c):
+        idle.push(conn)
+    assert len(idle) == 3 and idle.pop() is c  # most recently used first
+    idle.push(c)
+    assert [idle.idle_since(i) for i in range(len(idle))] == [1.0, 2.0, 3.0]
+    assert idle.take(1) == [a]  # the oldest, as the sweep takes them
+    idle.remove(c)
+    assert len(idle) == 1 and idle.pop() is b and idle.pop() is None
+    idle.push(a)
+    assert idle.take(len(idle)) == [a] and len(idle) == 0
+    pool.close()
