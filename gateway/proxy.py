@@ -82,7 +82,6 @@ class PredictProxy:
         )
         self.waking = Waking(routes, metrics, wake)
         self.slow = SlowPath(self)
-        self._on_fast_done = self._fast_done  # bound once, not per call
 
     # -- admission (shared) ---------------------------------------------------------------
 
@@ -237,21 +236,15 @@ class PredictProxy:
                 memo.clear()
             memo[endpoint] = head
         endpoint.outstanding += 1
-        ex = Exchange(
-            request,
-            conn,
-            timeout_s=entry.timeout_s,
-            on_done=self._on_fast_done,
-            context=(entry, endpoint, started, self._clock()),
-        )
+        ex = ProxiedExchange(self, request, conn, entry, endpoint, started)
+        ex.sent_at = self._clock()
         ex.send(head, body)
         if stream:
             ex.request_body_sent = False
             request.body.pipe_to(conn)
 
-    def _fast_done(self, ex: Exchange) -> None:
-        context: tuple[ServiceRoute, Endpoint, float, float] = ex.context  # type: ignore[assignment]
-        entry, endpoint, started, sent_at = context
+    def fast_done(self, ex: ProxiedExchange) -> None:
+        entry, endpoint, started = ex.entry, ex.endpoint, ex.started
         endpoint.outstanding -= 1
         entry.in_flight.leave()
         name = entry.service
@@ -264,7 +257,7 @@ class PredictProxy:
         if ex.error is None:
             now = self._clock()
             series = self.metrics.series(name)
-            series.upstream_duration.observe(now - sent_at)
+            series.upstream_duration.observe(now - ex.sent_at)
             series.duration.observe(now - started)
             series.answered(ex.status)
             request.finish()
@@ -277,3 +270,29 @@ class PredictProxy:
             self.count(name, p.status, started)
             write_problem(request, p)
         request.finish()
+
+
+class ProxiedExchange(Exchange):
+    """The fast path's exchange, holding what its end needs (no tuple, no boxed times), and
+    reporting its end to the proxy by a direct call rather than through a callback."""
+
+    __slots__ = ("endpoint", "entry", "proxy", "sent_at", "started")
+
+    def __init__(
+        self,
+        proxy: PredictProxy,
+        request: Request,
+        conn: UpstreamConnection,
+        entry: ServiceRoute,
+        endpoint: Endpoint,
+        started: float,
+    ) -> None:
+        super().__init__(request, conn, timeout_s=entry.timeout_s)
+        self.proxy = proxy
+        self.entry = entry
+        self.endpoint = endpoint
+        self.started = started
+        self.sent_at = started  # set when the request is written
+
+    def done(self) -> None:
+        self.proxy.fast_done(self)

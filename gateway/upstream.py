@@ -320,7 +320,8 @@ class Exchange(Receiver):
     callbacks (no task, no future): :meth:`send` writes the request; the parser's
     callbacks collect the response head and body, and what one ``data_received`` brought
     is written to the client in a single write (:meth:`flush`). When it ends — complete,
-    failed, or aborted by the client leaving — ``on_done(exchange)`` is called once.
+    failed, or aborted by the client leaving — :meth:`done` is called once (it calls
+    ``on_done(exchange)``; a subclass may end otherwise).
 
     ``status`` is what the client was sent (0: nothing yet — then the caller answers an
     ``error`` with a problem); ``error`` is the :class:`UpstreamError`, if any."""
@@ -333,7 +334,6 @@ class Exchange(Receiver):
         "aborted",
         "client",
         "complete",
-        "context",
         "deadline",
         "error",
         "finished",
@@ -351,8 +351,7 @@ class Exchange(Receiver):
         upstream: UpstreamConnection,
         *,
         timeout_s: float | None,
-        on_done: Callable[[Exchange], None],
-        context: object = None,
+        on_done: Callable[[Exchange], None] | None = None,
     ) -> None:
         super().__init__()
         self.time = upstream.pool.time
@@ -360,7 +359,6 @@ class Exchange(Receiver):
         self.client = request.conn
         self.upstream = upstream
         self.on_done = on_done
-        self.context = context  # the caller's, handed back with on_done
         self.head_only = request.method == "HEAD"
         self.error: UpstreamError | None = None
         self.complete = False
@@ -523,7 +521,12 @@ class Exchange(Receiver):
                 up.pool.release(up)
             else:
                 up.close()
-        self.on_done(self)
+        self.done()
+
+    def done(self) -> None:
+        """The exchange ended (see ``error``, ``aborted`` and ``status``)."""
+        if self.on_done is not None:
+            self.on_done(self)
 
     def check_deadline(self, now: float) -> None:
         """Called by the pool's timer about once per tick while ``deadline`` is set."""
