@@ -32,6 +32,7 @@ from types import ModuleType
 COMPILED = (
     "auth",
     "balancer",
+    "bodyread",
     "headers",
     "http1",
     "limits",
