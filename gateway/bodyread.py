@@ -9,7 +9,7 @@ its transport's protocol instead: a *buffered* protocol (``get_buffer`` /
 :data:`READ_BYTES`, and the views of it go on to the replica as they are. The reader stays
 for the rest of the connection (one that sent a large body sends more, and each change of
 protocol costs the loop a stop and a start of reading): between bodies it reads into a small
-buffer of its own and hands the connection a copy, as the loop would. A large buffer is used
+buffer and hands the connection a copy, as the loop would. A large buffer is used
 again only once nothing holds a view of it any more (a write still queued on the replica's
 transport does), which a bytearray tells by refusing to be resized.
 
@@ -19,10 +19,7 @@ Compiled with the proxy (``gateway/native.py``): it runs once per read of such a
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Final
-
-if TYPE_CHECKING:  # (the server imports this module)
-    from gateway.server import HttpConnection
+from typing import Final, Protocol
 
 READ_BYTES: Final = 1024 * 1024  # one buffer, the most one read of a body takes
 HEAD_READ_BYTES: Final = 65_536  # a read between bodies (what the loop would read)
@@ -66,6 +63,23 @@ class Buffers:
 
 
 BUFFERS = Buffers()
+# Reads between bodies, of every reader in the process: copied out as soon as they are read
+# (the loop reads one connection at a time), so one buffer, not one per connection.
+HEAD_VIEW: Final = memoryview(bytearray(HEAD_READ_BYTES))
+
+
+class Reading(Protocol):
+    """The connection a reader reads for (:class:`gateway.server.HttpConnection`, which
+    imports this module; its calls from here are a few per read of a large body)."""
+
+    body_left: int  # body bytes still to come (0: a head, or a body the parser reads)
+
+    def body_read(self, data: memoryview) -> None: ...
+    def data_received(self, data: bytes) -> None: ...
+    def eof_received(self) -> bool | None: ...
+    def connection_lost(self, exc: Exception | None) -> None: ...
+    def pause_writing(self) -> None: ...
+    def resume_writing(self) -> None: ...
 
 
 class BodyReader(asyncio.BufferedProtocol):
@@ -74,17 +88,16 @@ class BodyReader(asyncio.BufferedProtocol):
     reads anything else (heads, bodies the parser reads) into a small buffer and hands the
     connection a copy; passes every other event on to it."""
 
-    def __init__(self, conn: HttpConnection) -> None:
+    def __init__(self, conn: Reading) -> None:
         self.conn = conn
         self.buf: bytearray | None = None  # the large buffer of the last body read
-        self.small = bytearray(HEAD_READ_BYTES)
         self.in_body = False  # what the last get_buffer handed out
 
     def get_buffer(self, sizehint: int) -> memoryview:
         left = self.conn.body_left
         self.in_body = left > 0
         if not left:
-            return memoryview(self.small)
+            return HEAD_VIEW
         buf = self.buf
         if buf is None or not unshared(buf):
             buf = self.buf = BUFFERS.take()
@@ -93,7 +106,7 @@ class BodyReader(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         if not self.in_body:
-            self.conn.data_received(bytes(memoryview(self.small)[:nbytes]))
+            self.conn.data_received(bytes(HEAD_VIEW[:nbytes]))
             return
         buf = self.buf
         assert buf is not None

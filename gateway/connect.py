@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import TYPE_CHECKING
 
-from gateway.upstream import UpstreamConnection, UpstreamError
-
-if TYPE_CHECKING:  # (the pool imports this module)
-    from gateway.pool import UpstreamPool
+from gateway.upstream import Pool, UpstreamConnection, UpstreamError
 
 
-async def connect(pool: UpstreamPool, key: tuple[str, int], timeout_s: float) -> UpstreamConnection:
+async def connect(pool: Pool, key: tuple[str, int], timeout_s: float) -> UpstreamConnection:
     """A new connection to ``key`` (host, port). Raises :class:`UpstreamError`
     (``kind="connect"``, nothing sent) if it cannot be established."""
     host, port = key

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import Protocol
 
 from gateway.balancer import address
 from gateway.connect import connect
-from gateway.upstream import UpstreamConnection
+from gateway.upstream import Pool, UpstreamConnection, Watched
 
 TICK_S = 0.05  # resolution of upstream timeouts
 
@@ -70,24 +69,15 @@ class Idle:
         return conn.idle_since if conn is not None else 0.0
 
 
-class Watched(Protocol):
-    """What the deadline timer checks (an exchange or a shadow call in flight)."""
-
-    def check_deadline(self, now: float) -> None: ...
-
-
-class UpstreamPool:
+class UpstreamPool(Pool):
     """Idle keep-alive connections by address; at most ``max_idle`` kept per
     replica, closed after ``keepalive_s`` unused."""
 
     def __init__(self, *, keepalive_s: float = 60.0, max_idle: int = 512) -> None:
-        self.loop = asyncio.get_running_loop()
+        super().__init__(asyncio.get_running_loop())
         self.keepalive_s = keepalive_s
         self.max_idle = max_idle
         self._sweep_s = min(5.0, keepalive_s / 2)
-        self.time = self.loop.time  # (bound once: called per request)
-        # Most recently used last; a list, not a deque: compiled, its append and pop are
-        # direct calls (the sweep's removals from the front are rare).
         self._idle: dict[str, Idle] = {}
         # Replicas that left the route table (a delta at a time; small: a replica port or
         # pod IP that comes back is taken out again).

@@ -198,11 +198,11 @@ class Body:
 
 class Head:
     """A parsed request head (header names lower-case bytes). A connection keeps its last
-        one with the bytes it was parsed from (``raw``): clients repeat their heads byte for
-        byte (same model, tensor shapes and token), and a head equal to the last is not parsed
-        again (see :meth:`HttpConnection.data_received`). ``memo`` holds what a handler derives
-        from the head and the connection alone (the proxy's upstream head per replica), ``parsed``
-    what the router read from its target."""
+    one with the bytes it was parsed from (``raw``): clients repeat their heads byte for
+    byte (same model, tensor shapes and token), and a head equal to the last is not parsed
+    again (see :meth:`HttpConnection.data_received`). ``memo`` holds what a handler derives
+    from the head and the connection alone (the proxy's upstream head per replica),
+    ``parsed`` what the router read from its target."""
 
     __slots__ = (
         "content_length",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 import httptools
 
@@ -27,9 +27,6 @@ from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_f
 from gateway.http1 import CRLF, ReadPausable, status_line
 from gateway.server import Request
 from gateway.writes import Chunk, unconnected, write_pair
-
-if TYPE_CHECKING:  # (the pool imports this module)
-    from gateway.pool import UpstreamPool
 
 _NO_BODY_STATUS = frozenset({204, 304})
 # Response fields the proxy sets itself or that are hop-by-hop (RFC 9110 §7.6.1).
@@ -114,6 +111,34 @@ class Receiver:
         raise NotImplementedError
 
 
+class Watched(Protocol):
+    """What the pool's deadline timer checks (an exchange or a shadow call in flight)."""
+
+    def check_deadline(self, now: float) -> None: ...
+
+
+class Pool:
+    """Where a connection returns when its exchange ends: :class:`gateway.pool.UpstreamPool`.
+    A base class, not a protocol (and not the pool itself, which imports this module):
+    compiled, the calls of connections and exchanges into it are direct calls."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.time = loop.time  # (bound once: called per request)
+
+    def watch(self, ex: Watched) -> None:
+        raise NotImplementedError
+
+    def unwatch(self, ex: Watched) -> None:
+        raise NotImplementedError
+
+    def release(self, conn: UpstreamConnection) -> None:
+        raise NotImplementedError
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        raise NotImplementedError
+
+
 def _no_transport() -> bool:
     return True
 
@@ -121,7 +146,7 @@ def _no_transport() -> bool:
 class UpstreamConnection(ReadPausable):
     """One keep-alive connection to a replica; one exchange at a time."""
 
-    def __init__(self, pool: UpstreamPool, key: tuple[str, int]) -> None:
+    def __init__(self, pool: Pool, key: tuple[str, int]) -> None:
         self.pool = pool
         self.key = key
         self.address = address(*key)
