@@ -32,7 +32,6 @@ from types import ModuleType
 COMPILED = (
     "auth",
     "balancer",
-    "bodyread",
     "headers",
     "http1",
     "limits",

@@ -40,7 +40,6 @@ from typing import Protocol as TypingProtocol
 
 import httptools
 
-from gateway.bodyread import BUFFERED_FROM, BodyReader
 from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
 from gateway.writes import Chunk, unconnected, write_pair, write_parts
 
@@ -384,9 +383,7 @@ class HttpConnection(ReadPausable):
         self._done: Request | None = None  # the last request the parser completed (this read)
         self._last: Head | None = None  # the last head that may be repeated unparsed
         self._parsing_dispatched = False
-        self.body_left = 0  # body bytes still to come that bypass the parser
-        self._reader: BodyReader | None = None  # reads large bodies (gateway.bodyread)
-        self._buffered = False  # the reader is the transport's protocol (from now on)
+        self._body_left = 0  # body bytes still to come that bypass the parser
         self.active: Request | None = None  # request being answered
         self._task: asyncio.Task[None] | None = None
         self._queue: deque[Request] = deque()
@@ -405,11 +402,10 @@ class HttpConnection(ReadPausable):
         self.server.add(self)
 
     def data_received(self, data: bytes) -> None:
-        if self.body_left:
-            rest = self._pass_body(data)
-            if not rest:
+        if self._body_left:
+            data = self._pass_body(data)
+            if not data:
                 return
-            data = cast(bytes, rest)  # (a slice of data)
         fresh = self._line == b""  # data begins a request
         last = self._last
         if (
@@ -451,8 +447,7 @@ class HttpConnection(ReadPausable):
                 self._line = None  # it began behind another request in this read
         elif (req := self._parsing) is not None and req.content_length:
             # Mid-way through a body of known length: the rest skips the parser.
-            self.body_left = req.content_length - req.body.received
-            self._read_body_buffered()
+            self._body_left = req.content_length - req.body.received
         # The last request the parser completed in this read. (Reset after use, not before
         # the parser runs: compiled, an attribute set to None just before stays None.)
         done, self._done = self._done, None
@@ -473,7 +468,7 @@ class HttpConnection(ReadPausable):
     def _repeat(self, head: Head, data: bytes) -> None:
         """A request whose head is byte-equal to the last one kept, with nothing but (some
         of) its body after it: what the parser's callbacks would do, without them. The
-        parser stays between messages; the rest of the body skips it (``body_left``)."""
+        parser stays between messages; the rest of the body skips it (``_body_left``)."""
         end = len(head.raw)
         body = data[end:] if len(data) - end < VIEW_BODY_BYTES else memoryview(data)[end:]
         if len(data) == end + (head.content_length or 0):
@@ -488,45 +483,25 @@ class HttpConnection(ReadPausable):
         left = (req.content_length or 0) - req.body.received
         if left:
             self._line = None  # inside a message
-            self.body_left = left
-            self._read_body_buffered()
+            self._body_left = left
         else:
             self._complete()
 
-    def _read_body_buffered(self) -> None:
-        """Read a large rest of the body, and all after it, into buffers of ours
-        (:mod:`gateway.bodyread`)."""
-        if (
-            self.body_left >= BUFFERED_FROM
-            and not self._buffered
-            and self.transport is not None
-            and not self.closed
-        ):
-            reader = self._reader
-            if reader is None:
-                reader = self._reader = BodyReader(self)
-            self._buffered = True
-            self.transport.set_protocol(reader)
-
-    def body_read(self, data: memoryview) -> None:
-        """A read of the buffered reader: body bytes only (it reads no further)."""
-        self._pass_body(data)
-
-    def _pass_body(self, data: Chunk) -> Chunk:
+    def _pass_body(self, data: bytes) -> bytes:
         """Hand the body bytes at the start of ``data`` to the request as they are (llhttp
         would copy each read once more), and return what follows the body. At the body's end
         the message is complete, and a new parser takes the next one (this one still
         counts the body we did not show it)."""
         req = self._parsing
-        left = self.body_left
-        rest: Chunk = b""
+        left = self._body_left
+        rest = b""
         if len(data) > left:
             data, rest = data[:left], data[left:]
-        self.body_left = left - len(data)
+        self._body_left = left - len(data)
         self.body_at = self.time()
         if req is not None:
             req.body.feed(data)
-        if not self.body_left:
+        if not self._body_left:
             self.parser = httptools.HttpRequestParser(self)
             self._complete()
         return rest

@@ -23,24 +23,6 @@ class FakeTransport:
     def __init__(self) -> None:
         self.out: list[bytes] = []
         self.closing = False
-        self.protocol: Any = None
-
-    def set_protocol(self, protocol: Any) -> None:
-        self.protocol = protocol
-
-    def deliver(self, data: bytes) -> None:
-        """One read, handed over as the event loop would to the protocol of the moment:
-        a buffered one (``get_buffer``) takes as much as its buffer holds at a time."""
-        while data:
-            protocol = self.protocol
-            if not hasattr(protocol, "get_buffer"):
-                protocol.data_received(data)
-                return
-            buf = protocol.get_buffer(len(data))
-            n = min(len(buf), len(data))
-            buf[:n] = data[:n]
-            protocol.buffer_updated(n)
-            data = data[n:]
 
     def write(self, data: bytes) -> None:
         self.out.append(data)
@@ -119,8 +101,7 @@ def pipelined_messages(rng: random.Random) -> tuple[bytes, list[tuple[str, bytes
 @pytest.mark.parametrize("seed", range(6))
 def test_bodies_split_at_any_boundary_arrive_byte_exact_and_in_order(seed: int) -> None:
     """Reads cut anywhere (inside heads, chunk sizes, bodies; a body's end and the next head
-    in one read) deliver every body byte for byte, piped or buffered, and the large rest of
-    a body is read into the connection's own buffers (gateway.bodyread)."""
+    in one read) deliver every body byte for byte, piped or buffered."""
     rng = random.Random(seed)
     stream, expected = pipelined_messages(rng)
 
@@ -142,11 +123,10 @@ def test_bodies_split_at_any_boundary_arrive_byte_exact_and_in_order(seed: int) 
         conn = server.protocol()
         transport = FakeTransport()
         conn.connection_made(transport)  # type: ignore[arg-type]
-        transport.set_protocol(conn)
         at = 0
         while at < len(stream):
             step = rng.choice([1, 2, 3, 5, 7, 100, 1000, 65536, 300_000])
-            transport.deliver(stream[at : at + step])
+            conn.data_received(stream[at : at + step])
             at += step
             await asyncio.sleep(0)  # let handlers run between reads
         await wait_until_async(lambda: len(got) == len(expected), 10)
