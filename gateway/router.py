@@ -61,16 +61,16 @@ class Router:
             _answer(request, problem)
             return None
         head = request.head
-        parsed = head.parsed
-        if parsed is not None and raw is head.target:
-            target: Target | None = cast(Target, parsed)  # a repeated head, read before
+        own = raw is head.target  # (not rewritten above): what is read is kept with the head
+        if own and head.parsed is not None:
+            target: Target | None = cast(Target, head.parsed)  # a repeated head, read before
         else:
             try:
                 target = parse_target(raw)
             except BadTarget as e:
                 _answer(request, Problem(400, str(e)))
                 return None
-            if raw is head.target:
+            if own:
                 head.parsed = target
         if target is not None:
             return self.predict.dispatch(request, target)

@@ -17,6 +17,7 @@ way, pausing the client's socket while the replica's buffer is full.
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Protocol, cast
 
@@ -69,46 +70,57 @@ class ResponseHead:
         self.memo: dict[int, tuple[bytes, bool, bool]] = {}
 
 
-class Receiver:
+class Receiver(ABC):
     """What a connection feeds while it carries one exchange: an :class:`Exchange` (relays to
     a client) or a mirror's shadow call (keeps the answer, see :mod:`gateway.mirror`).
-    ``status`` is 0 until a final response head arrived. A base class, not a protocol:
-    compiled, the connection's calls into it are direct calls, not attribute lookups."""
+    ``status`` is 0 until a final response head arrived. An abstract base class, not a
+    protocol: compiled, the connection's calls into it are direct calls, not attribute
+    lookups."""
 
     __slots__ = ("status",)
 
     def __init__(self) -> None:
         self.status = 0
 
+    @abstractmethod
     def on_head(self, head: ResponseHead) -> None:
-        raise NotImplementedError
+        """A response head (1xx ones too)."""
 
+    @abstractmethod
     def on_whole(self, head: ResponseHead, body: bytes) -> None:
-        raise NotImplementedError
+        """A repeated final head with all of its body, from one read."""
 
+    @abstractmethod
     def on_body(self, data: bytes) -> None:
-        raise NotImplementedError
+        """Response body bytes, as read."""
 
+    @abstractmethod
     def on_complete(self) -> None:
-        raise NotImplementedError
+        """The response is complete."""
 
+    @abstractmethod
     def flush(self) -> None:
-        raise NotImplementedError
+        """The end of one read from the replica."""
 
+    @abstractmethod
     def connection_lost(self) -> None:
-        raise NotImplementedError
+        """The replica's connection ended."""
 
+    @abstractmethod
     def fail(self, error: UpstreamError) -> None:
-        raise NotImplementedError
+        """The replica failed."""
 
+    @abstractmethod
     def check_deadline(self, now: float) -> None:
-        raise NotImplementedError
+        """The pool's timer: fail if the replica is late."""
 
+    @abstractmethod
     def pause_sending(self) -> None:
-        raise NotImplementedError
+        """The replica's socket buffer is full."""
 
+    @abstractmethod
     def resume_sending(self) -> None:
-        raise NotImplementedError
+        """It drained."""
 
 
 class Watched(Protocol):
@@ -117,26 +129,30 @@ class Watched(Protocol):
     def check_deadline(self, now: float) -> None: ...
 
 
-class Pool:
+class Pool(ABC):
     """Where a connection returns when its exchange ends: :class:`gateway.pool.UpstreamPool`.
-    A base class, not a protocol (and not the pool itself, which imports this module):
-    compiled, the calls of connections and exchanges into it are direct calls."""
+    An abstract base class, not a protocol (and not the pool itself, which imports this
+    module): compiled, the calls of connections and exchanges into it are direct calls."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.time = loop.time  # (bound once: called per request)
 
+    @abstractmethod
     def watch(self, ex: Watched) -> None:
-        raise NotImplementedError
+        """Check ``ex``'s deadline until :meth:`unwatch`."""
 
+    @abstractmethod
     def unwatch(self, ex: Watched) -> None:
-        raise NotImplementedError
+        """Stop checking it."""
 
+    @abstractmethod
     def release(self, conn: UpstreamConnection) -> None:
-        raise NotImplementedError
+        """``conn``'s exchange ended: keep it idle for the next, or close it."""
 
+    @abstractmethod
     def forget(self, conn: UpstreamConnection) -> None:
-        raise NotImplementedError
+        """``conn`` closed."""
 
 
 def _no_transport() -> bool:
@@ -366,7 +382,6 @@ class Exchange(Receiver):
         "on_done",
         "request",
         "request_body_sent",
-        "time",
         "upstream",
     )
 
@@ -379,7 +394,6 @@ class Exchange(Receiver):
         on_done: Callable[[Exchange], None] | None = None,
     ) -> None:
         super().__init__()
-        self.time = upstream.pool.time
         self.request = request
         self.client = request.conn
         self.upstream = upstream
@@ -405,7 +419,7 @@ class Exchange(Receiver):
         else:
             self.upstream.write(head)
         if self._timeout_s is not None:
-            self.deadline = self.time() + self._timeout_s
+            self.deadline = self.upstream.pool.time() + self._timeout_s
             self.upstream.pool.watch(self)
 
     def abort(self) -> None:
@@ -478,7 +492,7 @@ class Exchange(Receiver):
                     self.pause_producing()
             if self._timeout_s is not None:
                 # Mid-response the limit is on stalls: restart it with each read.
-                self.deadline = self.time() + self._timeout_s
+                self.deadline = self.upstream.pool.time() + self._timeout_s
 
     def connection_lost(self) -> None:
         if self.finished:
