@@ -124,6 +124,12 @@ class Platform:
                 raise RuntimeError((self.tmp / "up.log").read_text()[-2000:])
             time.sleep(0.1)
 
+    @property
+    def pid(self) -> int:
+        """The platform's process (its replicas are its descendants)."""
+        assert self.proc is not None, "start() first"
+        return self.proc.pid
+
     def eascmd(self, *args: str) -> str:
         argv = [*self.command("eascmd.cli"), *args]
         done = subprocess.run(argv, env=self.env, cwd=self.tmp, capture_output=True, text=True)

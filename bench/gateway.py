@@ -21,7 +21,8 @@ shows as throughput Triton loses, as it would on a busy node. For both models (`
    connections, as requests/s and as ratios to direct Triton and to nginx;
 3. under each throughput line, the CPU (user + system, from ``/proc``) each proxy's processes
    and Triton spent per request, the least of the rounds: a steadier figure than throughput
-   when other work shares the machine, and it shows whether a proxy costs Triton CPU too.
+   when other work shares the machine, and it shows whether a proxy costs Triton CPU too
+   (for ``up``: the platform's own process, gateway and control plane, and its replica).
 
 The ``floor`` target (``--targets …,floor``) is a blind TCP forwarder written on the
 gateway's event loop (uvloop), pinned like the proxies: bytes pass to Triton as sent, nothing
@@ -273,20 +274,32 @@ class WrkResult:
     p50_ms: float  # wrk's median latency
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its descendants (nginx's worker, gateway
-    workers), from ``/proc``: a steadier figure than throughput on a shared machine."""
+def cpu_seconds(pid: int, *, descendants: bool = True) -> float:
+    """User + system CPU of a process (all its threads) and, unless told otherwise, its
+    descendants (nginx's worker, gateway workers), from ``/proc``: a steadier figure than
+    throughput on a shared machine."""
     ticks, todo = 0, [pid]
     while todo:
         p = todo.pop()
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
             ticks += int(fields[11]) + int(fields[12])  # utime, stime
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
+            if descendants:
+                for task in Path(f"/proc/{p}/task").iterdir():
+                    todo += [int(c) for c in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError):
             continue  # it ended meanwhile
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_split(triton: int, proxy: int | None, platform: int | None) -> tuple[float, float]:
+    """CPU seconds so far of (Triton, the proxy) behind one target. `openeas up`
+    (``platform``) holds both: its replicas are its descendants, and the process itself is
+    the gateway beside the control plane."""
+    if platform is not None:
+        own = cpu_seconds(platform, descendants=False)
+        return cpu_seconds(platform) - own, own
+    return cpu_seconds(triton), cpu_seconds(proxy) if proxy is not None else 0.0
 
 
 def run_wrk(
@@ -563,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc = more.enter_context(process(argv, tmp / "base.log", env=base_env))
                 pids["base"] = proc.pid
                 wait_http(f"http://127.0.0.1:{base_port}/gateway/healthz", proc)
-            # whose CPU is counted per request (`up` holds Triton too, so it has none)
+            # whose CPU is counted per request (`up`: see cpu_split)
             pids |= {"nginx": ngx.pid, "gateway": gw.pid, "group": gw.pid}
             ups = {}
             if args.up:
@@ -632,18 +645,19 @@ def main(argv: list[str] | None = None) -> int:
                             base = f"http://{hostport}"
                             run_wrk(args.client_cpu, base, path, w, tok, c, 1.0, lua)  # warm
                             seconds = args.duration if w.model == "add_sub" else args.duration_large
-                            counted = [triton.pid, *([pids[name]] if name in pids else [])]
-                            before = [cpu_seconds(pid) for pid in counted]
+                            up = ups[name].pid if name in ups else None
+                            counted = (triton.pid, pids.get(name), up)
+                            before = cpu_split(*counted)
                             r = run_wrk(args.client_cpu, base, path, w, tok, c, seconds, lua)
-                            after = [cpu_seconds(pid) for pid in counted]
+                            after = cpu_split(*counted)
                             runs[name].append(r)
-                            us = [
+                            t_us, p_us = (
                                 (a - b) * 1e6 / max(1, r.requests)
                                 for a, b in zip(after, before, strict=True)
-                            ]
-                            if name not in ups:
-                                triton_cpu[name].append(us[0])
-                            cpu[name] += us[1:]
+                            )
+                            triton_cpu[name].append(t_us)
+                            if name in pids or up is not None:
+                                cpu[name].append(p_us)
                             failures += r.non200 + r.sockerr
                     res = {
                         name: sorted(rs, key=lambda r: r.rps)[len(rs) // 2]
@@ -668,9 +682,7 @@ def main(argv: list[str] | None = None) -> int:
                             part += f" [{bad} failed]"
                         parts.append(part)
                     print(f"  c={c:<3d} " + " | ".join(parts), flush=True)
-                    line = " | ".join(
-                        f"{name} {min(cpu[name]):.0f}" for name in targets if name in pids
-                    )
+                    line = " | ".join(f"{name} {min(us):.0f}" for name, us in cpu.items() if us)
                     line += "; Triton's: " + " | ".join(
                         f"{name} {min(us):.0f}" for name, us in triton_cpu.items() if us
                     )
