@@ -51,6 +51,24 @@ def answers(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
+def cpu_seconds(pid: int, *, descendants: bool = True) -> float:
+    """User + system CPU of a process (all its threads) and, unless told otherwise, its
+    descendants (nginx's worker, gateway workers), from ``/proc``: a steadier figure than
+    throughput on a shared machine."""
+    ticks, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+            if descendants:
+                for task in Path(f"/proc/{p}/task").iterdir():
+                    todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # it ended meanwhile
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def tritonserver(*extra: str) -> tuple[list[str], dict[str, str], int]:
     """Command line, environment and HTTP port of tritonserver on the example models, on
     free loopback ports (the benchmarks' direct baseline)."""

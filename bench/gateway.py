@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # bench/deploy.py: `openeas up` and eascmd from a checkout, Triton as the baseline
-from deploy import Platform, tritonserver
+from deploy import Platform, cpu_seconds, tritonserver
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "examples" / "models"
@@ -272,24 +272,6 @@ class WrkResult:
     sockerr: int
     requests: int
     p50_ms: float  # wrk's median latency
-
-
-def cpu_seconds(pid: int, *, descendants: bool = True) -> float:
-    """User + system CPU of a process (all its threads) and, unless told otherwise, its
-    descendants (nginx's worker, gateway workers), from ``/proc``: a steadier figure than
-    throughput on a shared machine."""
-    ticks, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
-            if descendants:
-                for task in Path(f"/proc/{p}/task").iterdir():
-                    todo += [int(c) for c in (task / "children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # it ended meanwhile
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_split(triton: int, proxy: int | None, platform: int | None) -> tuple[float, float]:

@@ -42,9 +42,11 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+# bench/deploy.py: what the benches share (run as scripts: their folder is on the path)
+from deploy import cpu_seconds
+
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN = "bench-admin-token-0123456789abcdef"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = 20
 
 
@@ -52,11 +54,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
 
 def rss_mib(pid: int) -> float:
@@ -264,9 +261,13 @@ def run_one(label: str, database_url: str, args: argparse.Namespace) -> dict[str
 
         time.sleep(args.resync_seconds + 5)  # past one resync, then measure a quiet minute
         pids = [platform.controlplane.pid, platform.gateway.pid]
-        cpu_before = sum(cpu_seconds(p) for p in pids)
+        cpu_before = sum(cpu_seconds(p, descendants=False) for p in pids)
         time.sleep(args.idle_seconds)
-        idle = (sum(cpu_seconds(p) for p in pids) - cpu_before) / args.idle_seconds * 100
+        idle = (
+            (sum(cpu_seconds(p, descendants=False) for p in pids) - cpu_before)
+            / args.idle_seconds
+            * 100
+        )
         out[f"idle CPU over {args.idle_seconds:.0f} s (control plane + gateway)"] = f"{idle:.2f} %"
     finally:
         platform.stop()

@@ -140,6 +140,11 @@ class Cell:
         self.value = 0.0
 
 
+def server_error(status: int) -> bool:
+    """What the load report counts as a service's error (a 5xx answer)."""
+    return 500 <= status < 600
+
+
 class RequestCounter(Counter):
     """Answers by service and status code, plus each service's running total of 5xx answers,
     so the load report reads a service's errors without scanning every code. Values are
@@ -158,7 +163,7 @@ class RequestCounter(Counter):
 
     def inc(self, labels: LabelValues = (), amount: float = 1.0) -> None:
         self.cell(labels).value += amount
-        if labels[1][:1] == "5":
+        if server_error(int(labels[1])):
             self.error(labels[0], int(amount))
 
     def error(self, service: str, n: int = 1) -> None:
@@ -288,7 +293,7 @@ class ServiceSeries:
         if cell is None:
             cell = self._codes[status] = self._requests.cell((self.name, str(status)))
         cell.value += 1.0
-        if 500 <= status < 600:
+        if server_error(status):
             self._requests.error(self.name)
 
 

@@ -164,8 +164,7 @@ class UpstreamConnection(ReadPausable):
 
     def __init__(self, pool: Pool, key: tuple[str, int]) -> None:
         self.pool = pool
-        self.key = key
-        self.address = address(*key)
+        self.address = address(*key)  # its key in the pool
         self.transport: asyncio.Transport | None = None
         self._write: Callable[[bytes], None] = unconnected
         self.is_closing: Callable[[], bool] = _no_transport  # the transport's, bound once
