@@ -69,6 +69,16 @@ def cpu_seconds(pid: int, *, descendants: bool = True) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_split(triton: int, proxy: int | None, platform: int | None) -> tuple[float, float]:
+    """CPU seconds so far of (Triton, the proxy) behind one target. `openeas up`
+    (``platform``) holds both: its replicas are its descendants, and the process itself is
+    the gateway beside the control plane."""
+    if platform is not None:
+        own = cpu_seconds(platform, descendants=False)
+        return cpu_seconds(platform) - own, own
+    return cpu_seconds(triton), cpu_seconds(proxy) if proxy is not None else 0.0
+
+
 def tritonserver(*extra: str) -> tuple[list[str], dict[str, str], int]:
     """Command line, environment and HTTP port of tritonserver on the example models, on
     free loopback ports (the benchmarks' direct baseline)."""

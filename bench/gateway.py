@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # bench/deploy.py: `openeas up` and eascmd from a checkout, Triton as the baseline
-from deploy import Platform, cpu_seconds, tritonserver
+from deploy import Platform, cpu_split, tritonserver
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "examples" / "models"
@@ -272,16 +272,6 @@ class WrkResult:
     sockerr: int
     requests: int
     p50_ms: float  # wrk's median latency
-
-
-def cpu_split(triton: int, proxy: int | None, platform: int | None) -> tuple[float, float]:
-    """CPU seconds so far of (Triton, the proxy) behind one target. `openeas up`
-    (``platform``) holds both: its replicas are its descendants, and the process itself is
-    the gateway beside the control plane."""
-    if platform is not None:
-        own = cpu_seconds(platform, descendants=False)
-        return cpu_seconds(platform) - own, own
-    return cpu_seconds(triton), cpu_seconds(proxy) if proxy is not None else 0.0
 
 
 def run_wrk(

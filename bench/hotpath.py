@@ -35,8 +35,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+# bench/deploy.py: what the benches share (run as scripts: their folder is on the path)
+from deploy import cpu_seconds
+
 ROOT = Path(__file__).resolve().parent.parent
-# bench/gateway.py's harness (nginx's configuration, wrk, /proc CPU), loaded under another
+# bench/gateway.py's harness (nginx's configuration, wrk), loaded under another
 # name: as "gateway" it would hide the project's package of that name.
 _here = Path(__file__).with_name("gateway.py")
 _spec = importlib.util.spec_from_file_location("bench_gateway", _here)
@@ -291,9 +294,9 @@ def wrk_rounds(
                 base = f"http://127.0.0.1:{port}"
                 path = f"{prefix}/v2/models/add_sub/infer"
                 bg.run_wrk(args.client_cpu, base, path, workload, token, c, 1.0, lua)  # warm
-                before = bg.cpu_seconds(pids[name])
+                before = cpu_seconds(pids[name])
                 r = bg.run_wrk(args.client_cpu, base, path, workload, token, c, args.duration, lua)
-                after = bg.cpu_seconds(pids[name])
+                after = cpu_seconds(pids[name])
                 failures += r.non200 + r.sockerr
                 cpu[name].append((after - before) * 1e6 / max(1, r.requests))
                 rps[name].append(r.rps)

@@ -1,17 +1,15 @@
-"""``bench/gateway.py``'s CPU accounting: `openeas up` holds its replicas as descendants, so
-its row splits the platform's own CPU (gateway and control plane) from its replica's."""
+"""The benches' CPU accounting (``bench/deploy.py``, read by ``bench/gateway.py``):
+`openeas up` holds its replicas as descendants, so its row splits the platform's own CPU
+(gateway and control plane) from its replica's."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
-from types import ModuleType
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench.deploy import cpu_split
 
 # A parent that spins 0.3 s of CPU, then waits on a child that spins 0.9 s and sleeps on
 # (alive, so its CPU is its own, not yet folded into the parent's on exit).
@@ -31,33 +29,19 @@ time.sleep(60)
 """
 
 
-def bench_gateway() -> ModuleType:
-    """The bench as its own script sees it (its sibling modules importable)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_gateway_cpu", BENCH / "gateway.py")
-        assert spec is not None and spec.loader is not None
-        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)  # (its dataclasses look themselves up there)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
-
-
 def test_a_platform_row_counts_its_replicas_apart_from_itself() -> None:
-    bg = bench_gateway()
     family = subprocess.Popen(
         [sys.executable, "-c", FAMILY], stdout=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
         assert family.stdout is not None and family.stdout.readline() == "ready\n"
-        replicas, platform = bg.cpu_split(0, None, family.pid)
+        replicas, platform = cpu_split(0, None, family.pid)
         assert 0.25 <= platform < 0.6  # the parent's own spin (and its start-up)
         assert 0.85 <= replicas < 1.3  # the child's spin, not the parent's
         # Any other target: Triton's process tree, and the proxy's apart from it.
-        triton, proxy = bg.cpu_split(family.pid, family.pid, None)
+        triton, proxy = cpu_split(family.pid, family.pid, None)
         assert triton >= replicas + platform - 0.05 and proxy == triton
-        triton, proxy = bg.cpu_split(family.pid, None, None)
+        triton, proxy = cpu_split(family.pid, None, None)
         assert proxy == 0.0
     finally:
         os.killpg(family.pid, signal.SIGKILL)  # the child too
