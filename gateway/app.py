@@ -353,6 +353,7 @@ async def start_gateway(
         buffer_bytes=settings.buffer_body_bytes,
         head_timeout_s=settings.head_timeout_s,
         body_timeout_s=settings.body_timeout_s,
+        splice_min_bytes=settings.splice_min_bytes,
     )
     try:
         if sock is not None:

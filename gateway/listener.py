@@ -16,6 +16,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from gateway.server import BUFFER_HIGH, Handler, HttpConnection, Request
+from gateway.splice import SPLICE_MIN
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ class HttpServer:
         buffer_bytes: int = BUFFER_HIGH,
         head_timeout_s: float = 60.0,
         body_timeout_s: float = 60.0,
+        splice_min_bytes: int = SPLICE_MIN,
     ) -> None:
         self.handler = handler
         self.loop = asyncio.get_running_loop()
@@ -38,6 +40,7 @@ class HttpServer:
         self.head_timeout_s = head_timeout_s
         self.body_timeout_s = body_timeout_s
         self.buffer_bytes = buffer_bytes
+        self.splice_min = splice_min_bytes
         self.connections: set[HttpConnection] = set()
         self._servers: list[asyncio.Server] = []
         self._sweeper: asyncio.Task[None] | None = None

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from http import HTTPStatus
@@ -41,6 +42,8 @@ from typing import Protocol as TypingProtocol
 import httptools
 
 from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
+from gateway.splice import AVAILABLE as SPLICE_AVAILABLE
+from gateway.splice import BodySplice, duplicate
 from gateway.writes import Chunk, unconnected, write_pair, write_parts
 
 log = logging.getLogger(__name__)
@@ -68,12 +71,18 @@ class BodySink(TypingProtocol):
 
     def write_body(self, data: Chunk) -> None: ...
 
+    def splice_target(self) -> tuple[int, Callable[[], int]] | None:
+        """The socket the rest of a body may be spliced into, and how many bytes the sink
+        still holds for it (they go first); None: not a socket (see :mod:`gateway.splice`)."""
+        ...
+
 
 class Listener(TypingProtocol):
     """What accepted a connection (:class:`gateway.listener.HttpServer`)."""
 
     loop: asyncio.AbstractEventLoop
     buffer_bytes: int
+    splice_min: int
     connections: set[HttpConnection]
 
     def handler(self, request: Request) -> Coroutine[Any, Any, None] | None: ...
@@ -185,11 +194,17 @@ class Body:
         self._sink = sink
         self._conn.resume_reading()
 
+    @property
+    def sink(self) -> BodySink | None:
+        return self._sink
+
     def detach(self) -> None:
         self._sink = None
+        self._conn.stop_splice()
 
     def discard(self) -> None:
         self._sink = None
+        self._conn.stop_splice()
         self._discard = True
         self._chunks = []
         self.buffered = 0
@@ -360,6 +375,10 @@ class HttpConnection(ReadPausable):
         self.buffer_bytes = server.buffer_bytes
         # Bodies dispatched whole must fit before reading pauses, or they never complete.
         self.pause_bytes = max(BUFFER_HIGH, self.buffer_bytes)
+        # The rest of a body streamed to a replica is spliced from this many bytes (0: never).
+        self.splice_min = server.splice_min if SPLICE_AVAILABLE else 0
+        self._splice: BodySplice | None = None
+        self._dup = -1  # the socket's duplicate a splice reads (closed with the connection)
         self.transport: asyncio.Transport | None = None
         self._write: Callable[[bytes], None] = unconnected
         self.peer: str | None = None
@@ -447,7 +466,9 @@ class HttpConnection(ReadPausable):
                 self._line = None  # it began behind another request in this read
         elif (req := self._parsing) is not None and req.content_length:
             # Mid-way through a body of known length: the rest skips the parser.
-            self._body_left = req.content_length - req.body.received
+            left = self._body_left = req.content_length - req.body.received
+            if self.splice_min and left >= self.splice_min:
+                self._try_splice()
         # The last request the parser completed in this read. (Reset after use, not before
         # the parser runs: compiled, an attribute set to None just before stays None.)
         done, self._done = self._done, None
@@ -484,6 +505,8 @@ class HttpConnection(ReadPausable):
         if left:
             self._line = None  # inside a message
             self._body_left = left
+            if self.splice_min and left >= self.splice_min:
+                self._try_splice()
         else:
             self._complete()
 
@@ -504,7 +527,70 @@ class HttpConnection(ReadPausable):
         if not self._body_left:
             self.parser = httptools.HttpRequestParser(self)
             self._complete()
+        elif self.splice_min and self._body_left >= self.splice_min:
+            self._try_splice()  # its replica's connection may have drained meanwhile
         return rest
+
+    # -- the rest of a large body, spliced (gateway.splice) ---------------------------------
+
+    def _try_splice(self) -> None:
+        req = self._parsing
+        sink = req.body.sink if req is not None else None
+        transport = self.transport
+        if (
+            sink is None
+            or transport is None
+            or self.closed
+            or self._reading_paused
+            or self._splice is not None
+        ):
+            return
+        target = sink.splice_target()
+        sock = transport.get_extra_info("socket")
+        if target is None or sock is None:
+            return
+        upstream, queued = target
+        try:
+            if self._dup < 0:
+                self._dup = duplicate(sock.fileno())
+            splice = BodySplice(
+                self.loop,
+                self._dup,
+                upstream,
+                queued,
+                self._body_left,
+                self._spliced,
+                self._unspliced,
+            )
+        except OSError:
+            return  # out of descriptors: the transport relays it
+        self._splice = splice
+        transport.pause_reading()
+        splice.start()
+
+    def _spliced(self, n: int) -> None:
+        """``n`` more body bytes left the client's socket (0: reading it again after the
+        replica's socket drained: the pause was ours, not the client's)."""
+        self.body_at = self.time()
+        if n:
+            self._body_left -= n
+            req = self._parsing
+            if req is not None:
+                req.body.received += n
+
+    def _unspliced(self, whole: bool) -> None:
+        """The splice ended: with the whole body, or reading goes back to the transport."""
+        self._splice = None
+        if whole:
+            self.parser = httptools.HttpRequestParser(self)
+            self._complete()
+        transport = self.transport
+        if not self._reading_paused and not self.closed and transport is not None:
+            transport.resume_reading()
+
+    def stop_splice(self) -> None:
+        if self._splice is not None:
+            self._splice.stop()
 
     def eof_received(self) -> bool | None:
         if self._parsing is not None:
@@ -513,6 +599,10 @@ class HttpConnection(ReadPausable):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.stop_splice()
+        if self._dup >= 0:
+            os.close(self._dup)
+            self._dup = -1
         self.server.connections.discard(self)
         if self._linger is not None:
             self._linger.cancel()
@@ -750,11 +840,22 @@ class HttpConnection(ReadPausable):
             parts.append(body)
         self.write(b"".join(parts))
 
+    def pause_reading(self) -> None:
+        if self._splice is not None:
+            self._reading_paused = True  # honoured when the splice ends
+            return
+        super().pause_reading()
+
     def resume_reading(self) -> None:
+        if self._splice is not None:
+            self._reading_paused = False  # the splice is reading
+            return
         if not self._queue:  # else still answering pipelined requests in order
             if self._reading_paused and self.body_at is not None:
                 self.body_at = self.time()  # the pause was ours, not the client's
             super().resume_reading()
+            if self.splice_min and self._body_left >= self.splice_min:
+                self._try_splice()  # e.g. its replica connection is there now
 
     def body_stalled(self, now: float, timeout_s: float) -> bool:
         """No body bytes for ``timeout_s`` while we were reading them (nginx's
@@ -764,6 +865,7 @@ class HttpConnection(ReadPausable):
             self.body_at is not None
             and now - self.body_at > timeout_s
             and not self._reading_paused
+            and (self._splice is None or self._splice.reading)
             and not (req is not None and req.expect_continue and not self._continue_sent)
         )
 

@@ -17,6 +17,7 @@ way, pausing the client's socket while the replica's buffer is full.
 from __future__ import annotations
 
 import asyncio
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -27,6 +28,7 @@ from gateway.balancer import address
 from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_fields
 from gateway.http1 import CRLF, ReadPausable, status_line
 from gateway.server import Request
+from gateway.splice import duplicate
 from gateway.writes import Chunk, unconnected, write_pair
 
 _NO_BODY_STATUS = frozenset({204, 304})
@@ -179,6 +181,7 @@ class UpstreamConnection(ReadPausable):
         self._last: ResponseHead | None = None  # the last head that may be repeated unparsed
         self._body_left = 0  # body bytes of a repeated head still to come
         self._received = 0  # body bytes the parser passed on from the current read
+        self._dup = -1  # the socket's duplicate request bodies are spliced into (gateway.splice)
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
@@ -258,6 +261,9 @@ class UpstreamConnection(ReadPausable):
         ex = self.exchange
         if ex is not None:
             ex.connection_lost()
+        if self._dup >= 0:  # no splice writes to it now: its exchange has ended
+            os.close(self._dup)
+            self._dup = -1
 
     def pause_writing(self) -> None:
         ex = self.exchange
@@ -337,6 +343,17 @@ class UpstreamConnection(ReadPausable):
 
     def write_body(self, data: Chunk) -> None:
         self.write(data)
+
+    def splice_target(self) -> tuple[int, Callable[[], int]] | None:
+        transport = self.transport
+        if transport is None or self.closed or transport.is_closing():
+            return None
+        if self._dup < 0:
+            sock = transport.get_extra_info("socket")
+            if sock is None:
+                return None
+            self._dup = duplicate(sock.fileno())
+        return self._dup, transport.get_write_buffer_size
 
     def close(self) -> None:
         self.closed = True
@@ -546,6 +563,8 @@ class Exchange(Receiver):
         self.request.on_abort(None)
         if self.client.producer is self:
             self.client.producer = None
+        if not self.request_body_sent:
+            self.client.stop_splice()  # the rest of the body goes nowhere now
         up.exchange = None
         if self.complete and self.error is None and not self.aborted:
             head = up.response

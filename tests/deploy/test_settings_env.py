@@ -186,6 +186,7 @@ SAMPLE: dict[str, Any] = {
         "defaultTimeoutMs": 30000,
         "connectTimeoutMs": 500,
         "bufferBodyBytes": 0,
+        "spliceMinBytes": 131072,
         "keepaliveS": 30.5,
         "retryAfterS": 2,
         "replicaDownS": 0.5,

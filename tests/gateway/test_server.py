@@ -79,6 +79,9 @@ class ListSink:
     def write_body(self, data: bytes) -> None:
         self.data.append(bytes(data))
 
+    def splice_target(self) -> None:
+        return None  # a list, not a socket: every byte passes through write_body
+
 
 def pipelined_messages(rng: random.Random) -> tuple[bytes, list[tuple[str, bytes]]]:
     """Four requests back to back: a streamed body of known length, a chunked one with odd

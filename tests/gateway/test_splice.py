@@ -1,0 +1,312 @@
+"""The rest of a large request body spliced from the client's socket to the replica's
+(``gateway/splice.py``), through a gateway on real sockets: the bytes arrive exact and in
+order, a pipelined request behind the body is still read by the transport, a replica that
+reads slowly holds the client back, and a client or replica that leaves mid-body leaves
+nothing open behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import random
+import socket
+import stat
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from gateway import splice
+from gateway.splice import AVAILABLE
+from tests.gateway.conftest import GatewayFactory
+from tests.gateway.harness import SERVICE, TOKEN, Gateway, LoopThread, route, table
+
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason="splice(2) is Linux's")
+
+P = f"/api/predict/{SERVICE}"
+BODY = 1_000_000
+
+
+@dataclass
+class Replica:
+    """A raw HTTP/1.1 upstream: answers each request with the sha256 and length of the body
+    it read. ``slow``: reads 64 KiB at a time with pauses, through a small window (the gateway's
+    side fills up);
+    ``early``: answers 413 and closes as soon as the head is in."""
+
+    slow: bool = False
+    early: bool = False
+    bodies: list[bytes] = field(default_factory=list)
+    server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        if self.slow:  # a small window (set before listening: TCP agrees on it at connect)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        self.server = await asyncio.start_server(self.serve, sock=sock)
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                if self.early:
+                    writer.write(b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+                    writer.close()
+                    return
+                body = b""
+                while len(body) < length:
+                    if self.slow:
+                        await asyncio.sleep(0.005)
+                    body += await reader.readexactly(
+                        min(65536 if self.slow else 1 << 20, length - len(body))
+                    )
+                self.bodies.append(body)
+                answer = b"%s %d" % (hashlib.sha256(body).hexdigest().encode(), len(body))
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer)
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@pytest.fixture
+def replica(lt: LoopThread) -> Iterator[Callable[..., Replica]]:
+    started: list[Replica] = []
+
+    def make(*, slow: bool = False, early: bool = False) -> Replica:
+        r = Replica(slow=slow, early=early)
+        lt.run(r.start())
+        started.append(r)
+        return r
+
+    yield make
+    for r in started:
+        lt.run(r.stop())
+
+
+@dataclass
+class Calls:
+    """The gateway's ``os.splice`` calls (it runs in this process): bytes moved out of
+    client sockets, and how often the replica's socket had no room."""
+
+    read: int = 0
+    full: int = 0
+
+
+@pytest.fixture
+def splices(monkeypatch: pytest.MonkeyPatch) -> Calls:
+    calls = Calls()
+    real = os.splice
+
+    def counting(src: int, dst: int, count: int, *args: object, **kw: int) -> int:
+        into_socket = stat.S_ISFIFO(os.fstat(src).st_mode)  # from the pipe
+        try:
+            n = real(src, dst, count, *args, **kw)  # type: ignore[arg-type]
+        except BlockingIOError:
+            calls.full += into_socket
+            raise
+        if not into_socket:
+            calls.read += n
+        return n
+
+    monkeypatch.setattr(os, "splice", counting)
+    return calls
+
+
+def head(length: int) -> bytes:
+    return (
+        f"POST {P}/v2/models/m/infer HTTP/1.1\r\nHost: x\r\nAuthorization: {TOKEN}\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def read_answers(s: socket.socket, n: int, timeout: float = 20.0) -> list[tuple[int, bytes]]:
+    """``n`` responses with a Content-Length: (status, body) each."""
+    s.settimeout(timeout)
+    buf, out = b"", list[tuple[int, bytes]]()
+    while len(out) < n:
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            lines = buf[:end].split(b"\r\n")
+            length = next(
+                int(v)
+                for k, _, v in (x.partition(b":") for x in lines[1:])
+                if k.lower() == b"content-length"
+            )
+            if len(buf) >= end + 4 + length:
+                out.append((int(lines[0].split()[1]), buf[end + 4 : end + 4 + length]))
+                buf = buf[end + 4 + length :]
+                continue
+        chunk = s.recv(1 << 20)
+        assert chunk, f"closed after {len(out)} answers"
+        buf += chunk
+    return out
+
+
+def sockets() -> int:
+    """Socket descriptors open in this process (the connections' duplicates among them)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            continue
+    return n
+
+
+def pipes() -> int:
+    """Pipes open in this process but not kept by the gateway for its next splice (the
+    splice's own, and nothing else here, are pipes)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
+        except OSError:
+            continue
+    return n - 2 * len(splice._pipes)
+
+
+def expect(body: bytes) -> bytes:
+    return b"%s %d" % (hashlib.sha256(body).hexdigest().encode(), len(body))
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def start(make_gateway: GatewayFactory, r: Replica, **kw: int) -> Gateway:
+    settings = {"splice_min_bytes": 65_536, "max_body_bytes": 64 * 1024 * 1024} | kw
+    return make_gateway(table(route([r.url])), **settings)
+
+
+@pytest.mark.parametrize("pieces", [1, 7])
+def test_a_large_body_is_spliced_exact_and_a_pipelined_request_behind_it_still_read(
+    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls, pieces: int
+) -> None:
+    r = replica()
+    gw = start(make_gateway, r)
+    rng = random.Random(pieces)
+    big, small = rng.randbytes(BODY), b"after the big one"
+    with socket.create_connection(("127.0.0.1", gw.port)) as s:  # a replica connection idle
+        s.sendall(head(3) + b"abc")
+        assert read_answers(s, 1) == [(200, expect(b"abc"))]
+    before = pipes()
+    with socket.create_connection(("127.0.0.1", gw.port)) as s:
+        stream = head(len(big)) + big + head(len(small)) + small
+        cut = sorted(rng.sample(range(1, len(stream)), pieces - 1))
+        for a, b in zip([0, *cut], [*cut, len(stream)], strict=True):
+            s.sendall(stream[a:b])
+            time.sleep(0.01)
+        answers = read_answers(s, 2)
+    assert answers == [(200, expect(big)), (200, expect(small))]
+    assert r.bodies == [b"abc", big, small]
+    # All but what the first read held (with the head) went by splice.
+    assert splices.read >= BODY - 256 * 1024, splices
+    wait_for(lambda: pipes() == before, "the splice's pipe closed or kept")
+
+
+def test_by_default_every_byte_is_relayed_through_the_gateway(
+    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls
+) -> None:
+    r = replica()
+    gw = make_gateway(table(route([r.url])), max_body_bytes=64 * 1024 * 1024)
+    big = random.Random(0).randbytes(BODY)
+    with socket.create_connection(("127.0.0.1", gw.port)) as s:
+        s.sendall(head(len(big)) + big)
+        assert read_answers(s, 1) == [(200, expect(big))]
+    assert splices == Calls()
+
+
+def test_a_replica_that_reads_slowly_holds_the_splice_back_and_gets_every_byte(
+    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls
+) -> None:
+    r = replica(slow=True)
+    gw = start(make_gateway, r)
+    big = random.Random(1).randbytes(8 * BODY)
+    with socket.create_connection(("127.0.0.1", gw.port)) as s:
+        s.sendall(head(len(big)))
+        s.sendall(big)
+        assert read_answers(s, 1, timeout=60) == [(200, expect(big))]
+    assert r.bodies == [big]
+    # Held back: the replica's socket filled (a splice into it found no room) and drained.
+    assert splices.read >= 7 * BODY and splices.full > 0, splices
+
+
+def test_a_client_leaving_mid_body_closes_the_splice_and_the_replica_connection(
+    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls
+) -> None:
+    r = replica()
+    gw = start(make_gateway, r)
+    before, open_sockets = pipes(), sockets()
+    with socket.create_connection(("127.0.0.1", gw.port)) as s:
+        s.sendall(head(BODY) + b"x" * 200_000)
+        time.sleep(0.1)
+        s.sendall(b"y" * 200_000)
+        wait_for(lambda: splices.read > 0, "the body being spliced")
+    wait_for(lambda: pipes() == before, "the splice's pipe closed after the client left")
+    # The client's and the replica's connections, and their duplicates, all closed.
+    wait_for(lambda: sockets() == open_sockets, "no socket left open")
+    assert r.bodies == []  # the replica never got a whole body
+    # The gateway serves on.
+    with socket.create_connection(("127.0.0.1", gw.port)) as s:
+        s.sendall(head(3) + b"abc")
+        assert read_answers(s, 1) == [(200, expect(b"abc"))]
+
+
+def test_a_replica_answering_before_the_body_is_in_is_relayed_and_nothing_leaks(
+    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls
+) -> None:
+    r = replica(early=True)
+    gw = start(make_gateway, r)
+    before = pipes()
+    with socket.create_connection(("127.0.0.1", gw.port)) as s:
+        s.sendall(head(BODY) + b"x" * 100_000)
+        time.sleep(0.2)
+        with contextlib.suppress(OSError):  # the gateway may have closed after answering
+            s.sendall(b"x" * (BODY - 100_000))
+        status, _ = read_answers(s, 1)[0]
+    assert status == 413
+    wait_for(lambda: pipes() == before, "the splice's pipe closed after the early answer")
+
+
+def test_a_body_that_stalls_mid_splice_is_timed_out_like_any_other(
+    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls
+) -> None:
+    r = replica()
+    gw = start(make_gateway, r, body_timeout_s=0.5)
+    with socket.create_connection(("127.0.0.1", gw.port)) as s:  # a replica connection idle
+        s.sendall(head(3) + b"abc")
+        assert read_answers(s, 1) == [(200, expect(b"abc"))]
+    before = pipes()
+    with socket.create_connection(("127.0.0.1", gw.port)) as s:
+        s.sendall(head(BODY) + b"x" * 100_000)
+        time.sleep(0.1)
+        s.sendall(b"x" * 300_000)  # spliced, then nothing more comes
+        wait_for(lambda: splices.read > 0, "the body being spliced")
+        status, body = read_answers(s, 1)[0]
+    assert status == 408, body
+    wait_for(lambda: pipes() == before, "the splice's pipe closed after the timeout")
