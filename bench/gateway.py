@@ -34,7 +34,9 @@ same gateway): the cost of the group endpoint (member choice) is that ratio; the
 at most 5 %.
 
 Both phases run ``--repeat`` interleaved rounds (direct, nginx, gateway, direct, …) and
-report the median, because other work on a shared machine moves single runs by ±20 %.
+report the median, because other work on a shared machine moves single runs by ±20 %; each
+throughput point also prints every proxy's ratio to nginx round by round (the median and
+range of the per-round ratios), which a drift of the machine over the run does not skew.
 Every request of every phase must succeed (HTTP 200); a run with failures says so.
 """
 
@@ -259,6 +261,15 @@ def sequential_latency(url: str, workload: Workload, token: str | None, n: int) 
 
 def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b > 0 else "n/a"
+
+
+def paired_ratio(runs: list[WrkResult], against: list[WrkResult]) -> str:
+    """The median of the ratios of runs in the same round (and their range): rounds are
+    interleaved, so a drift of the machine's speed moves both sides of each ratio alike."""
+    ratios = sorted(a.rps / b.rps for a, b in zip(runs, against, strict=True) if b.rps > 0)
+    if not ratios:
+        return "n/a"
+    return f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 
 def pct(samples: list[float], p: float) -> float:
@@ -654,6 +665,13 @@ def main(argv: list[str] | None = None) -> int:
                             part += f" [{bad} failed]"
                         parts.append(part)
                     print(f"  c={c:<3d} " + " | ".join(parts), flush=True)
+                    if "nginx" in runs:
+                        paired = [
+                            f"{name} {paired_ratio(rs, runs['nginx'])}"
+                            for name, rs in runs.items()
+                            if name not in ("direct", "nginx")
+                        ]
+                        print("        × nginx, round by round: " + " | ".join(paired), flush=True)
                     line = " | ".join(f"{name} {min(us):.0f}" for name, us in cpu.items() if us)
                     line += "; Triton's: " + " | ".join(
                         f"{name} {min(us):.0f}" for name, us in triton_cpu.items() if us

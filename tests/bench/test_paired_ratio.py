@@ -1,0 +1,46 @@
+"""``bench/gateway.py``'s round-by-round ratio: the median of the per-round ratios, which a
+drift of the machine's speed over the run moves less than a ratio of medians."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    sys.path.insert(0, str(BENCH))  # it imports its sibling `deploy` as a script does
+    try:
+        spec = importlib.util.spec_from_file_location("bench_gateway_ratio", BENCH / "gateway.py")
+        assert spec is not None and spec.loader is not None
+        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "shown"),
+    [
+        # The machine slows down over the run: both sides of each round alike.
+        ([1000, 800, 600], [1000, 800, 600], "1.00x (1.00-1.00)"),
+        # A ratio of medians would read 900/800 = 1.12x; round by round it is 1.00 to 1.50.
+        ([900, 1200, 600], [900, 800, 600], "1.00x (1.00-1.50)"),
+        ([950, 760], [1000, 800], "0.95x (0.95-0.95)"),
+        ([100], [0], "n/a"),
+    ],
+)
+def test_round_by_round_ratio(
+    bench: ModuleType, ours: list[float], theirs: list[float], shown: str
+) -> None:
+    def runs(rps: list[float]) -> list[object]:
+        return [bench.WrkResult(r, 0, 0, 1, 0.0) for r in rps]
+
+    assert bench.paired_ratio(runs(ours), runs(theirs)) == shown
