@@ -15,10 +15,11 @@ pipelined request) is still read by the transport.
 
 The event loop watches duplicates of both sockets (uvloop refuses a transport's own), which
 each connection keeps for its life (:func:`duplicate`), while the client's transport is
-paused; pipes are kept for the next body when they end empty. Anything unusual — the client's end or an error on
-either socket — hands reading back to the transport, which then meets the same condition
-and handles it as always (a closed client, a failed replica); the bytes still in the pipe
-are then lost, as they would be in a transport's buffer, and the exchange fails anyway.
+paused; pipes are kept for the next body when they end empty. Anything unusual — the
+client's end or an error on either socket — hands reading back to the transport, which then
+meets the same condition and handles it as always (a closed client, a failed replica); the
+bytes still in the pipe are then lost, as they would be in a transport's buffer, and the
+exchange fails anyway.
 """
 
 from __future__ import annotations
