@@ -498,9 +498,10 @@ class HttpConnection(ReadPausable):
             return
         req = Request(self, head)
         self._in_head = self._expect_head = False
-        self._headed(req)
         if body:
-            self.on_body(body)
+            # Held before it is dispatched, so that it goes out with the head in one write.
+            req.body.feed(body)
+        self._headed(req)
         left = (req.content_length or 0) - req.body.received
         if left:
             self._line = None  # inside a message
@@ -565,8 +566,9 @@ class HttpConnection(ReadPausable):
         except OSError:
             return  # out of descriptors: the transport relays it
         self._splice = splice
-        transport.pause_reading()
         splice.start()
+        if self._splice is splice:  # still to come: the transport reads nothing meanwhile
+            transport.pause_reading()
 
     def _spliced(self, n: int) -> None:
         """``n`` more body bytes left the client's socket (0: reading it again after the

@@ -108,12 +108,12 @@ class GatewaySettings(BaseSettings):
         "(one upstream write); larger ones are streamed.",
     )
     splice_min_bytes: int = Field(
-        default=0,
+        default=65_536,
         ge=0,
-        description="When set, the rest of a streamed request body of known length is moved "
-        "from the client's socket to the replica's by the kernel (splice, Linux) once at "
-        "least this many bytes are still to come (65536 is a fit): less CPU per large body "
-        "under concurrency, more at one connection (docs/architecture.md); 0: never.",
+        description="The rest of a streamed request body of known length is moved from the "
+        "client's socket to the replica's by the kernel (splice, Linux) once at least this "
+        "many bytes are still to come: less CPU per large body under concurrency "
+        "(docs/architecture.md); 0: never (every byte through the gateway's memory).",
     )
     keepalive_s: float = Field(default=60.0, gt=0, description="Idle upstream keep-alive.")
     retry_after_s: int = Field(default=1, ge=0, description="Retry-After on 503.")

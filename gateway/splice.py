@@ -3,12 +3,12 @@ kernel (``splice(2)`` through a pipe), so neither uvloop nor Python copies its b
 
 Relayed by the transports, each 256 KiB of a body is copied three times: out of the client's
 socket, into a new ``bytes`` by uvloop, into the replica's socket; splicing moves the
-socket's pages into a pipe and from it, and no read is handed to Python at all. It is an
-opt-in (``GatewaySettings.splice_min_bytes``, e.g. 64 KiB still to come): measured with 1 MB
-bodies in front of a canned replica (``bench/hotpath.py --model inception_graphdef``) it took
-8–18 % less of the gateway's CPU per call at 8 connections and −13 to +8 % at 64, but 18–40 %
-more at one, where it also added up to 0.19 ms (a relay that no longer copies wakes for
-smaller pieces, and sets up the splice per body). It is only used for a body of known length
+socket's pages into a pipe and from it, and no read is handed to Python at all. From
+``GatewaySettings.splice_min_bytes`` still to come (64 KiB; 0 turns it off), measured with
+1 MB bodies in front of a canned replica (``bench/hotpath.py --model inception_graphdef``,
+before/after in one run) it took 8–16 % less of the gateway's CPU per call at 8 and 64
+connections and 10–12 % more at one (each body sets its splice up; no latency added there):
+the CPU is saved where it is short. It is only used for a body of known length
 that goes to one replica connection, after what that connection's transport still holds: the
 bytes arrive in order and exactly the body is taken from the client, so what follows it (a
 pipelined request) is still read by the transport.
@@ -31,7 +31,7 @@ import os
 from collections.abc import Callable
 from typing import Final
 
-SPLICE_MIN: Final = 0  # the default: never (an opt-in, see GatewaySettings.splice_min_bytes)
+SPLICE_MIN: Final = 65_536  # body bytes still to come from which a body is spliced (default)
 PIPE_BYTES: Final = 1 << 20  # asked of the kernel (its default pipe-max-size); 64 KiB if refused
 _SETPIPE_SZ: Final = 1031  # fcntl.F_SETPIPE_SZ (named in the module from Python 3.10 on Linux)
 _FLAGS: Final = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
@@ -89,7 +89,15 @@ class BodySplice:
         self.done = False
 
     def start(self) -> None:
-        self._read_client(True)
+        """Move at once what the client's socket already holds (often the whole rest: the
+        loop then watches nothing, and the client's transport is never paused), then wait
+        for more if it must (moving at once took the latency a splice first added at one
+        connection, 0.19 ms per 1 MB, to none)."""
+        while self._read():
+            if not self._flush() or not self.left:
+                break
+        if not self.done:
+            self._drain()
 
     def stop(self) -> None:
         """End now, reading back to the transport (the request ended another way)."""
@@ -98,41 +106,56 @@ class BodySplice:
     # -- loop callbacks -------------------------------------------------------------------
 
     def _on_readable(self) -> None:
-        want = min(self.left, self.room - self.in_pipe)
-        try:
-            n = os.splice(self.client, self.pipe_w, want, flags=_FLAGS)
-        except BlockingIOError:
-            return
-        except OSError:
-            self._end(False)  # the transport meets the same error
-            return
-        if n == 0:
-            self._end(False)  # the client's end: the transport reads it
-            return
-        self.left -= n
-        self.in_pipe += n
-        self._moved(n)
-        self._drain()
+        if self._read():
+            self._drain()
 
     def _drain(self) -> None:
-        while self.in_pipe and not self._queued():
-            try:
-                self.in_pipe -= os.splice(self.pipe_r, self.upstream, self.in_pipe, flags=_FLAGS)
-            except BlockingIOError:
-                break
-            except OSError:
-                self._end(False)  # the replica failed: its transport says so
-                return
-        if self.in_pipe:
-            # The replica's socket is full, or its transport's bytes go first: wait until it
-            # takes more, reading the client meanwhile only while the pipe has room.
-            self._write_upstream(True)
-            self._read_client(self.left > 0 and self.in_pipe < self.room)
+        """Also the replica's socket's writable callback while the pipe waits for it."""
+        if not self._flush():
+            if not self.done:
+                # The replica's socket is full, or its transport's bytes go first: wait until
+                # it takes more, reading the client meanwhile only while the pipe has room.
+                self._write_upstream(True)
+                self._read_client(self.left > 0 and self.in_pipe < self.room)
         elif self.left:
             self._write_upstream(False)
             self._read_client(True)
         else:
             self._end(True)
+
+    # -- the two moves --------------------------------------------------------------------
+
+    def _read(self) -> bool:
+        """Client's socket → pipe; False when nothing came (or this ended)."""
+        want = min(self.left, self.room - self.in_pipe)
+        if not want:
+            return False  # the pipe is full (0 would read as the client's end)
+        try:
+            n = os.splice(self.client, self.pipe_w, want, flags=_FLAGS)
+        except BlockingIOError:
+            return False
+        except OSError:
+            self._end(False)  # the transport meets the same error
+            return False
+        if n == 0:
+            self._end(False)  # the client's end: the transport reads it
+            return False
+        self.left -= n
+        self.in_pipe += n
+        self._moved(n)
+        return True
+
+    def _flush(self) -> bool:
+        """Pipe → the replica's socket, after its transport's own bytes; True once empty."""
+        while self.in_pipe and not self._queued():
+            try:
+                self.in_pipe -= os.splice(self.pipe_r, self.upstream, self.in_pipe, flags=_FLAGS)
+            except BlockingIOError:
+                return False
+            except OSError:
+                self._end(False)  # the replica failed: its transport says so
+                return False
+        return not self.in_pipe
 
     # -- internals ------------------------------------------------------------------------
 

@@ -199,8 +199,7 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) ->
 
 
 def start(make_gateway: GatewayFactory, r: Replica, **kw: int) -> Gateway:
-    settings = {"splice_min_bytes": 65_536, "max_body_bytes": 64 * 1024 * 1024} | kw
-    return make_gateway(table(route([r.url])), **settings)
+    return make_gateway(table(route([r.url])), max_body_bytes=64 * 1024 * 1024, **kw)
 
 
 @pytest.mark.parametrize("pieces", [1, 7])
@@ -229,11 +228,11 @@ def test_a_large_body_is_spliced_exact_and_a_pipelined_request_behind_it_still_r
     wait_for(lambda: pipes() == before, "the splice's pipe closed or kept")
 
 
-def test_by_default_every_byte_is_relayed_through_the_gateway(
+def test_splice_min_bytes_zero_relays_every_byte_through_the_gateway(
     make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls
 ) -> None:
     r = replica()
-    gw = make_gateway(table(route([r.url])), max_body_bytes=64 * 1024 * 1024)
+    gw = start(make_gateway, r, splice_min_bytes=0)
     big = random.Random(0).randbytes(BODY)
     with socket.create_connection(("127.0.0.1", gw.port)) as s:
         s.sendall(head(len(big)) + big)
