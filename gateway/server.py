@@ -466,14 +466,14 @@ class HttpConnection(ReadPausable):
                 self._line = None  # it began behind another request in this read
         elif (req := self._parsing) is not None and req.content_length:
             # Mid-way through a body of known length: the rest skips the parser.
-            left = self._body_left = req.content_length - req.body.received
-            if self.splice_min and left >= self.splice_min:
-                self._try_splice()
+            self._body_left = req.content_length - req.body.received
         # The last request the parser completed in this read. (Reset after use, not before
         # the parser runs: compiled, an attribute set to None just before stays None.)
         done, self._done = self._done, None
         if fresh and (req := done or self._parsing) is not None:
             self._remember(req, data)
+        if self.splice_min and self._body_left >= self.splice_min:
+            self._try_splice()  # after the head is kept: a splice may complete its message
 
     def _remember(self, req: Request, data: bytes) -> None:
         """Keep the head of ``req`` for :meth:`_repeat` if ``data`` held that head and
