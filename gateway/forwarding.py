@@ -81,13 +81,10 @@ async def relay(
         ex.request_body_sent = False
         request.body.pipe_to(conn)
     try:
-        await done
+        await done  # (its end detached a streamed body from the replica)
     except asyncio.CancelledError:
         ex.abort()
         raise
-    finally:
-        if stream_body:
-            request.body.detach()
     if ex.aborted:
         raise ClientGone()  # the client left mid-exchange
     return ex

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from http import HTTPStatus
 
 CRLF = b"\r\n"
@@ -16,6 +17,23 @@ class ReadPausable(asyncio.Protocol):
     transport: asyncio.Transport | None
     closed: bool
     _reading_paused: bool
+    _watched: int  # -1 until :meth:`watched_fd` is asked for
+
+    def watched_fd(self) -> int:
+        """A duplicate of the connection's socket for the event loop to watch (uvloop
+        refuses a transport's own: ``gateway.splice``), made once and kept until
+        :meth:`close_watched`; -1 without a socket."""
+        if self._watched < 0 and self.transport is not None:
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                self._watched = os.dup(sock.fileno())
+        return self._watched
+
+    def close_watched(self) -> None:
+        """When the connection is lost (nothing watches the duplicate by then)."""
+        if self._watched >= 0:
+            os.close(self._watched)
+            self._watched = -1
 
     def pause_reading(self) -> None:
         if not self._reading_paused and self.transport is not None and not self.closed:

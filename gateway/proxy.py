@@ -249,8 +249,6 @@ class PredictProxy:
         entry.in_flight.leave()
         name = entry.service
         request = ex.request
-        if not ex.request_body_sent:
-            request.body.detach()  # a body streamed to the replica goes nowhere now
         if ex.aborted:
             self.count(name, CLIENT_CLOSED, started)
             return

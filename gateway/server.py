@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from http import HTTPStatus
@@ -43,7 +42,7 @@ import httptools
 
 from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
 from gateway.splice import AVAILABLE as SPLICE_AVAILABLE
-from gateway.splice import BodySplice, duplicate
+from gateway.splice import BodySplice
 from gateway.writes import Chunk, unconnected, write_pair, write_parts
 
 log = logging.getLogger(__name__)
@@ -199,12 +198,12 @@ class Body:
         return self._sink
 
     def detach(self) -> None:
+        """What is still to come goes nowhere (its sink's exchange ended)."""
         self._sink = None
         self._conn.stop_splice()
 
     def discard(self) -> None:
-        self._sink = None
-        self._conn.stop_splice()
+        self.detach()
         self._discard = True
         self._chunks = []
         self.buffered = 0
@@ -378,7 +377,7 @@ class HttpConnection(ReadPausable):
         # The rest of a body streamed to a replica is spliced from this many bytes (0: never).
         self.splice_min = server.splice_min if SPLICE_AVAILABLE else 0
         self._splice: BodySplice | None = None
-        self._dup = -1  # the socket's duplicate a splice reads (closed with the connection)
+        self._watched = -1
         self.transport: asyncio.Transport | None = None
         self._write: Callable[[bytes], None] = unconnected
         self.peer: str | None = None
@@ -472,8 +471,7 @@ class HttpConnection(ReadPausable):
         done, self._done = self._done, None
         if fresh and (req := done or self._parsing) is not None:
             self._remember(req, data)
-        if self.splice_min and self._body_left >= self.splice_min:
-            self._try_splice()  # after the head is kept: a splice may complete its message
+        self._try_splice()  # after the head is kept: a splice may complete its message
 
     def _remember(self, req: Request, data: bytes) -> None:
         """Keep the head of ``req`` for :meth:`_repeat` if ``data`` held that head and
@@ -506,8 +504,7 @@ class HttpConnection(ReadPausable):
         if left:
             self._line = None  # inside a message
             self._body_left = left
-            if self.splice_min and left >= self.splice_min:
-                self._try_splice()
+            self._try_splice()
         else:
             self._complete()
 
@@ -528,13 +525,17 @@ class HttpConnection(ReadPausable):
         if not self._body_left:
             self.parser = httptools.HttpRequestParser(self)
             self._complete()
-        elif self.splice_min and self._body_left >= self.splice_min:
-            self._try_splice()  # its replica's connection may have drained meanwhile
+        else:
+            self._try_splice()  # its replica's connection may be there now
         return rest
 
     # -- the rest of a large body, spliced (gateway.splice) ---------------------------------
 
     def _try_splice(self) -> None:
+        """Splice the rest of the body being read if enough of it is still to come and it
+        goes to a replica's socket (else the transport relays it)."""
+        if not self.splice_min or self._body_left < self.splice_min:
+            return
         req = self._parsing
         sink = req.body.sink if req is not None else None
         transport = self.transport
@@ -547,16 +548,16 @@ class HttpConnection(ReadPausable):
         ):
             return
         target = sink.splice_target()
-        sock = transport.get_extra_info("socket")
-        if target is None or sock is None:
+        if target is None:
             return
         upstream, queued = target
         try:
-            if self._dup < 0:
-                self._dup = duplicate(sock.fileno())
+            client = self.watched_fd()
+            if client < 0:
+                return
             splice = BodySplice(
                 self.loop,
-                self._dup,
+                client,
                 upstream,
                 queued,
                 self._body_left,
@@ -602,9 +603,7 @@ class HttpConnection(ReadPausable):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.stop_splice()
-        if self._dup >= 0:
-            os.close(self._dup)
-            self._dup = -1
+        self.close_watched()
         self.server.connections.discard(self)
         if self._linger is not None:
             self._linger.cancel()
@@ -856,8 +855,7 @@ class HttpConnection(ReadPausable):
             if self._reading_paused and self.body_at is not None:
                 self.body_at = self.time()  # the pause was ours, not the client's
             super().resume_reading()
-            if self.splice_min and self._body_left >= self.splice_min:
-                self._try_splice()  # e.g. its replica connection is there now
+            self._try_splice()  # e.g. its replica connection is there now
 
     def body_stalled(self, now: float, timeout_s: float) -> bool:
         """No body bytes for ``timeout_s`` while we were reading them (nginx's

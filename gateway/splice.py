@@ -14,8 +14,8 @@ bytes arrive in order and exactly the body is taken from the client, so what fol
 pipelined request) is still read by the transport.
 
 The event loop watches duplicates of both sockets (uvloop refuses a transport's own), which
-each connection keeps for its life (:func:`duplicate`), while the client's transport is
-paused; pipes are kept for the next body when they end empty. Anything unusual — the
+each connection keeps for its life (``ReadPausable.watched_fd``), while the client's
+transport is paused; pipes are kept for the next body when they end empty. Anything unusual — the
 client's end or an error on either socket — hands reading back to the transport, which then
 meets the same condition and handles it as always (a closed client, a failed replica); the
 bytes still in the pipe are then lost, as they would be in a transport's buffer, and the
@@ -42,12 +42,6 @@ KEPT_PIPES: Final = 64  # empty pipes kept for the next splice (two descriptors 
 _pipes: list[tuple[int, int, int]] = []  # (read end, write end, bytes it holds)
 
 
-def duplicate(fd: int) -> int:
-    """A descriptor of ``fd``'s socket for the loop to watch; the connection closes it when
-    it is lost (the loop no longer watches it by then: splices end before)."""
-    return os.dup(fd)
-
-
 def _pipe() -> tuple[int, int, int]:
     if _pipes:
         return _pipes.pop()
@@ -60,7 +54,7 @@ def _pipe() -> tuple[int, int, int]:
 
 class BodySplice:
     """Moves ``left`` bytes from ``client_fd`` to ``upstream_fd`` (duplicates the loop may
-    watch, see :func:`duplicate`), once ``queued()`` (the bytes the replica connection's
+    watch, see ``ReadPausable.watched_fd``), once ``queued()`` (the bytes the replica connection's
     transport still holds for that socket) is 0: its own go first. ``moved(n)`` is told of
     each read from the client (0: reading it again after a pause of ours); ``ended(whole)``
     once: True when all ``left`` bytes reached the replica's socket, False when reading goes

@@ -17,7 +17,6 @@ way, pausing the client's socket while the replica's buffer is full.
 from __future__ import annotations
 
 import asyncio
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -28,7 +27,6 @@ from gateway.balancer import address
 from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_fields
 from gateway.http1 import CRLF, ReadPausable, status_line
 from gateway.server import Request
-from gateway.splice import duplicate
 from gateway.writes import Chunk, unconnected, write_pair
 
 _NO_BODY_STATUS = frozenset({204, 304})
@@ -181,7 +179,7 @@ class UpstreamConnection(ReadPausable):
         self._last: ResponseHead | None = None  # the last head that may be repeated unparsed
         self._body_left = 0  # body bytes of a repeated head still to come
         self._received = 0  # body bytes the parser passed on from the current read
-        self._dup = -1  # the socket's duplicate request bodies are spliced into (gateway.splice)
+        self._watched = -1
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
@@ -261,9 +259,7 @@ class UpstreamConnection(ReadPausable):
         ex = self.exchange
         if ex is not None:
             ex.connection_lost()
-        if self._dup >= 0:  # no splice writes to it now: its exchange has ended
-            os.close(self._dup)
-            self._dup = -1
+        self.close_watched()  # no splice writes to it now: its exchange has ended
 
     def pause_writing(self) -> None:
         ex = self.exchange
@@ -348,12 +344,8 @@ class UpstreamConnection(ReadPausable):
         transport = self.transport
         if transport is None or self.closed or transport.is_closing():
             return None
-        if self._dup < 0:
-            sock = transport.get_extra_info("socket")
-            if sock is None:
-                return None
-            self._dup = duplicate(sock.fileno())
-        return self._dup, transport.get_write_buffer_size
+        fd = self.watched_fd()
+        return (fd, transport.get_write_buffer_size) if fd >= 0 else None
 
     def close(self) -> None:
         self.closed = True
@@ -564,7 +556,7 @@ class Exchange(Receiver):
         if self.client.producer is self:
             self.client.producer = None
         if not self.request_body_sent:
-            self.client.stop_splice()  # the rest of the body goes nowhere now
+            self.request.body.detach()  # the rest of a streamed body goes nowhere now
         up.exchange = None
         if self.complete and self.error is None and not self.aborted:
             head = up.response

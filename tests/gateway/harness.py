@@ -356,6 +356,15 @@ class FakeControlPlane:
 # --- raw HTTP ------------------------------------------------------------------------------
 
 
+def post_head(length: int) -> bytes:
+    """The head of an infer call to ``SERVICE`` with a body of ``length`` bytes, as a client
+    sends it (and repeats it, byte for byte)."""
+    return (
+        f"POST /api/predict/{SERVICE}/v2/models/m/infer HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: {TOKEN}\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
 def raw_exchange(
     port: int, data: bytes, *, timeout: float = 10.0, read_until_close: bool = True
 ) -> bytes:

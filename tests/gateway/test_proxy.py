@@ -26,6 +26,7 @@ from tests.gateway.harness import (
     Gateway,
     LoopThread,
     dead_port,
+    post_head,
     raw_exchange,
     route,
     table,
@@ -462,13 +463,6 @@ def coroutine_paths(gw: Gateway, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(slow, "run", counted)
     return taken
-
-
-def post_head(length: int) -> bytes:
-    return (
-        f"POST {P}/v2/models/m/infer HTTP/1.1\r\nHost: x\r\nAuthorization: {TOKEN}\r\n"
-        f"Content-Length: {length}\r\n\r\n"
-    ).encode()
 
 
 @WARMTH

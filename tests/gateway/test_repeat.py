@@ -21,7 +21,7 @@ import pytest
 from gateway.server import HttpConnection
 from gateway.upstream import UpstreamConnection
 from tests.gateway.conftest import GatewayFactory
-from tests.gateway.harness import SERVICE, TOKEN, Gateway, LoopThread, route, table
+from tests.gateway.harness import SERVICE, TOKEN, Gateway, LoopThread, post_head, route, table
 
 P = f"/api/predict/{SERVICE}/v2/models/m/infer"
 ANSWER_HEAD = (
@@ -217,7 +217,7 @@ def test_pipelined_and_split_messages_still_parse(
     a body split across reads, an answer whose body comes after its head."""
     gw = make_gateway(table(route([replicas[2].url])))  # the replica that splits answers
     bodies = [os.urandom(40) for _ in range(3)]
-    head = raw_head(40)
+    head = post_head(40)
     with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
         s.sendall(head + bodies[0])  # kept as the connection's last head
         got = read_answers(s, 1)
@@ -242,7 +242,7 @@ def test_large_bodies_behind_a_repeated_head_pass_whole(
     gw = make_gateway(table(route([replica.url])))
     size = 100_000
     bodies = [os.urandom(size) for _ in range(4)]
-    head = raw_head(size)
+    head = post_head(size)
     with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
         got = []
         for i, body in enumerate(bodies):
@@ -256,14 +256,6 @@ def test_large_bodies_behind_a_repeated_head_pass_whole(
     assert got == [hashlib.sha256(b).digest() for b in bodies]
     assert replica.bodies == bodies
     assert parses["request"] == 1  # the first head only
-
-
-def raw_head(length: int) -> bytes:
-    """The head of a call with a body of ``length`` bytes, as a client repeats it."""
-    return (
-        f"POST {P} HTTP/1.1\r\nHost: x\r\nAuthorization: {TOKEN}\r\n"
-        f"Content-Length: {length}\r\n\r\n"
-    ).encode()
 
 
 def read_answers(s: socket.socket, n: int) -> list[bytes]:
@@ -291,10 +283,10 @@ def test_a_head_whose_large_body_is_spliced_is_still_recognised_next_time(
     size = 1_000_000
     bodies = [os.urandom(size) for _ in range(3)]
     with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
-        s.sendall(raw_head(3) + b"abc")  # a replica connection idle for what follows
+        s.sendall(post_head(3) + b"abc")  # a replica connection idle for what follows
         got = read_answers(s, 1)
         for body in bodies:
-            s.sendall(raw_head(size) + body)
+            s.sendall(post_head(size) + body)
             got += read_answers(s, 1)
     assert got == [hashlib.sha256(b).digest() for b in [b"abc", *bodies]]
     assert replica.bodies == [b"abc", *bodies]
