@@ -5,7 +5,9 @@ figures quoted in the gateway's closing note. It starts, each as its own process
 
 - ``tritonserver`` on ``examples/models`` (python backend, CPU);
 - ``nginx`` as a reverse proxy with the same route and token check as the gateway
-  (``map`` on ``Authorization``, both the bare and ``Bearer`` forms; upstream keep-alive);
+  (``map`` on ``Authorization``, both the bare and ``Bearer`` forms; upstream keep-alive),
+  sending Triton the ``X-Forwarded-For``/``-Proto``/``-Host`` fields the gateway sends, so
+  Triton parses the same request behind both;
 - the gateway (``gateway.app.start_gateway`` with a static route table), which also holds a
   service group of two members in front of the same Triton (``group``: the same gateway
   reached at ``/api/predict/<group>``, each request picking a member by weight).
@@ -33,10 +35,11 @@ The ``group`` row is also compared with the ``gateway`` row (the direct service 
 same gateway): the cost of the group endpoint (member choice) is that ratio; the target is
 at most 5 %.
 
-Both phases run ``--repeat`` interleaved rounds (direct, nginx, gateway, direct, …) and
-report the median, because other work on a shared machine moves single runs by ±20 %; each
-throughput point also prints every proxy's ratio to nginx round by round (the median and
-range of the per-round ratios), which a drift of the machine over the run does not skew.
+Both phases run ``--repeat`` interleaved rounds (direct, nginx, gateway, then nginx,
+gateway, …, direct: the order turns by one each round) and report the median, because other
+work on a shared machine moves single runs by ±20 %; each throughput point also prints
+every proxy's ratio to nginx round by round (the median and range of the per-round ratios),
+which a drift of the machine over the run does not skew.
 Every request of every phase must succeed (HTTP 200); a run with failures says so.
 """
 
@@ -129,6 +132,9 @@ http {{
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_set_header Authorization "";
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $http_host;
       proxy_request_buffering off;
       proxy_buffers 16 64k;
       proxy_buffer_size 64k;
@@ -270,6 +276,14 @@ def paired_ratio(runs: list[WrkResult], against: list[WrkResult]) -> str:
     if not ratios:
         return "n/a"
     return f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+
+
+def round_order(targets: list[str], round_no: int) -> list[str]:
+    """The order of the targets in round ``round_no``: rotated by one each round, so no
+    target is always measured right after the same other (a warm-up or a slow-down that
+    one target leaves behind would otherwise always land on the next)."""
+    k = round_no % len(targets) if targets else 0
+    return targets[k:] + targets[:k]
 
 
 def pct(samples: list[float], p: float) -> float:
@@ -593,8 +607,8 @@ def main(argv: list[str] | None = None) -> int:
             for w in workloads:
                 print(f"\n== {w.model} ({w.body.stat().st_size} B request) ==", flush=True)
                 lat: dict[str, list[float]] = {name: [] for name in targets}
-                for _ in range(args.repeat):  # interleaved rounds
-                    for name in targets:
+                for round_no in range(args.repeat):  # interleaved rounds
+                    for name in round_order(targets, round_no):
                         hostport, pre, tok = endpoints[name]
                         n = max(1, w.sequential // args.repeat)
                         lat[name] += sequential_latency(hostport + pre, w, tok, n)
@@ -621,8 +635,8 @@ def main(argv: list[str] | None = None) -> int:
                     # CPU µs per request of the proxy and of Triton, the least of the rounds
                     cpu: dict[str, list[float]] = {name: [] for name in targets}
                     triton_cpu: dict[str, list[float]] = {name: [] for name in targets}
-                    for _ in range(args.repeat):  # interleaved: noise hits all alike
-                        for name in targets:
+                    for round_no in range(args.repeat):  # interleaved: noise hits all alike
+                        for name in round_order(targets, round_no):
                             hostport, pre, tok = endpoints[name]
                             path = f"{pre}/v2/models/{w.model}/infer"
                             base = f"http://{hostport}"

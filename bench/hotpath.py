@@ -289,8 +289,9 @@ def wrk_rounds(
         cpu: dict[str, list[float]] = {name: [] for name in ports}
         rps: dict[str, list[float]] = {name: [] for name in ports}
         p50: dict[str, list[float]] = {name: [] for name in ports}
-        for _ in range(args.repeat):
-            for name, port in ports.items():
+        for round_no in range(args.repeat):
+            for name in bg.round_order(list(ports), round_no):
+                port = ports[name]
                 base = f"http://127.0.0.1:{port}"
                 path = f"{prefix}/v2/models/add_sub/infer"
                 bg.run_wrk(args.client_cpu, base, path, workload, token, c, 1.0, lua)  # warm

@@ -4,11 +4,11 @@ kernel (``splice(2)`` through a pipe), so neither uvloop nor Python copies its b
 Relayed by the transports, each 256 KiB of a body is copied three times: out of the client's
 socket, into a new ``bytes`` by uvloop, into the replica's socket; splicing moves the
 socket's pages into a pipe and from it, and no read is handed to Python at all. From
-``GatewaySettings.splice_min_bytes`` still to come (64 KiB; 0 turns it off), measured with
-1 MB bodies in front of a canned replica (``bench/hotpath.py --model inception_graphdef``,
-before/after in one run) it took 8–16 % less of the gateway's CPU per call at 8 and 64
-connections and 10–12 % more at one (each body sets its splice up; no latency added there):
-the CPU is saved where it is short. It is only used for a body of known length
+``GatewaySettings.splice_min_bytes`` still to come (0, the default, turns it off): with 1 MB
+bodies it halves the gateway's CPU per call in front of a canned replica
+(``bench/hotpath.py --model inception_graphdef``), but a replica on the same host then reads
+spliced pages at more cost than the gateway saves (docs/architecture.md), so it is opt-in.
+It is only used for a body of known length
 that goes to one replica connection, after what that connection's transport still holds: the
 bytes arrive in order and exactly the body is taken from the client, so what follows it (a
 pipelined request) is still read by the transport.
@@ -31,7 +31,7 @@ import os
 from collections.abc import Callable
 from typing import Final
 
-SPLICE_MIN: Final = 65_536  # body bytes still to come from which a body is spliced (default)
+SPLICE_MIN: Final = 0  # body bytes still to come from which a body is spliced; 0: never
 PIPE_BYTES: Final = 1 << 20  # asked of the kernel (its default pipe-max-size); 64 KiB if refused
 _SETPIPE_SZ: Final = 1031  # fcntl.F_SETPIPE_SZ (named in the module from Python 3.10 on Linux)
 _FLAGS: Final = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)

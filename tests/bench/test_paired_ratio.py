@@ -1,5 +1,6 @@
-"""``bench/gateway.py``'s round-by-round ratio: the median of the per-round ratios, which a
-drift of the machine's speed over the run moves less than a ratio of medians."""
+"""``bench/gateway.py``'s rounds: the round-by-round ratio (the median of the per-round
+ratios, which a drift of the machine's speed over the run moves less than a ratio of
+medians) and the order of the targets, which turns each round."""
 
 from __future__ import annotations
 
@@ -44,3 +45,20 @@ def test_round_by_round_ratio(
         return [bench.WrkResult(r, 0, 0, 1, 0.0) for r in rps]
 
     assert bench.paired_ratio(runs(ours), runs(theirs)) == shown
+
+
+@pytest.mark.parametrize(
+    ("targets", "round_no", "order"),
+    [
+        (["direct", "nginx", "gateway"], 0, ["direct", "nginx", "gateway"]),
+        (["direct", "nginx", "gateway"], 1, ["nginx", "gateway", "direct"]),
+        (["direct", "nginx", "gateway"], 2, ["gateway", "direct", "nginx"]),
+        (["direct", "nginx", "gateway"], 3, ["direct", "nginx", "gateway"]),
+        (["nginx"], 5, ["nginx"]),
+        ([], 1, []),
+    ],
+)
+def test_each_round_starts_one_target_later(
+    bench: ModuleType, targets: list[str], round_no: int, order: list[str]
+) -> None:
+    assert bench.round_order(targets, round_no) == order

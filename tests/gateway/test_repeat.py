@@ -279,7 +279,9 @@ def test_a_head_whose_large_body_is_spliced_is_still_recognised_next_time(
     that parsed its head: that head is kept all the same, and the next calls skip the
     parser."""
     replica = replicas[0]
-    gw = make_gateway(table(route([replica.url])), max_body_bytes=8 * 1024 * 1024)
+    gw = make_gateway(
+        table(route([replica.url])), max_body_bytes=8 * 1024 * 1024, splice_min_bytes=65_536
+    )
     size = 1_000_000
     bodies = [os.urandom(size) for _ in range(3)]
     with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:

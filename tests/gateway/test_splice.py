@@ -192,6 +192,8 @@ def warm(gw: Gateway) -> None:
 
 
 def start(make_gateway: GatewayFactory, r: Replica, **kw: int) -> Gateway:
+    """A gateway splicing bodies from 64 KiB on (off by default), unless ``kw`` says."""
+    kw.setdefault("splice_min_bytes", 65_536)
     return make_gateway(table(route([r.url])), max_body_bytes=64 * 1024 * 1024, **kw)
 
 
@@ -219,11 +221,15 @@ def test_a_large_body_is_spliced_exact_and_a_pipelined_request_behind_it_still_r
     wait_until(lambda: pipes() == before, 10, what="the splice's pipe closed or kept")
 
 
-def test_splice_min_bytes_zero_relays_every_byte_through_the_gateway(
-    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls
+@pytest.mark.parametrize("settings", [{}, {"splice_min_bytes": 0}], ids=["default", "zero"])
+def test_by_default_or_at_zero_every_byte_is_relayed_through_the_gateway(
+    make_gateway: GatewayFactory,
+    replica: Callable[..., Replica],
+    splices: Calls,
+    settings: dict[str, int],
 ) -> None:
     r = replica()
-    gw = start(make_gateway, r, splice_min_bytes=0)
+    gw = make_gateway(table(route([r.url])), max_body_bytes=64 * 1024 * 1024, **settings)
     big = random.Random(0).randbytes(BODY)
     with socket.create_connection(("127.0.0.1", gw.port)) as s:
         s.sendall(post_head(len(big)) + big)
