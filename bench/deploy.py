@@ -51,16 +51,16 @@ def answers(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def cpu_seconds(pid: int, *, descendants: bool = True) -> float:
-    """User + system CPU of a process (all its threads) and, unless told otherwise, its
-    descendants (nginx's worker, gateway workers), from ``/proc``: a steadier figure than
-    throughput on a shared machine."""
+def cpu_seconds(pid: int, *, descendants: bool = True, user_only: bool = False) -> float:
+    """User + system CPU (``user_only``: user) of a process (all its threads) and, unless
+    told otherwise, its descendants (nginx's worker, gateway workers), from ``/proc``: a
+    steadier figure than throughput on a shared machine."""
     ticks, todo = 0, [pid]
     while todo:
         p = todo.pop()
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+            ticks += int(fields[11]) + (0 if user_only else int(fields[12]))  # utime, stime
             if descendants:
                 for task in Path(f"/proc/{p}/task").iterdir():
                     todo += [int(c) for c in (task / "children").read_text().split()]
@@ -77,6 +77,14 @@ def cpu_split(triton: int, proxy: int | None, platform: int | None) -> tuple[flo
         own = cpu_seconds(platform, descendants=False)
         return cpu_seconds(platform) - own, own
     return cpu_seconds(triton), cpu_seconds(proxy) if proxy is not None else 0.0
+
+
+def proxy_user_seconds(proxy: int | None, platform: int | None) -> float:
+    """User CPU so far of the proxy counted by :func:`cpu_split`: where a proxy's cost
+    differs from nginx's (in front of Triton, system time is about the same for all)."""
+    if platform is not None:
+        return cpu_seconds(platform, descendants=False, user_only=True)
+    return cpu_seconds(proxy, user_only=True) if proxy is not None else 0.0
 
 
 def tritonserver(*extra: str) -> tuple[list[str], dict[str, str], int]:

@@ -24,7 +24,8 @@ shows as throughput Triton loses, as it would on a busy node. For both models (`
 3. under each throughput line, the CPU (user + system, from ``/proc``) each proxy's processes
    and Triton spent per request, the least of the rounds: a steadier figure than throughput
    when other work shares the machine, and it shows whether a proxy costs Triton CPU too
-   (for ``up``: the platform's own process, gateway and control plane, and its replica).
+   (for ``up``: the platform's own process, gateway and control plane, and its replica);
+   beside each proxy's, the user part of it (in front of Triton, where proxies differ).
 
 The ``floor`` target (``--targets …,floor``) is a blind TCP forwarder written on the
 gateway's event loop (uvloop), pinned like the proxies: bytes pass to Triton as sent, nothing
@@ -68,7 +69,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # bench/deploy.py: `openeas up` and eascmd from a checkout, Triton as the baseline
-from deploy import Platform, cpu_split, tritonserver
+from deploy import Platform, cpu_split, proxy_user_seconds, tritonserver
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "examples" / "models"
@@ -634,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs: dict[str, list[WrkResult]] = {name: [] for name in targets}
                     # CPU µs per request of the proxy and of Triton, the least of the rounds
                     cpu: dict[str, list[float]] = {name: [] for name in targets}
+                    user: dict[str, list[float]] = {name: [] for name in targets}  # its part
                     triton_cpu: dict[str, list[float]] = {name: [] for name in targets}
                     for round_no in range(args.repeat):  # interleaved: noise hits all alike
                         for name in round_order(targets, round_no):
@@ -644,17 +646,18 @@ def main(argv: list[str] | None = None) -> int:
                             seconds = args.duration if w.model == "add_sub" else args.duration_large
                             up = ups[name].pid if name in ups else None
                             counted = (triton.pid, pids.get(name), up)
-                            before = cpu_split(*counted)
+                            before = (*cpu_split(*counted), proxy_user_seconds(*counted[1:]))
                             r = run_wrk(args.client_cpu, base, path, w, tok, c, seconds, lua)
-                            after = cpu_split(*counted)
+                            after = (*cpu_split(*counted), proxy_user_seconds(*counted[1:]))
                             runs[name].append(r)
-                            t_us, p_us = (
+                            t_us, p_us, u_us = (
                                 (a - b) * 1e6 / max(1, r.requests)
                                 for a, b in zip(after, before, strict=True)
                             )
                             triton_cpu[name].append(t_us)
                             if name in pids or up is not None:
                                 cpu[name].append(p_us)
+                                user[name].append(u_us)
                             failures += r.non200 + r.sockerr
                     res = {
                         name: sorted(rs, key=lambda r: r.rps)[len(rs) // 2]
@@ -686,7 +689,11 @@ def main(argv: list[str] | None = None) -> int:
                             if name not in ("direct", "nginx")
                         ]
                         print("        × nginx, round by round: " + " | ".join(paired), flush=True)
-                    line = " | ".join(f"{name} {min(us):.0f}" for name, us in cpu.items() if us)
+                    line = " | ".join(
+                        f"{name} {min(us):.0f} (user {min(user[name]):.0f})"
+                        for name, us in cpu.items()
+                        if us
+                    )
                     line += "; Triton's: " + " | ".join(
                         f"{name} {min(us):.0f}" for name, us in triton_cpu.items() if us
                     )

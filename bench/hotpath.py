@@ -16,7 +16,9 @@ to the gateway's request path:
   ratio to nginx's, measured in the same run;
 - ``--callgrind N``: each gateway runs under ``valgrind --tool=callgrind`` and N sequential
   calls on one connection are counted in instructions per call, which does not move with
-  whatever else the machine is doing (the same binary and inputs give the same count).
+  whatever else the machine is doing (the same binary and inputs give the same count);
+  with ``--floor`` also the blind TCP forwarder of ``bench/gateway.py``, what uvloop alone
+  costs per call.
 """
 
 from __future__ import annotations
@@ -135,10 +137,17 @@ def sequential_calls(port: int, request: bytes, n: int) -> None:
 def callgrind_count(
     tree: Path, tmp: Path, name: str, replica: str, token: str, request: bytes, n: int, cpu: int
 ) -> float:
-    """Instructions per call of the gateway in ``tree``, ``n`` sequential calls after a
-    warm-up, counted by callgrind with instrumentation on for the calls only."""
+    """Instructions per call of the gateway in ``tree`` (``name`` "floor": the blind TCP
+    forwarder instead), ``n`` sequential calls after a warm-up, counted by callgrind with
+    instrumentation on for the calls only."""
     port = bg.free_port()
     out = tmp / f"callgrind.{name}.out"
+    if name == "floor":  # it answers whatever the canned replica does
+        serve = ["--serve-floor", str(port), replica.rsplit(":", 1)[1]]
+        ready = f"http://127.0.0.1:{port}/"
+    else:
+        serve = ["--serve-gateway", str(port), replica, token]
+        ready = f"http://127.0.0.1:{port}/gateway/healthz"
     argv = [
         "valgrind",
         "--tool=callgrind",
@@ -146,14 +155,11 @@ def callgrind_count(
         f"--callgrind-out-file={out}",
         sys.executable,
         str(tree / "bench" / "gateway.py"),
-        "--serve-gateway",
-        str(port),
-        replica,
-        token,
+        *serve,
     ]
     env = dict(os.environ, PYTHONPATH=str(tree))
     with bg.process(bg.pinned(cpu, argv), tmp / f"{name}.callgrind.log", env=env) as proc:
-        bg.wait_http(f"http://127.0.0.1:{port}/gateway/healthz", proc, timeout=600)
+        bg.wait_http(ready, proc, timeout=600)
         sequential_calls(port, request, 300)  # warm: caches, memos, pools
         control = ["callgrind_control"]
         subprocess.run([*control, "-i", "on", str(proc.pid)], check=True, capture_output=True)
@@ -190,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="instead of wrk: instructions per call over N sequential calls, per gateway",
     )
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="with --callgrind, also count the blind TCP forwarder (bench/gateway.py "
+        "--serve-floor): what uvloop alone costs per call, two reads and two writes",
+    )
     ap.add_argument("--serve-replica", type=int, metavar="PORT")
     args = ap.parse_args(argv)
     if args.serve_replica:
@@ -222,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                     print("bench: valgrind not found (apt-get install valgrind)", file=sys.stderr)
                     return 2
                 print(f"instructions per call, {args.callgrind} sequential calls (callgrind):")
+                if args.floor:
+                    trees["floor"] = ROOT
                 counts = {
                     name: callgrind_count(
                         tree, tmp, name, replica, token, request, args.callgrind, args.server_cpu

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 
-from bench.deploy import cpu_split
+from bench.deploy import cpu_split, proxy_user_seconds
 
 # A parent that spins 0.3 s of CPU, then waits on a child that spins 0.9 s and sleeps on
 # (alive, so its CPU is its own, not yet folded into the parent's on exit).
@@ -43,6 +43,12 @@ def test_a_platform_row_counts_its_replicas_apart_from_itself() -> None:
         assert triton >= replicas + platform - 0.05 and proxy == triton
         triton, proxy = cpu_split(family.pid, None, None)
         assert proxy == 0.0
+        # The user part of a proxy's, counted the same way: the spins read the process's
+        # clock, a system call each, so part of their time is the system's.
+        own_user = proxy_user_seconds(None, family.pid)
+        assert 0.0 < own_user < platform
+        assert own_user < proxy_user_seconds(family.pid, None) < triton
+        assert proxy_user_seconds(None, None) == 0.0
     finally:
         os.killpg(family.pid, signal.SIGKILL)  # the child too
         family.wait()
