@@ -41,7 +41,9 @@ gateway, …, direct: the order turns by one each round) and report the median, 
 work on a shared machine moves single runs by ±20 %; each throughput point also prints
 every proxy's ratio to nginx round by round (the median and range of the per-round ratios),
 which a drift of the machine over the run does not skew.
-Every request of every phase must succeed (HTTP 200); a run with failures says so.
+Every request of every phase must succeed (HTTP 200); a run with failures says so, names
+the row and round of each, and keeps every process's log (``openeas up``'s and its
+replicas' too) in a directory it prints.
 """
 
 from __future__ import annotations
@@ -277,6 +279,17 @@ def paired_ratio(runs: list[WrkResult], against: list[WrkResult]) -> str:
     if not ratios:
         return "n/a"
     return f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+
+
+def keep_logs(tmp: Path) -> Path:
+    """Every process's log from the run's temporary directory (``openeas up``'s and its
+    replicas' included), copied out before the directory goes: what explains a failed row."""
+    kept = Path(tempfile.mkdtemp(prefix="openeas-bench-logs-"))
+    for log in tmp.rglob("*.log"):
+        dest = kept / log.relative_to(tmp)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(log, dest)
+    return kept
 
 
 def round_order(targets: list[str], round_no: int) -> list[str]:
@@ -659,6 +672,12 @@ def main(argv: list[str] | None = None) -> int:
                                 cpu[name].append(p_us)
                                 user[name].append(u_us)
                             failures += r.non200 + r.sockerr
+                            if r.non200 or r.sockerr:
+                                print(
+                                    f"        ! {name}, round {round_no + 1}: {r.non200} "
+                                    f"non-200 answers, {r.sockerr} socket errors",
+                                    flush=True,
+                                )
                     res = {
                         name: sorted(rs, key=lambda r: r.rps)[len(rs) // 2]
                         for name, rs in runs.items()
@@ -700,6 +719,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"        CPU µs/request, least of {args.repeat}: {line}", flush=True)
             if failures:
                 print(f"\n{failures} requests failed during the throughput runs")
+                print(f"the run's logs are kept in {keep_logs(tmp)}")
                 return 1
     return 0
 

@@ -1,10 +1,12 @@
 """``bench/gateway.py``'s rounds: the round-by-round ratio (the median of the per-round
 ratios, which a drift of the machine's speed over the run moves less than a ratio of
-medians) and the order of the targets, which turns each round."""
+medians), the order of the targets, which turns each round, and the logs a failed run
+keeps."""
 
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -62,3 +64,21 @@ def test_each_round_starts_one_target_later(
     bench: ModuleType, targets: list[str], round_no: int, order: list[str]
 ) -> None:
     assert bench.round_order(targets, round_no) == order
+
+
+def test_a_failed_run_keeps_every_log_of_its_temporary_directory(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    (run / "up" / "data" / "replicas").mkdir(parents=True)
+    (run / "triton.log").write_text("triton\n")
+    (run / "up" / "up.log").write_text("platform\n")
+    (run / "up" / "data" / "replicas" / "bench-0.log").write_text("replica\n")
+    (run / "add_sub.body").write_bytes(b"\0" * 16)  # not a log
+    kept = bench.keep_logs(run)
+    try:
+        files = sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file())
+        assert files == ["triton.log", "up/data/replicas/bench-0.log", "up/up.log"]
+        assert (kept / "up" / "up.log").read_text() == "platform\n"
+    finally:
+        shutil.rmtree(kept)
