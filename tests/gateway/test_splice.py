@@ -157,27 +157,26 @@ def read_answers(s: socket.socket, n: int, timeout: float = 20.0) -> list[tuple[
     return out
 
 
-def sockets() -> int:
-    """Socket descriptors open in this process (the connections' duplicates among them)."""
+def open_fds(kind: str) -> int:
+    """Descriptors of ``kind`` ("socket", "pipe") open in this process."""
     n = 0
     for fd in os.listdir("/proc/self/fd"):
         try:
-            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith(kind + ":")
         except OSError:
-            continue
+            continue  # closed meanwhile
     return n
+
+
+def sockets() -> int:
+    """Socket descriptors open in this process (the connections' duplicates among them)."""
+    return open_fds("socket")
 
 
 def pipes() -> int:
     """Pipes open in this process but not kept by the gateway for its next splice (the
     splice's own, and nothing else here, are pipes)."""
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
-        except OSError:
-            continue
-    return n - 2 * len(splice._pipes)
+    return open_fds("pipe") - 2 * len(splice._pipes)
 
 
 def expect(body: bytes) -> bytes:
