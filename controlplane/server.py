@@ -26,11 +26,31 @@ class SchemaOutOfDate(RuntimeError):
 
 
 class _Server(uvicorn.Server):
-    """uvicorn without its own signal handling: the program that embeds it decides."""
+    """uvicorn without its own signal handling (the program that embeds it decides) and
+    without its ten wake-ups a second to look at ``should_exit``: :meth:`exit` ends it at
+    once, from any thread, and a tick a second keeps its ``Date`` header current."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _exit: asyncio.Event | None = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def main_loop(self) -> None:
+        self._loop, self._exit = asyncio.get_running_loop(), asyncio.Event()
+        counter = 0  # on_tick renews the Date header when counter % 10 == 0 (its 1 s)
+        while not await self.on_tick(counter):
+            counter = (counter + 10) % 864_000
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self._exit.wait()
+
+    def exit(self) -> None:
+        self.should_exit = True  # seen at the start too, when the loop is not running yet
+        loop, event = self._loop, self._exit
+        if loop is not None and event is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(event.set)
 
 
 class ControlPlane:
@@ -80,8 +100,9 @@ class ControlPlane:
             self.engine.dispose()
 
     def stop(self) -> None:
+        """End :meth:`serve` (from any thread)."""
         if self._server is not None:
-            self._server.should_exit = True
+            self._server.exit()
 
 
 def bind(host: str, port: int) -> socket.socket:
