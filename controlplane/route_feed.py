@@ -177,7 +177,10 @@ class VersionWatch:
             self._moved = asyncio.Condition()
         self._waiters += 1
         try:
-            await self._moved_to(await asyncio.to_thread(self._read))  # fresh for each poll
+            # A fresh read, unless the reader runs and holds ``after`` (a long-poll waiting
+            # in steps, or many gateways up to date): it sees a change within ``interval``.
+            if self._task is None or self._current != after:
+                await self._moved_to(await asyncio.to_thread(self._read))
             if self._task is None:
                 self._task = asyncio.create_task(self._poll())
             async with self._moved:

@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import Engine, update
 
 from contract.wire import ROUTES_PATH, Route, RouteTable
 from controlplane import route_feed
 from controlplane.api.app import create_app
 from controlplane.db import make_engine, make_sessions
+from controlplane.models import CounterRow
 from controlplane.settings import Settings
 from controlplane.store import ReconcileStore
 from tests.controlplane.conftest import ADMIN, seed_spec
@@ -153,48 +155,83 @@ def test_another_control_plane_on_the_same_database_continues_the_deltas(
     engine.dispose()
 
 
+def bump_elsewhere(engine: Engine) -> None:
+    """A routing change committed by another process: no in-process signal."""
+    with engine.begin() as conn:
+        conn.execute(
+            update(CounterRow)
+            .where(CounterRow.name == route_feed.COUNTER)
+            .values(value=CounterRow.value + 1)
+        )
+
+
+class CountedWatch(route_feed.VersionWatch):
+    """A watch that counts its reads of the counter."""
+
+    reads = 0
+
+    def _read(self) -> int:
+        self.reads += 1
+        return super()._read()
+
+
 async def test_one_reader_serves_every_waiting_long_poll(settings: Settings) -> None:
     """However many gateways long-poll one control plane, the counter is read once per
     interval (plus once as each poll arrives), and not at all once none waits."""
-    from sqlalchemy import update
-
-    from controlplane.models import CounterRow
-
     engine = make_engine(settings.sqlalchemy_url)
     sessions = make_sessions(engine)
-    watch = route_feed.VersionWatch(sessions, interval=0.1)
-    reads = 0
-    read = watch._read
-
-    def counting() -> int:
-        nonlocal reads
-        reads += 1
-        return read()
-
-    watch._read = counting  # type: ignore[method-assign]
+    watch = CountedWatch(sessions, interval=0.1)
     with sessions() as s:
         start = route_feed.version(s)
-
-    def bump_elsewhere() -> None:  # a commit by another process: no in-process signal
-        with engine.begin() as conn:
-            conn.execute(
-                update(CounterRow)
-                .where(CounterRow.name == route_feed.COUNTER)
-                .values(value=CounterRow.value + 1)
-            )
 
     waiters = [asyncio.create_task(watch.wait_past(start, 5.0)) for _ in range(20)]
     await asyncio.sleep(0.35)
     assert not any(w.done() for w in waiters)
-    before, started = reads, asyncio.get_running_loop().time()
-    await asyncio.to_thread(bump_elsewhere)
+    before, started = watch.reads, asyncio.get_running_loop().time()
+    await asyncio.to_thread(bump_elsewhere, engine)
     assert all(await asyncio.gather(*waiters))  # each saw the change
     ticks = (asyncio.get_running_loop().time() - started) / watch.interval
     # One reader for all twenty, at its interval (twenty readers would read 20 per tick).
-    assert reads - before <= ticks + 2, (reads - before, ticks)
-    assert reads <= 20 + 8 + ticks  # a fresh read per arriving poll, plus the reader's ticks
+    assert watch.reads - before <= ticks + 2, (watch.reads - before, ticks)
+    assert watch.reads <= 20 + 8 + ticks  # a fresh read per arriving poll, plus the ticks
     await asyncio.sleep(0.3)
-    idle = reads
+    idle = watch.reads
     await asyncio.sleep(0.3)
-    assert reads == idle  # nobody waiting: nothing read
+    assert watch.reads == idle  # nobody waiting: nothing read
+    engine.dispose()
+
+
+async def test_long_polls_waiting_in_steps_read_only_at_the_readers_pace(
+    settings: Settings,
+) -> None:
+    """The route long-poll waits in steps (to notice a gateway gone); a step that finds the
+    reader running with the version it waits past reads nothing more. Ten gateways waiting
+    six steps each read about once per interval, not sixty times; a poll past a version this
+    process has not seen yet still reads at once (it would otherwise be answered at once,
+    with nothing, until the reader caught up)."""
+    engine = make_engine(settings.sqlalchemy_url)
+    sessions = make_sessions(engine)
+    watch = CountedWatch(sessions, interval=0.1)
+    with sessions() as s:
+        start = route_feed.version(s)
+
+    async def gateway() -> None:
+        for _ in range(6):
+            assert not await watch.wait_past(start, 0.05)
+
+    began = asyncio.get_running_loop().time()
+    await asyncio.gather(*(gateway() for _ in range(10)))
+    ticks = (asyncio.get_running_loop().time() - began) / watch.interval
+    assert watch.reads <= 10 + ticks + 2, (watch.reads, ticks)  # each arrival, then the reader
+    assert watch.reads < 30  # a fresh read per step would be 60
+
+    slow = CountedWatch(sessions, interval=60.0)  # its reader will not tick in this test
+    waiting = asyncio.create_task(slow.wait_past(start, 5.0))
+    await asyncio.sleep(0.05)
+    await asyncio.to_thread(bump_elsewhere, engine)
+    assert slow.reads == 1
+    # A gateway that saw start + 1 elsewhere: its poll reads, waits, and wakes the other.
+    assert not await slow.wait_past(start + 1, 0.05)
+    assert slow.reads == 2
+    assert await waiting
     engine.dispose()
