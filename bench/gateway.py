@@ -70,6 +70,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+# bench/builds.py: a --base checkout's gateway compiled like this one's
+from builds import announce
+
 # bench/deploy.py: `openeas up` and eascmd from a checkout, Triton as the baseline
 from deploy import Platform, cpu_split, proxy_user_seconds, tritonserver
 
@@ -500,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
         "--base",
         type=Path,
         help="another checkout (e.g. `git worktree add /tmp/perf-base main`): adds the target "
-        "`base`, the gateway as that checkout's code serves it, for before/after in one run",
+        "`base`, the gateway as that checkout's code serves it, for before/after in one run; "
+        "without a build of its own, its gateway is compiled in place first (bench/builds.py)",
     )
     ap.add_argument(
         "--workers",
@@ -532,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"bench: {tool} not found (apt-get install nginx wrk util-linux)", file=sys.stderr
             )
             return 2
+    announce(ROOT, args.base)
     # SIGTERM unwinds like Ctrl-C, so every process started below is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     os.sched_setaffinity(0, {args.client_cpu})

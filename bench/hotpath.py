@@ -37,6 +37,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+# bench/builds.py: a --base checkout's gateway compiled like this one's
+from builds import announce
+
 # bench/deploy.py: what the benches share (run as scripts: their folder is on the path)
 from deploy import cpu_seconds
 
@@ -181,7 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--connections", default="1,8,64")
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--client-cpu", type=int, default=1)
-    ap.add_argument("--base", type=Path, help="another checkout, measured beside this one")
+    ap.add_argument(
+        "--base",
+        type=Path,
+        help="another checkout, measured beside this one (compiled in place first when it "
+        "has no build of its own: bench/builds.py)",
+    )
     ap.add_argument(
         "--model",
         choices=("add_sub", "inception_graphdef"),
@@ -208,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         serve_replica(args.serve_replica)
         return 0
     os.sched_setaffinity(0, {args.client_cpu})
+    announce(ROOT, args.base)
     token = secrets.token_hex(16)
     trees = {"gateway": ROOT} | ({"base": args.base.resolve()} if args.base else {})
     with tempfile.TemporaryDirectory(prefix="openeas-hotpath-") as tmpdir:
