@@ -10,6 +10,7 @@ unpacked beside their sources), and says how each gateway runs.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -17,7 +18,15 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-RECORD = "gateway/compiled.txt"  # the build's record of what it compiled (gateway/native.py)
+# gateway/native.py by path: run as scripts, the benches' folder comes first on the path and
+# `import gateway` would find bench/gateway.py (setup.py loads it the same way).
+_spec = importlib.util.spec_from_file_location(
+    "_native", Path(__file__).resolve().parent.parent / "gateway" / "native.py"
+)
+assert _spec is not None and _spec.loader is not None
+native = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(native)
+RECORD = f"gateway/{native.RECORD}"  # the build's record of what it compiled
 
 
 def gateway_compiled(tree: Path) -> bool:
@@ -53,8 +62,8 @@ def compile_base(tree: Path) -> str:
         return f"{tree}: gateway compiled"
     if not (tree / "gateway" / "native.py").exists():
         return f"{tree}: gateway pure Python (that commit has no build step)"
-    if os.environ.get("OPENEAS_PURE_PYTHON") == "1":
-        return f"{tree}: gateway pure Python (OPENEAS_PURE_PYTHON=1)"
+    if os.environ.get(native.PURE_ENV) == "1":
+        return f"{tree}: gateway pure Python ({native.PURE_ENV}=1)"
     with tempfile.TemporaryDirectory(prefix="openeas-base-build-") as out:
         argv = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, str(tree)]
         done = subprocess.run(argv, capture_output=True, text=True)
