@@ -15,6 +15,10 @@ issue's closing note. For each database it starts ``openeas controlplane`` (loca
 5. the time a token rotation takes to reach the gateway (the old token answers 401) and a
    scale change (the gateway's route-table version moves).
 
+``--base DIR`` runs the same against another checkout (e.g. ``git worktree add
+/tmp/scale-base main``; its gateway compiled in place first, ``bench/builds.py``), right
+after this one on each database, and prints each figure's ratio this / base.
+
 Everything is bounded and talks to 127.0.0.1 only. PostgreSQL: a fresh database on the
 server at ``--postgres`` (default the test server), dropped at the end.
 """
@@ -25,6 +29,7 @@ import argparse
 import asyncio
 import os
 import random
+import re
 import shutil
 import socket
 import statistics
@@ -34,11 +39,14 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+# bench/builds.py: a --base checkout's gateway compiled like this one's
+from builds import announce
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -78,6 +86,15 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 
 
 @contextmanager
+def sqlite_database() -> Iterator[str]:
+    folder = Path(tempfile.mkdtemp(prefix="openeas-scale-db-"))
+    try:
+        yield f"sqlite:///{folder / 'openeas.db'}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
 def postgres_database(server_url: str) -> Iterator[str]:
     admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
     name = f"openeas_bench_{uuid.uuid4().hex[:8]}"
@@ -94,7 +111,7 @@ def postgres_database(server_url: str) -> Iterator[str]:
 class Platform:
     """``openeas controlplane`` + ``openeas gateway`` as two processes."""
 
-    def __init__(self, database_url: str, data_dir: Path, resync_s: float) -> None:
+    def __init__(self, database_url: str, data_dir: Path, resync_s: float, tree: Path) -> None:
         self.cp_port, self.gw_port = free_port(), free_port()
         self.cp = f"http://127.0.0.1:{self.cp_port}"
         self.gw = f"http://127.0.0.1:{self.gw_port}"
@@ -105,20 +122,21 @@ class Platform:
             "OPENEAS_ADMIN_TOKEN": ADMIN,
             "OPENEAS_RESYNC_SECONDS": str(resync_s),
             "OPENEAS_CONTROLPLANE_URL": self.cp,
+            "PYTHONPATH": str(tree),
         }
         openeas = [sys.executable, "-m", "openeas.cli"]
         log = (data_dir / "platform.log").open("w")
         self.controlplane = subprocess.Popen(
             [*openeas, "controlplane", "--migrate", "--port", str(self.cp_port)],
             env=env,
-            cwd=ROOT,
+            cwd=tree,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         self.gateway = subprocess.Popen(
             [*openeas, "gateway", "--port", str(self.gw_port), "--log-level", "WARNING"],
             env=env,
-            cwd=ROOT,
+            cwd=tree,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -188,9 +206,9 @@ def timed(call: Callable[[], httpx.Response], count: int) -> tuple[float, float]
     return percentiles(samples)
 
 
-def run_one(label: str, database_url: str, args: argparse.Namespace) -> dict[str, str]:
+def run_one(label: str, database_url: str, args: argparse.Namespace, tree: Path) -> dict[str, str]:
     data_dir = Path(tempfile.mkdtemp(prefix="openeas-scale-"))
-    platform = Platform(database_url, data_dir, args.resync_seconds)
+    platform = Platform(database_url, data_dir, args.resync_seconds, tree)
     out: dict[str, str] = {}
     try:
         api = platform.api
@@ -272,10 +290,41 @@ def run_one(label: str, database_url: str, args: argparse.Namespace) -> dict[str
     finally:
         platform.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
-    print(f"\n{label}: {args.services} services, {args.running} running")
+    print(f"\n{label}: {args.services} services, {args.running} running ({tree})")
     for key, value in out.items():
         print(f"  {key:<48} {value}")
     return out
+
+
+def leading_number(figure: str) -> float | None:
+    """The first number of a printed figure: the rate, the p50, the ms, MiB or %."""
+    found = re.search(r"-?\d+(?:\.\d+)?", figure)
+    return float(found.group()) if found else None
+
+
+def ratios(ours: dict[str, str], base: dict[str, str]) -> dict[str, str]:
+    """Each figure of this checkout over the base's (higher is better only for the create
+    rate; for times, memory and CPU, lower is)."""
+    shown = {}
+    for key, figure in ours.items():
+        a, b = leading_number(figure), leading_number(base.get(key, ""))
+        shown[key] = f"{a / b:.2f}x" if a is not None and b else "n/a"
+    return shown
+
+
+def compare(
+    label: str, database_url: Callable[[], AbstractContextManager[str]], args: argparse.Namespace
+) -> None:
+    """One database: this checkout, then ``--base`` on a database of its own, and the ratios."""
+    with database_url() as url:
+        ours = run_one(label, url, args, ROOT)
+    if args.base is None:
+        return
+    with database_url() as url:
+        base = run_one(f"{label}, base", url, args, args.base.resolve())
+    print(f"\n{label}: this / base")
+    for key, shown in ratios(ours, base).items():
+        print(f"  {key:<48} {shown}")
 
 
 def main() -> None:
@@ -288,15 +337,14 @@ def main() -> None:
     parser.add_argument("--resync-seconds", type=float, default=30.0)
     parser.add_argument("--databases", default="sqlite,postgres")
     parser.add_argument("--postgres", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--base", type=Path, help="another checkout, measured after this one")
     args = parser.parse_args()
+    announce(ROOT, args.base)
     for database in args.databases.split(","):
         if database == "sqlite":
-            folder = Path(tempfile.mkdtemp(prefix="openeas-scale-db-"))
-            run_one("SQLite", f"sqlite:///{folder / 'openeas.db'}", args)
-            shutil.rmtree(folder, ignore_errors=True)
+            compare("SQLite", sqlite_database, args)
         else:
-            with postgres_database(args.postgres) as url:
-                run_one("PostgreSQL", url, args)
+            compare("PostgreSQL", lambda: postgres_database(args.postgres), args)
 
 
 if __name__ == "__main__":
