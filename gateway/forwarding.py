@@ -123,7 +123,12 @@ class Admission(Protocol):
     def resolve(self, request: Request, target: Target) -> tuple[ServiceRoute, bool]: ...
 
     def admit(
-        self, request: Request, target: Target, entry: ServiceRoute, authenticated: bool
+        self,
+        request: Request,
+        target: Target,
+        entry: ServiceRoute,
+        authenticated: bool,
+        now: float,
     ) -> None: ...
 
     def count(self, label: str, code: int, started: float) -> None: ...
@@ -155,7 +160,7 @@ class SlowPath:
         try:
             await self.waking.hold_call(asleep, self.activity, self.settings.wake_queue)
             entry, authenticated = self.proxy.resolve(request, target)
-            self.proxy.admit(request, target, entry, authenticated)
+            self.proxy.admit(request, target, entry, authenticated, time.monotonic())
         except (Problem, QueueFull, WakeTimeout, NotWakeable, Asleep) as e:
             p = self._not_woken(e, asleep, bound)
             self.proxy.count(name, p.status, started)

@@ -137,7 +137,7 @@ class GrpcDoor:
                 f"(status: {entry.route.status})",
                 name,
             )
-        over = entry.take_place(self.activity)
+        over = entry.take_place(self.activity, time.monotonic())
         if over is not None:
             raise Refusal("RESOURCE_EXHAUSTED", over.detail, name)
         return entry

@@ -74,14 +74,21 @@ class InFlight:
         self.active = False
 
     def _integrate(self) -> None:
-        now = self._clock()
+        self._integrate_at(self._clock())
+
+    def _integrate_at(self, now: float) -> None:
         self.area += self.count * (now - self.since)
         self.since = now
 
     def try_enter(self) -> bool:
+        return self.enter_at(self._clock())
+
+    def enter_at(self, now: float) -> bool:
+        """:meth:`try_enter` at ``now``, read by the caller from this count's clock (the
+        proxy reads it once per call, not once per step)."""
         if self.limit is not None and self.count >= self.limit:
             return False
-        self._integrate()
+        self._integrate_at(now)
         self.count += 1
         self.requests += 1
         return True
@@ -93,7 +100,10 @@ class InFlight:
         self.count += 1
 
     def leave(self) -> None:
-        self._integrate()
+        self.leave_at(self._clock())
+
+    def leave_at(self, now: float) -> None:
+        self._integrate_at(now)
         self.count -= 1
 
     def take(self, interval_s: float) -> tuple[int, float]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable
 from hmac import compare_digest
-from time import perf_counter
+from time import monotonic
 from typing import Any, Final
 
 from gateway.auth import presented_token, token_matches
@@ -45,11 +45,18 @@ from gateway.upstream import Exchange, UpstreamConnection, request_head
 from gateway.wake import Push, Waking
 
 
-def same_credential(presented: bytes, accepted: bytes) -> bool:
-    """Whether ``presented`` is the Authorization value that passed last: the same object
-    when a client repeats its head (its header values are kept with it, see
-    :class:`gateway.server.Head`), else compared in constant time."""
-    return presented is accepted or compare_digest(presented, accepted)
+def same_credential(hmap: dict[bytes, bytes], presented: bytes, accepted: bytes) -> bool:
+    """Whether ``presented`` (the Authorization value in a request's ``hmap``) is the one
+    that passed last: the same object, or equal in constant time — then ``hmap`` keeps the
+    accepted object instead. A client repeats its head with its header values (see
+    :class:`gateway.server.Head`), so its next calls are the same object, whichever of the
+    connections passed first."""
+    if presented is accepted:
+        return True
+    if not compare_digest(presented, accepted):
+        return False
+    hmap[b"authorization"] = accepted  # the same bytes
+    return True
 
 
 MEMO_ENDPOINTS: Final = 16  # upstream heads kept per client head (one per replica it went to)
@@ -76,7 +83,9 @@ class PredictProxy:
         self.activity = activity if activity is not None else Activity()
         self._connect_s = settings.connect_timeout_s
         self._max_body = settings.max_body_bytes  # (the settings are not compiled)
-        self._clock = perf_counter  # an attribute: a module global is a dict lookup per call
+        # The in-flight counts' clock: a call reads it once when admitted and once when it
+        # ends. (An attribute: a module global is a dict lookup per call.)
+        self._clock = monotonic
         self.mirrors = Mirrors(
             routes, balancer, upstreams, metrics, connect_timeout_s=settings.connect_timeout_s
         )
@@ -124,7 +133,11 @@ class PredictProxy:
         last is compared first; the digests are listed only when it does not match."""
         auth = request.hmap.get(b"authorization")
         accepted = holder.accepted
-        if auth is not None and accepted is not None and same_credential(auth, accepted):
+        if (
+            auth is not None
+            and accepted is not None
+            and same_credential(request.hmap, auth, accepted)
+        ):
             return True
         token = presented_token(auth)
         if token is None or not any(token_matches(token, d) for d in digests()):
@@ -133,15 +146,20 @@ class PredictProxy:
         return True
 
     def admit(
-        self, request: Request, target: Target, entry: ServiceRoute, authenticated: bool
+        self,
+        request: Request,
+        target: Target,
+        entry: ServiceRoute,
+        authenticated: bool,
+        now: float,
     ) -> None:
         """Raise the :class:`Problem` that refuses this call, or take its place in the
-        service's in-flight count (the caller must ``entry.in_flight.leave()``)."""
+        service's in-flight count at ``now`` (the caller must ``entry.in_flight.leave()``)."""
         name = entry.service
         auth = request.hmap.get(b"authorization")
         accepted = entry.accepted
         if not authenticated and (
-            auth is None or accepted is None or not same_credential(auth, accepted)
+            auth is None or accepted is None or not same_credential(request.hmap, auth, accepted)
         ):
             token = presented_token(auth)
             if token is None:
@@ -168,7 +186,7 @@ class PredictProxy:
             raise self.unavailable(
                 name, f"service {name!r} has no ready replica (status: {entry.route.status})"
             )
-        over = entry.take_place(self.activity)
+        over = entry.take_place(self.activity, now)
         if over is not None:
             headers = {"Retry-After": str(over.retry_after_s)}
             raise Problem(429, over.detail, service=name, headers=headers)
@@ -190,7 +208,7 @@ class PredictProxy:
         entry: ServiceRoute | None = None
         try:
             entry, authenticated = self.resolve(request, target)
-            self.admit(request, target, entry, authenticated)
+            self.admit(request, target, entry, authenticated, started)
         except Asleep as a:
             return self.slow.held(request, target, a.entry, started)
         except Problem as p:
@@ -237,7 +255,6 @@ class PredictProxy:
             memo[endpoint] = head
         endpoint.outstanding += 1
         ex = ProxiedExchange(self, request, conn, entry, endpoint, started)
-        ex.sent_at = self._clock()
         ex.send(head, body)
         if stream:
             ex.request_body_sent = False
@@ -246,16 +263,16 @@ class PredictProxy:
     def fast_done(self, ex: ProxiedExchange) -> None:
         entry, endpoint, started = ex.entry, ex.endpoint, ex.started
         endpoint.outstanding -= 1
-        entry.in_flight.leave()
+        now = self._clock()
+        entry.in_flight.leave_at(now)
         name = entry.service
         request = ex.request
         if ex.aborted:
             self.count(name, CLIENT_CLOSED, started)
             return
         if ex.error is None:
-            now = self._clock()
             series = self.metrics.series(name)
-            series.upstream_duration.observe(now - ex.sent_at)
+            series.upstream_duration.observe(now - started)
             series.duration.observe(now - started)
             series.answered(ex.status)
             request.finish()
@@ -274,7 +291,7 @@ class ProxiedExchange(Exchange):
     """The fast path's exchange, holding what its end needs (no tuple, no boxed times), and
     reporting its end to the proxy by a direct call rather than through a callback."""
 
-    __slots__ = ("endpoint", "entry", "proxy", "sent_at", "started")
+    __slots__ = ("endpoint", "entry", "proxy", "started")
 
     def __init__(
         self,
@@ -289,8 +306,9 @@ class ProxiedExchange(Exchange):
         self.proxy = proxy
         self.entry = entry
         self.endpoint = endpoint
+        # When the call was admitted, and sent: on this path the request goes out in the
+        # callback that admitted it, microseconds later, so one clock read is both.
         self.started = started
-        self.sent_at = started  # set when the request is written
 
     def done(self) -> None:
         self.proxy.fast_done(self)

@@ -39,9 +39,10 @@ class ServiceRoute:
     # (a hash per request cost more than the comparison). Never carried to a new table.
     accepted: bytes | None = None
 
-    def take_place(self, activity: Activity) -> OverLimit | None:
+    def take_place(self, activity: Activity, now: float) -> OverLimit | None:
         """Admit one call under the service's rate limit and in-flight bound (HTTP and gRPC
-        alike), and mark the service busy for the load report: None, or why not."""
+        alike), and mark the service busy for the load report: None, or why not. ``now``:
+        ``time.monotonic()`` (the in-flight count's clock), read once by the caller."""
         bucket = self.bucket
         name = self.service
         if bucket is not None and not bucket.try_acquire():
@@ -50,7 +51,7 @@ class ServiceRoute:
                 bucket.retry_after_s(),
             )
         in_flight = self.in_flight
-        if not in_flight.try_enter():
+        if not in_flight.enter_at(now):
             return OverLimit(
                 f"service {name!r} already has {in_flight.limit} requests in flight", 1
             )

@@ -532,6 +532,25 @@ def test_slow_client_holds_bounded_memory(gw: Gateway, echo: Echo) -> None:
 # --- metrics, health, fallback -------------------------------------------------------------
 
 
+def test_the_load_report_counts_each_call_for_as_long_as_it_is_in_flight(gw: Gateway) -> None:
+    """The autoscaler's concurrency is the area under the in-flight count. Each call reads
+    the clock once when admitted and once when it ends (on the fast path, the proxy's
+    reading is passed in), so the area is the calls' time at the gateway, no more."""
+    gateway = gw.runner.gateway
+    in_flight = gw.lt.call(lambda: gateway.routes.services[SERVICE].in_flight)
+    call(gw, f"{P}/v2")  # a keep-alive replica connection: the calls below take the fast path
+    gw.lt.call(lambda: in_flight.take(1.0))
+    took = 0.0
+    for _ in range(2):
+        t0 = time.monotonic()
+        status, _, _ = call(gw, f"{P}/slow?s=0.25")
+        took += time.monotonic() - t0
+        assert status == 200
+    requests, area = gw.lt.call(lambda: in_flight.take(1.0))  # mean over 1 s: the area
+    assert requests == 2 and in_flight.count == 0
+    assert 0.5 <= area <= took, (area, took)
+
+
 def test_metrics_and_health(gw: Gateway) -> None:
     call(gw, f"{P}/v2")
     call(gw, f"{P}/v2", token="wrong-token-value")
@@ -618,5 +637,9 @@ def test_refused_upload_gets_its_answer(make_gateway: GatewayFactory, echo: Echo
 )
 def test_a_credential_is_the_one_that_passed_only_when_equal(presented: bytes, same: bool) -> None:
     accepted = bytes(bytearray(b"Bearer abc"))  # a new object, not the parameter
-    assert same_credential(presented, accepted) is same
-    assert same_credential(accepted, accepted)  # the very object kept with a repeated head
+    hmap = {b"authorization": presented, b"host": b"gw"}
+    assert same_credential(hmap, presented, accepted) is same
+    # Equal: the head keeps the accepted object, so its repeats compare by identity.
+    assert hmap[b"authorization"] is (accepted if same else presented)
+    assert hmap[b"host"] == b"gw"
+    assert same_credential(hmap, accepted, accepted)  # the very object kept with a repeated head
