@@ -87,6 +87,47 @@ def proxy_user_seconds(proxy: int | None, platform: int | None) -> float:
     return cpu_seconds(proxy, user_only=True) if proxy is not None else 0.0
 
 
+# The first words of a crash in a process's log: a C++ exception nothing caught, Triton's
+# own handler of a fatal signal, the kernel's word through a shell.
+CRASH_SIGNS = ("terminate called", "Signal (", "Segmentation fault", "core dumped", "Killed")
+
+
+def restarts(log: str, marker: str) -> list[str]:
+    """For each start of a replica after its first (a line beginning with ``marker``), the
+    first line of the run before it that names a crash, or "" (it exited without one)."""
+    why: list[str] = []
+    run: list[str] | None = None  # the lines of the current start (None: before any)
+    for line in log.splitlines():
+        if line.startswith(marker):
+            if run is not None:
+                why.append(next((x.strip() for x in run if x.startswith(CRASH_SIGNS)), ""))
+            run = []
+        elif run is not None:
+            run.append(line)
+    return why
+
+
+def replica_restarts(tmp: Path) -> list[str]:
+    """A line per replica of the platforms run under ``tmp`` (``tmp/<name>``, as
+    :class:`Platform`) that started more than once, saying why: a failed bench row whose
+    replica crashed is the replica's failure, not the gateway's."""
+    sys.path.insert(0, str(ROOT))
+    from controlplane.runtime.local import START_MARKER
+
+    lines = []
+    for log in sorted(tmp.glob("*/data/logs/*/*.log")):
+        why = restarts(log.read_text(errors="replace"), START_MARKER)
+        if why:
+            counted: dict[str, int] = {}
+            for reason in why:
+                reason = reason or "it exited (no crash in its log)"
+                counted[reason] = counted.get(reason, 0) + 1
+            said = "; ".join(f"{r} (x{n})" if n > 1 else r for r, n in counted.items())
+            name = f"{log.relative_to(tmp).parts[0]}'s replica {log.parent.name}/{log.stem}"
+            lines.append(f"{name} started again {len(why)} time(s): {said}")
+    return lines
+
+
 def tritonserver(*extra: str) -> tuple[list[str], dict[str, str], int]:
     """Command line, environment and HTTP port of tritonserver on the example models, on
     free loopback ports (the benchmarks' direct baseline)."""

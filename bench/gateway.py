@@ -43,7 +43,10 @@ every proxy's ratio to nginx round by round (the median and range of the per-rou
 which a drift of the machine over the run does not skew.
 Every request of every phase must succeed (HTTP 200); a run with failures says so, names
 the row and round of each, and keeps every process's log (``openeas up``'s and its
-replicas' too) in a directory it prints.
+replicas' too) in a directory it prints. A replica of ``up`` that started again during the
+run is named with the first line of its crash: Triton's Python backend has been seen to
+abort under this load (``boost::interprocess::lock_exception``), and the calls its restart
+refuses are its failure, not the gateway's.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ from pathlib import Path
 from builds import announce
 
 # bench/deploy.py: `openeas up` and eascmd from a checkout, Triton as the baseline
-from deploy import Platform, cpu_split, proxy_user_seconds, tritonserver
+from deploy import Platform, cpu_split, proxy_user_seconds, replica_restarts, tritonserver
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "examples" / "models"
@@ -722,6 +725,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"{name} {min(us):.0f}" for name, us in triton_cpu.items() if us
                     )
                     print(f"        CPU µs/request, least of {args.repeat}: {line}", flush=True)
+            for line in replica_restarts(tmp):
+                print(f"\n! {line}")
             if failures:
                 print(f"\n{failures} requests failed during the throughput runs")
                 print(f"the run's logs are kept in {keep_logs(tmp)}")

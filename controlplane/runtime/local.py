@@ -45,6 +45,7 @@ TAIL_LINES = 12
 MAX_BACKOFF = 60.0
 STOP_GRACE = 15.0
 PROGRESS_NOTIFY = 1.0  # seconds between status writes for one pulling replica
+START_MARKER = "--- openeas: start #"  # opens each start's lines in a replica's log
 
 
 @dataclass
@@ -308,7 +309,7 @@ class LocalRuntime:
         replica.metrics_url = f"http://{self.host}:{metrics}"
         replica.grpc_url = f"http://{self.host}:{grpc}"
         with replica.log_path.open("ab") as out:
-            out.write(f"--- openeas: start #{replica.restarts} on port {http}\n".encode())
+            out.write(f"{START_MARKER}{replica.restarts} on port {http}\n".encode())
             out.flush()
             replica.process = await asyncio.create_subprocess_exec(
                 *plan.command,
