@@ -29,6 +29,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,10 +119,7 @@ def replica_restarts(tmp: Path) -> list[str]:
     for log in sorted(tmp.glob("*/data/logs/*/*.log")):
         why = restarts(log.read_text(errors="replace"), START_MARKER)
         if why:
-            counted: dict[str, int] = {}
-            for reason in why:
-                reason = reason or "it exited (no crash in its log)"
-                counted[reason] = counted.get(reason, 0) + 1
+            counted = Counter(reason or "it exited (no crash in its log)" for reason in why)
             said = "; ".join(f"{r} (x{n})" if n > 1 else r for r, n in counted.items())
             name = f"{log.relative_to(tmp).parts[0]}'s replica {log.parent.name}/{log.stem}"
             lines.append(f"{name} started again {len(why)} time(s): {said}")

@@ -272,8 +272,9 @@ class PredictProxy:
             return
         if ex.error is None:
             series = self.metrics.series(name)
-            series.upstream_duration.observe(now - started)
-            series.duration.observe(now - started)
+            took = now - started  # sent when admitted (see ProxiedExchange.started)
+            series.upstream_duration.observe(took)
+            series.duration.observe(took)
             series.answered(ex.status)
             request.finish()
             return
