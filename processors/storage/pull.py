@@ -31,6 +31,7 @@ from pathlib import Path
 
 import processors.storage.helper as helper
 from processors.progress import Meter, Sink
+from processors.storage.buffers import page_aligned
 from processors.storage.check import check
 from processors.storage.crc64 import Crc64, checksum
 from processors.storage.crew import Crew, Task
@@ -330,7 +331,7 @@ class _Streams:
             buffer: memoryview | None = None  # read into, checksummed, written from
             probe = StreamProbe(self._throttle, self._claims.outlook)
             while granted and not stop.is_set() and (where := self._claims.begin()) is not None:
-                buffer = buffer or memoryview(bytearray(_CHUNK))  # not for a turn that ends
+                buffer = buffer or page_aligned(_CHUNK)  # not for a turn that ends
                 try:
                     self._stream(*where, buffer, probe, stop)
                 except _Stopped:
