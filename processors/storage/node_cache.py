@@ -17,12 +17,11 @@ import logging
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from http.client import HTTPResponse
 from pathlib import Path
+from typing import IO
 
 from processors.model_cache.store import address
 from processors.model_cache.wire import CRC_HEADER, ETAG_HEADER, TOKEN_ENV
-from processors.storage.buffers import page_aligned
 from processors.storage.crc64 import Crc64
 from processors.storage.plan import RemoteFile
 
@@ -101,14 +100,12 @@ class NodeCache:
         return f"{self.url}/objects/{key}"
 
 
-def _copy(response: HTTPResponse, into: Path) -> tuple[int, int]:
+def _copy(response: IO[bytes], into: Path) -> tuple[int, int]:
     crc = Crc64()
     size = 0
-    buffer = page_aligned(_CHUNK)
     with into.open("wb") as out:
-        while got := response.readinto(buffer):
-            chunk = buffer[:got]
+        while chunk := response.read(_CHUNK):
             crc.update(chunk)
             out.write(chunk)
-            size += got
+            size += len(chunk)
     return crc.value, size
