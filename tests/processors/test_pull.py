@@ -247,8 +247,8 @@ def address(buffer: memoryview) -> int:
 def test_a_stream_reads_into_a_page_aligned_buffer(
     oss_server: OssServer, oss_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every read of a part lands at a page boundary (the kernel copies to a buffer 16
-    bytes off a cache line, where a big bytearray starts, about 1.5x slower)."""
+    """Every read of a part lands at a page boundary: the kernel's copies into and out of
+    a buffer 16 bytes past a cache line, where a big bytearray starts, take 1.5x as long."""
     streams(monkeypatch, 2)
     starts: list[int] = []
     readinto = oss_module.ObjectBody.readinto
