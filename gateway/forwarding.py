@@ -76,7 +76,7 @@ async def relay(
         ex = Exchange(request, conn, timeout_s=timeout_s, on_done=on_done)
     else:
         ex = RecordingExchange(request, conn, timeout_s=timeout_s, on_done=on_done, copy=copy)
-    ex.send(head, body)
+    ex.send(head, body, conn.pool.time())
     if stream_body:
         ex.request_body_sent = False
         request.body.pipe_to(conn)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -105,7 +106,7 @@ class HttpServer:
         try:
             while self.connections:
                 await asyncio.sleep(interval)
-                now = self.loop.time()
+                now = time.monotonic()  # the connections' clock (gateway.server)
                 for conn in list(self.connections):
                     if conn.body_stalled(now, self.body_timeout_s):
                         conn._protocol_error(408, "request body timed out")

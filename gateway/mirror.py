@@ -158,7 +158,7 @@ class ShadowCall(Receiver):
     def start(self, head: bytes, body: bytes | None) -> asyncio.Future[None]:
         """Send; the future is done at the end of the answer (see ``error``)."""
         self.upstream.write(head + body if body else head)
-        self.deadline = self.upstream.pool.loop.time() + self._timeout_s
+        self.deadline = self.upstream.pool.time() + self._timeout_s
         self.upstream.pool.watch(self)
         return self._done
 
@@ -220,7 +220,7 @@ class ShadowCall(Receiver):
         head = self.answer.head
         reusable = self.answer.complete and not self.answer.too_big and self.error is None
         if reusable and head is not None and head.keep_alive and not up.closed:
-            up.pool.release(up)
+            up.pool.release(up, up.pool.time())
         else:
             up.close()
         if not self._done.done():

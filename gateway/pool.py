@@ -105,7 +105,7 @@ class UpstreamPool(Pool):
     def _tick(self) -> None:
         """Armed while exchanges are watched; idle, the gateway has no timer of its own."""
         self._ticker = None  # (first: should a check raise, the next watch arms it again)
-        now = self.loop.time()
+        now = self.time()
         for ex in list(self._watched):
             ex.check_deadline(now)
         self._arm_ticker()
@@ -147,7 +147,7 @@ class UpstreamPool(Pool):
                 for conn in idle.take(len(idle)):
                     conn.close()
 
-    def release(self, conn: UpstreamConnection) -> None:
+    def release(self, conn: UpstreamConnection, now: float) -> None:
         conn.exchange = None
         addr = conn.address
         if conn.closed or self._closed or (self._unrouted and addr in self._unrouted):
@@ -161,7 +161,7 @@ class UpstreamPool(Pool):
             return
         if conn._reading_paused:  # (checked here: this runs once per request)
             conn.resume_reading()
-        conn.idle_since = self.time()
+        conn.idle_since = now
         idle.push(conn)
         self._arm_sweeper()
 
@@ -173,7 +173,7 @@ class UpstreamPool(Pool):
     def _sweep(self) -> None:
         """Close connections idle past ``keepalive_s``; armed while any are idle."""
         self._sweeper = None  # (first, as in _tick)
-        cutoff = self.loop.time() - self.keepalive_s
+        cutoff = self.time() - self.keepalive_s
         for idle in self._idle.values():
             stale = 0
             while stale < len(idle) and idle.idle_since(stale) < cutoff:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable
 from hmac import compare_digest
-from time import monotonic
 from typing import Any, Final
+
+from mypy_extensions import mypyc_attr
 
 from gateway.auth import presented_token, token_matches
 from gateway.balancer import Endpoint, EndpointPool
@@ -83,9 +84,10 @@ class PredictProxy:
         self.activity = activity if activity is not None else Activity()
         self._connect_s = settings.connect_timeout_s
         self._max_body = settings.max_body_bytes  # (the settings are not compiled)
-        # The in-flight counts' clock: a call reads it once when admitted and once when it
-        # ends. (An attribute: a module global is a dict lookup per call.)
-        self._clock = monotonic
+        # The in-flight counts' clock (time.monotonic), the upstream pool's: a call reads it
+        # once when admitted and once when it ends. (An attribute: a module global is a dict
+        # lookup per call.)
+        self._clock = upstreams.time
         self.mirrors = Mirrors(
             routes, balancer, upstreams, metrics, connect_timeout_s=settings.connect_timeout_s
         )
@@ -255,15 +257,15 @@ class PredictProxy:
             memo[endpoint] = head
         endpoint.outstanding += 1
         ex = ProxiedExchange(self, request, conn, entry, endpoint, started)
-        ex.send(head, body)
+        ex.send(head, body, started)  # its deadline runs from admission, microseconds ago
         if stream:
             ex.request_body_sent = False
             request.body.pipe_to(conn)
 
-    def fast_done(self, ex: ProxiedExchange) -> None:
+    def fast_done(self, ex: ProxiedExchange, now: float) -> None:
+        """``ex`` ended at ``now`` (the upstream pool's clock, which is this one's)."""
         entry, endpoint, started = ex.entry, ex.endpoint, ex.started
         endpoint.outstanding -= 1
-        now = self._clock()
         entry.in_flight.leave_at(now)
         name = entry.service
         request = ex.request
@@ -276,7 +278,7 @@ class PredictProxy:
             series.upstream_duration.observe(took)
             series.duration.observe(took)
             series.answered(ex.status)
-            request.finish()
+            request.finish_at(now)
             return
         self.metrics.upstream_errors.inc((name, ex.error.kind))
         if ex.status:
@@ -288,6 +290,7 @@ class PredictProxy:
         request.finish()
 
 
+@mypyc_attr(free_list_len=1)  # as server.Body
 class ProxiedExchange(Exchange):
     """The fast path's exchange, holding what its end needs (no tuple, no boxed times), and
     reporting its end to the proxy by a direct call rather than through a callback."""
@@ -311,5 +314,5 @@ class ProxiedExchange(Exchange):
         # callback that admitted it, microseconds later, so one clock read is both.
         self.started = started
 
-    def done(self) -> None:
-        self.proxy.fast_done(self)
+    def done(self, now: float) -> None:
+        self.proxy.fast_done(self, now)

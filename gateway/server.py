@@ -35,10 +35,12 @@ import logging
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from http import HTTPStatus
+from time import monotonic
 from typing import Any, Final, cast
 from typing import Protocol as TypingProtocol
 
 import httptools
+from mypy_extensions import mypyc_attr
 
 from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
 from gateway.splice import AVAILABLE as SPLICE_AVAILABLE
@@ -101,6 +103,8 @@ class ClientGone(Exception):
     """The client closed its connection before its request body was complete."""
 
 
+# One instance kept for reuse when freed (compiled: no allocation for most calls' bodies).
+@mypyc_attr(free_list_len=1)
 class Body:
     """A request body as it arrives from the client."""
 
@@ -274,6 +278,7 @@ class Head:
         )
 
 
+@mypyc_attr(free_list_len=1)  # as Body
 class Request:
     """One request: its head's fields (``keep_alive`` and ``target`` may be changed for this
     request alone) and its body."""
@@ -325,8 +330,12 @@ class Request:
 
     def finish(self) -> None:
         """The response is fully written (callback-driven handlers call this)."""
+        self.finish_at(self.conn.time())
+
+    def finish_at(self, now: float) -> None:
+        """:meth:`finish`, with the connection's clock already read."""
         self._abort = None
-        self.conn.finished(self)
+        self.conn.finished(self, now)
 
 
 Handler = Callable[[Request], Coroutine[Any, Any, None] | None]
@@ -370,7 +379,7 @@ class HttpConnection(ReadPausable):
         self._handler = server.handler
         self.responding = False  # bytes of the active request's response went out
         self.loop = server.loop
-        self.time = server.loop.time
+        self.time = monotonic  # the proxy's clock, as the upstream pool's (gateway.upstream)
         self.buffer_bytes = server.buffer_bytes
         # Bodies dispatched whole must fit before reading pauses, or they never complete.
         self.pause_bytes = max(BUFFER_HIGH, self.buffer_bytes)
@@ -738,13 +747,13 @@ class HttpConnection(ReadPausable):
     def handled(self, req: Request) -> None:
         """The coroutine the handler returned for ``req`` has returned."""
         self._task = None
-        self.finished(req)
+        self.finished(req, self.time())
 
-    def finished(self, req: Request) -> None:
-        """The response to ``req`` is fully written."""
+    def finished(self, req: Request, now: float) -> None:
+        """The response to ``req`` was fully written at ``now`` (:attr:`time`)."""
         self.producer = None
         self.responding = False
-        self.last_active = self.time()
+        self.last_active = now
         if self.closed or self.transport is None or req is not self.active:
             return
         if not req.body.complete:

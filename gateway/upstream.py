@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from time import monotonic
 from typing import Protocol, cast
 
 import httptools
@@ -136,7 +137,9 @@ class Pool(ABC):
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.time = loop.time  # (bound once: called per request)
+        # The proxy's clock (its in-flight counts'), so that one reading serves a call's
+        # deadline, its end and its connection's idle time (bound once: called per request).
+        self.time = monotonic
 
     @abstractmethod
     def watch(self, ex: Watched) -> None:
@@ -147,8 +150,9 @@ class Pool(ABC):
         """Stop checking it."""
 
     @abstractmethod
-    def release(self, conn: UpstreamConnection) -> None:
-        """``conn``'s exchange ended: keep it idle for the next, or close it."""
+    def release(self, conn: UpstreamConnection, now: float) -> None:
+        """``conn``'s exchange ended at ``now`` (:attr:`time`): keep it idle for the next,
+        or close it."""
 
     @abstractmethod
     def forget(self, conn: UpstreamConnection) -> None:
@@ -416,18 +420,19 @@ class Exchange(Receiver):
         self._started = False
         self._chunked_out = False
         self._timeout_s = timeout_s
-        self.deadline = 0.0  # loop time past which the replica is late (0: no limit)
+        self.deadline = 0.0  # pool time past which the replica is late (0: no limit)
         upstream.exchange = self
         request.on_abort(self.abort)
 
-    def send(self, head: bytes, body: Chunk | None) -> None:
-        """Write the request head and the body buffered so far; start the answer timeout."""
+    def send(self, head: bytes, body: Chunk | None, now: float) -> None:
+        """Write the request head and the body buffered so far; start the answer timeout
+        at ``now`` (the pool's :attr:`Pool.time`, read by the caller)."""
         if body:
             self.upstream.write_pair(head, body)
         else:
             self.upstream.write(head)
         if self._timeout_s is not None:
-            self.deadline = self.upstream.pool.time() + self._timeout_s
+            self.deadline = now + self._timeout_s
             self.upstream.pool.watch(self)
 
     def abort(self) -> None:
@@ -550,6 +555,7 @@ class Exchange(Receiver):
     def _end(self) -> None:
         self.finished = True
         up = self.upstream
+        now = up.pool.time()  # read once for the connection's idle time and the call's end
         if self.deadline:
             up.pool.unwatch(self)
         self.request.on_abort(None)
@@ -567,13 +573,13 @@ class Exchange(Receiver):
                 and not self.head_only
                 and not up.closed
             ):
-                up.pool.release(up)
+                up.pool.release(up, now)
             else:
                 up.close()
-        self.done()
+        self.done(now)
 
-    def done(self) -> None:
-        """The exchange ended (see ``error``, ``aborted`` and ``status``)."""
+    def done(self, now: float) -> None:
+        """The exchange ended at ``now`` (see ``error``, ``aborted`` and ``status``)."""
         if self.on_done is not None:
             self.on_done(self)
 

@@ -23,17 +23,17 @@ async def test_reroute_closes_idle_and_finishing_connections_to_unrouted_replica
     pool = UpstreamPool(keepalive_s=60)
     idle = await pool.acquire("127.0.0.1", port, 1.0)
     busy = await pool.acquire("127.0.0.1", port, 1.0)
-    pool.release(idle)
+    pool.release(idle, pool.time())
 
     pool.reroute({("127.0.0.1", port)}, set())  # routed: kept
     await asyncio.sleep(0.1)
     assert closed == [] and pool.idle(f"127.0.0.1:{port}") is idle
-    pool.release(idle)
+    pool.release(idle, pool.time())
 
     pool.reroute(set(), {("127.0.0.1", port)})  # the replica left the table
     await wait_until_async(lambda: closed == [1], 10)
     assert pool.idle(f"127.0.0.1:{port}") is None
-    pool.release(busy)  # a request in flight finished: not kept either
+    pool.release(busy, pool.time())  # a request in flight finished: not kept either
     await wait_until_async(lambda: closed == [1, 1], 10)
     pool.close()
     server.close()
@@ -96,7 +96,7 @@ async def test_idle_connections_are_closed_and_then_the_sweeper_stops() -> None:
     port = server.sockets[0].getsockname()[1]
     pool = UpstreamPool(keepalive_s=0.2)
     assert pool._sweeper is None
-    pool.release(await pool.acquire("127.0.0.1", port, 1.0))
+    pool.release(await pool.acquire("127.0.0.1", port, 1.0), pool.time())
     assert pool._sweeper is not None
     await wait_until_async(lambda: closed == [1], 10)  # idle past keepalive_s: closed
     await wait_until_async(lambda: pool._sweeper is None, 10)  # nothing idle: no timer
