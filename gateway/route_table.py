@@ -99,6 +99,9 @@ class RouteState:
         self.default_timeout_ms = default_timeout_ms
         self.version: int | None = None
         self.updated_at: float | None = None
+        # Counts the tables applied: what a caller resolved at one generation holds until
+        # the next (the proxy keeps a repeated head's service entry while it does).
+        self.generation = 0
         self.services: dict[str, ServiceRoute] = {}
         self.listeners: list[Callable[[RouteChange], None]] = []
         self._refs: Counter[Endpoint] = Counter()  # how many services list each endpoint
@@ -212,6 +215,7 @@ class RouteState:
         after = set(self._refs)
         change = RouteChange(table, frozenset(after - before), frozenset(before - after))
         self.version = table.version
+        self.generation += 1
         self.updated_at = time.time()
         self.pool.forget(ep.base_url for ep in change.released)
         for listener in self.listeners:

@@ -219,7 +219,9 @@ class Head:
     byte (same model, tensor shapes and token), and a head equal to the last is not parsed
     again (see :meth:`HttpConnection.data_received`). ``memo`` holds what a handler derives
     from the head and the connection alone (the proxy's upstream head per replica),
-    ``parsed`` what the router read from its target."""
+    ``parsed`` what the router read from its target, ``resolved`` what the handler found
+    for that reading (the proxy's service entry) while its table's generation is still
+    ``resolved_at``."""
 
     __slots__ = (
         "content_length",
@@ -232,6 +234,8 @@ class Head:
         "method",
         "parsed",
         "raw",
+        "resolved",
+        "resolved_at",
         "target",
         "upgrade",
         "version",
@@ -264,6 +268,8 @@ class Head:
         self.raw = b""  # the bytes it was parsed from, once known to be all of them
         self.memo: dict[object, bytes] = {}
         self.parsed: object = None  # the router's reading of ``target`` (gateway.paths)
+        self.resolved: object = None
+        self.resolved_at = -1
 
     @property
     def repeatable(self) -> bool:

@@ -102,3 +102,20 @@ def test_a_service_series_counts_into_the_labelled_metrics() -> None:
     assert 'openeas_gateway_request_duration_seconds_count{service="svc"} 2' in text
     assert 'openeas_gateway_upstream_duration_seconds_count{service="svc"} 1' in text
     assert m.requests.errors == {"svc": 1}  # the load report's running 5xx total
+
+
+@pytest.mark.parametrize("same_buckets", [True, False])
+@pytest.mark.parametrize("took", [0.0004, 0.02, 3.0, 1e9])
+def test_a_relayed_call_counts_once_in_each_histogram_and_as_answered(
+    same_buckets: bool, took: float
+) -> None:
+    m = GatewayMetrics()
+    if not same_buckets:  # the one bucket search is shared only when the bounds agree
+        m.upstream_duration = Histogram("up_seconds", "Upstream.", ("service",), (0.01, 1.0))
+    series = m.series("svc")
+    series.relayed(200, took)
+    for histogram in (m.duration, m.upstream_duration):
+        child = histogram.children[("svc",)]
+        assert child.counts.index(1) == bisect_left(histogram.buckets, took)
+        assert sum(child.counts) == 1 and child.sum == took
+    assert m.requests.cell(("svc", "200")).value == 1.0

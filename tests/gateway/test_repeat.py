@@ -195,6 +195,29 @@ def test_a_rotated_token_refuses_a_repeated_head(
     conn.close()
 
 
+@pytest.mark.parametrize("change", ["moved", "removed", "renamed"])
+def test_a_table_change_reaches_a_connection_that_repeats_its_head(
+    make_gateway: GatewayFactory, replicas: list[Replica], change: str
+) -> None:
+    """A repeated head keeps the service it resolved to only until the next table."""
+    a, b = replicas[0], replicas[1]
+    gw: Gateway = make_gateway(table(route([a.url])))
+    conn = connect(gw)
+    body = os.urandom(64)
+    assert post(conn, body)[0] == 200
+    assert post(conn, body)[0] == 200
+    if change == "moved":  # the service's replica is now b alone
+        gw.publish(table(route([b.url]), version=2))
+        assert post(conn, body)[0] == 200
+        assert (len(a.bodies), len(b.bodies)) == (2, 1)
+    else:  # the name no longer routes: gone, or now another service's
+        routes = [route([b.url], service="other")] if change == "renamed" else []
+        gw.publish(table(*routes, version=2))
+        assert post(conn, body)[0] == 404
+        assert (len(a.bodies), len(b.bodies)) == (2, 0)
+    conn.close()
+
+
 def test_each_replica_gets_its_own_host_from_one_repeated_head(
     make_gateway: GatewayFactory, replicas: list[Replica]
 ) -> None:
