@@ -122,12 +122,12 @@ class RecordingExchange(Exchange):
         if head.status >= 200:
             self.copy.primary.on_head(head)
 
-    def on_whole(self, head: ResponseHead, body: bytes) -> None:
+    def on_whole(self, head: ResponseHead, data: bytes, end: int) -> None:
         primary = self.copy.primary
         primary.on_head(head)
-        primary.on_body(body)
+        primary.on_body(data[end:])
         primary.complete = True
-        super().on_whole(head, body)
+        super().on_whole(head, data, end)
 
     def on_body(self, data: bytes) -> None:
         super().on_body(data)
@@ -169,9 +169,9 @@ class ShadowCall(Receiver):
             self.answer.on_head(head)
             self.status = head.status
 
-    def on_whole(self, head: ResponseHead, body: bytes) -> None:
+    def on_whole(self, head: ResponseHead, data: bytes, end: int) -> None:
         self.on_head(head)
-        self.on_body(body)
+        self.on_body(data[end:])
         self.on_complete()
         self.flush()
 

@@ -49,9 +49,20 @@ class ResponseHead:
     (``passthrough``, ready to send) — hop-by-hop ones already removed. A connection keeps
     its last one with the bytes it was parsed from (``raw``), as the client side keeps
     request heads: a replica answering the same call repeats its head byte for byte.
-    ``memo`` holds the client-facing heads made from it."""
+    ``memo`` holds the client-facing heads made from it. ``verbatim``: nothing in it but
+    end-to-end fields and one Content-Length, so a client that keeps its connection may
+    get it as the replica sent it (see :func:`response_head_bytes`)."""
 
-    __slots__ = ("chunked", "content_length", "keep_alive", "memo", "passthrough", "raw", "status")
+    __slots__ = (
+        "chunked",
+        "content_length",
+        "keep_alive",
+        "memo",
+        "passthrough",
+        "raw",
+        "status",
+        "verbatim",
+    )
 
     def __init__(
         self,
@@ -60,12 +71,14 @@ class ResponseHead:
         content_length: int | None,
         chunked: bool,
         keep_alive: bool,
+        verbatim: bool = False,
     ) -> None:
         self.status = status
         self.passthrough = passthrough
         self.content_length = content_length
         self.chunked = chunked
         self.keep_alive = keep_alive
+        self.verbatim = verbatim
         self.raw = b""
         # By kind of request: an int (HTTP/1.1, keep-alive, HEAD as bits), not a tuple.
         self.memo: dict[int, tuple[bytes, bool, bool]] = {}
@@ -88,8 +101,9 @@ class Receiver(ABC):
         """A response head (1xx ones too)."""
 
     @abstractmethod
-    def on_whole(self, head: ResponseHead, body: bytes) -> None:
-        """A repeated final head with all of its body, from one read."""
+    def on_whole(self, head: ResponseHead, data: bytes, end: int) -> None:
+        """A repeated final head with all of its body, from one read: ``data``, whose
+        first ``end`` bytes are the head (``head.raw``)."""
 
     @abstractmethod
     def on_body(self, data: bytes) -> None:
@@ -209,7 +223,7 @@ class UpstreamConnection(ReadPausable):
             whole = end + length
             if len(data) == whole:
                 # The same head as last time and all of its body: one call relays both.
-                ex.on_whole(last, data[end:])
+                ex.on_whole(last, data, end)
                 return
             if len(data) < whole:
                 # The same head with part of its body: what the parser's callbacks would
@@ -252,6 +266,7 @@ class UpstreamConnection(ReadPausable):
         end = len(data) - self._received
         if data.find(b"\r\n\r\n") + 4 == end:
             head.raw = data[:end]
+            head.memo.clear()  # made without its bytes: made again, perhaps as them
             self._last = head
 
     def eof_received(self) -> bool | None:
@@ -292,6 +307,8 @@ class UpstreamConnection(ReadPausable):
         # One pass: framing fields noted, end-to-end fields kept as the client will get
         # them (names as the replica spelled them).
         content_length: int | None = None
+        lengths = 0
+        dropped = False  # a field the client does not get as it is
         chunked = False
         listed: frozenset[bytes] = frozenset()
         kept: list[bytes] = []
@@ -300,12 +317,16 @@ class UpstreamConnection(ReadPausable):
             if low in _RESPONSE_SPECIAL:
                 if low == b"content-length":
                     content_length = int(value)
-                elif low == b"transfer-encoding":
+                    lengths += 1
+                    continue
+                dropped = True
+                if low == b"transfer-encoding":
                     chunked = value.strip().lower().endswith(b"chunked")
                 elif low == b"connection":
                     listed = listed | connection_listed_bytes((value,))
                 continue
             if low[:6] == b"proxy-":
+                dropped = True
                 continue
             kept += (name, b": ", value, CRLF)
         if listed:
@@ -316,6 +337,7 @@ class UpstreamConnection(ReadPausable):
             content_length,
             chunked,
             self.parser.should_keep_alive(),
+            verbatim=not dropped and lengths == 1,
         )
         ex.on_head(head)
 
@@ -453,11 +475,16 @@ class Exchange(Receiver):
             # llhttp would otherwise wait for a HEAD response's announced body.
             self.complete = True
 
-    def on_whole(self, head: ResponseHead, body: bytes) -> None:
+    def on_whole(self, head: ResponseHead, data: bytes, end: int) -> None:
         """A repeated final head (it has a length) with all of its body, from one read:
-        what ``on_head``, ``on_body``, ``on_complete`` and ``flush`` do, in one write."""
+        what ``on_head``, ``on_body``, ``on_complete`` and ``flush`` do, in one write —
+        of ``data`` as it came when the client's head is the replica's."""
         self.complete = True
-        self.client.write_pair(self._client_head(head), body)  # nothing else waits in _out
+        out = self._client_head(head)  # nothing else waits in _out
+        if out is head.raw:
+            self.client.write(data)
+        else:
+            self.client.write_pair(out, data[end:])
         self._end()
 
     def _client_head(self, head: ResponseHead) -> bytes:
@@ -601,7 +628,19 @@ def response_head_bytes(
     head: ResponseHead, *, client_http11: bool, keep_alive: bool, head_only: bool
 ) -> tuple[bytes, bool, bool]:
     """The head to send the client: the replica's status and end-to-end headers, with
-    framing decided here. Returns ``(bytes, chunked_out, keep_alive)``."""
+    framing decided here. Returns ``(bytes, chunked_out, keep_alive)``: the bytes are
+    ``head.raw`` itself when they would say the same (a head of known length with no field
+    to drop, an HTTP/1.1 client keeping its connection), so the caller may relay the
+    replica's bytes as they came."""
+    if (
+        head.verbatim
+        and client_http11
+        and keep_alive
+        and not head_only
+        and head.status != 204  # (its Content-Length is not relayed)
+        and head.raw.startswith(status_line(head.status))
+    ):
+        return head.raw, False, True
     framing = b""
     chunked_out = False
     if head.content_length is not None:

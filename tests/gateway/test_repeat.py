@@ -31,10 +31,11 @@ ANSWER_HEAD = (
 
 @dataclass
 class Replica:
-    """Answers each request with ``ANSWER_HEAD`` + sha256(body); keeps the heads it got.
+    """Answers each request with ``answer_head`` + sha256(body); keeps the heads it got.
     ``split`` sends the answer's head and body in two writes, a moment apart."""
 
     split: bool = False
+    answer_head: bytes = ANSWER_HEAD
     heads: list[bytes] = field(default_factory=list)
     bodies: list[bytes] = field(default_factory=list)
     port: int = 0
@@ -72,11 +73,11 @@ class Replica:
                 assert self.transport is not None
                 digest = hashlib.sha256(body).digest()
                 if replica.split:
-                    self.transport.write(ANSWER_HEAD)
+                    self.transport.write(replica.answer_head)
                     await asyncio.sleep(0.02)
                     self.transport.write(digest)
                 else:
-                    self.transport.write(ANSWER_HEAD + digest)
+                    self.transport.write(replica.answer_head + digest)
 
         return Conn()
 
@@ -216,6 +217,62 @@ def test_a_table_change_reaches_a_connection_that_repeats_its_head(
         assert post(conn, body)[0] == 404
         assert (len(a.bodies), len(b.bodies)) == (2, 0)
     conn.close()
+
+
+def raw_answers(gw: Gateway, n: int, body: bytes, version: str = "1.1") -> list[bytes]:
+    """The bytes of ``n`` answers to the same request on one connection."""
+    request = (
+        f"POST {P} HTTP/{version}\r\nHost: gw\r\nAuthorization: {TOKEN}\r\n"
+        f"Connection: keep-alive\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    answers = []
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+        for _ in range(n):
+            s.sendall(request)
+            got = b""
+            while b"\r\n\r\n" not in got or len(got) < got.index(b"\r\n\r\n") + 4 + 32:
+                chunk = s.recv(65536)
+                assert chunk, got
+                got += chunk
+            answers.append(got)
+    return answers
+
+
+@pytest.mark.parametrize(
+    ("answer_head", "verbatim"),
+    [
+        (ANSWER_HEAD, True),
+        # Mixed case, Content-Length first: still the replica's bytes.
+        (b"HTTP/1.1 200 OK\r\ncontent-LENGTH: 32\r\nX-Model: m\r\nContent-Type: a/b\r\n\r\n", True),
+        # A field the client must not get (hop-by-hop, or a proxy's own): never relayed.
+        (b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nContent-Length: 32\r\n\r\n", False),
+        (b"HTTP/1.1 200 OK\r\nProxy-Thing: 1\r\nContent-Length: 32\r\n\r\n", False),
+        # A reason phrase the gateway would not send: its own status line instead.
+        (b"HTTP/1.1 200 Fine\r\nContent-Length: 32\r\n\r\n", False),
+    ],
+)
+def test_a_repeated_answer_is_relayed_as_the_replica_sent_it_when_nothing_in_it_changes(
+    make_gateway: GatewayFactory, lt: LoopThread, answer_head: bytes, verbatim: bool
+) -> None:
+    replica = Replica(answer_head=answer_head)
+    lt.run(replica.start())
+    try:
+        gw = make_gateway(table(route([replica.url])))
+        body = os.urandom(40)
+        digest = hashlib.sha256(body).digest()
+        first, *repeats = raw_answers(gw, 3, body)
+        # The first is parsed and made again; the repeats, the same head each time.
+        assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(digest)
+        assert b"content-length: 32\r\n" in first
+        for answer in repeats:
+            assert (answer == answer_head + digest) is verbatim, answer
+            assert answer.endswith(digest)
+            assert b"Keep-Alive" not in answer and b"Proxy-Thing" not in answer
+        # An HTTP/1.0 client never gets the replica's head (its framing is decided anew).
+        for answer in raw_answers(gw, 3, body, version="1.0")[1:]:
+            assert answer != answer_head + digest and answer.endswith(digest)
+    finally:
+        lt.run(replica.stop())
 
 
 def test_each_replica_gets_its_own_host_from_one_repeated_head(
