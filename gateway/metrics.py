@@ -203,13 +203,29 @@ class Gauge(Counter):
         return Gauge(self.name, self.help, self.labelnames, self.combine)
 
 
+class Tally:
+    """A count as a native int (compiled): adding one makes no object, where an item of a
+    list of ints past 256 is a new int at each increment, added by the generic protocol."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
 class _HistogramChild:
-    __slots__ = ("buckets", "counts", "sum")
+    __slots__ = ("buckets", "sum", "tallies")
 
     def __init__(self, buckets: tuple[float, ...]) -> None:
         self.buckets = buckets
-        self.counts = [0] * (len(buckets) + 1)  # last slot: above the largest bound (+Inf)
+        # Last: above the largest bound (+Inf).
+        self.tallies = [Tally() for _ in range(len(buckets) + 1)]
         self.sum = 0.0
+
+    @property
+    def counts(self) -> list[int]:
+        """Observations per bucket (not cumulative)."""
+        return [t.n for t in self.tallies]
 
     def observe(self, value: float) -> None:
         self.observe_in(self.bucket(value), value)
@@ -226,7 +242,7 @@ class _HistogramChild:
 
     def observe_in(self, i: int, value: float) -> None:
         """``value``, known to fall in bucket ``i``."""
-        self.counts[i] += 1
+        self.tallies[i].n += 1
         self.sum += value
 
 
@@ -257,11 +273,12 @@ class Histogram(_Metric):
     def samples(self) -> Iterable[str]:
         for labels, child in sorted(self.children.items()):
             cumulative = 0
-            for bound, count in zip(self.buckets, child.counts, strict=False):
+            counts = child.counts
+            for bound, count in zip(self.buckets, counts, strict=False):
                 cumulative += count
                 le = f'le="{_num(bound)}"'
                 yield f"{self.name}_bucket{_labels(self.labelnames, labels, le)} {cumulative}"
-            cumulative += child.counts[-1]
+            cumulative += counts[-1]
             inf = 'le="+Inf"'
             yield f"{self.name}_bucket{_labels(self.labelnames, labels, inf)} {cumulative}"
             yield f"{self.name}_sum{_labels(self.labelnames, labels)} {_num(child.sum)}"
@@ -273,9 +290,10 @@ class Histogram(_Metric):
     def merge(self, snapshot: list[Any]) -> None:
         for labels, counts, total in snapshot:
             child = self.child(tuple(labels))
-            if len(counts) != len(child.counts):
+            if len(counts) != len(child.tallies):
                 raise ValueError(f"{self.name}: a worker has other buckets")
-            child.counts = [a + b for a, b in zip(child.counts, counts, strict=True)]
+            for tally, count in zip(child.tallies, counts, strict=True):
+                tally.n += count
             child.sum += total
 
     def blank(self) -> Histogram:

@@ -20,9 +20,9 @@ with as few Python calls per request as possible:
 - Response bytes go straight to the transport; :meth:`HttpConnection.pause_writing`
   tells the current producer (an upstream exchange) to stop reading its replica until the
   client drains.
-- A client that disconnects aborts its request: the task is cancelled, or the callback
-  registered with :meth:`Request.on_abort` runs (an upstream exchange closes its replica
-  connection).
+- A client that disconnects aborts its request: the task is cancelled, or the
+  :class:`Abortable` registered with :meth:`Request.on_abort` is told (an upstream exchange
+  closes its replica connection).
 
 Pipelined requests are answered strictly in order; reading pauses while one is queued.
 Upgrades (WebSocket, CONNECT) are refused with 501 by the handler (``request.upgrade``).
@@ -93,6 +93,13 @@ class Listener(TypingProtocol):
     def run_handler(
         self, conn: HttpConnection, req: Request, coro: Coroutine[Any, Any, None]
     ) -> asyncio.Task[None]: ...
+
+
+class Abortable(TypingProtocol):
+    """What a callback-driven handler registers to hear that its client left first: the
+    object itself, not a bound method of it (one per call to make and free)."""
+
+    def abort(self) -> None: ...
 
 
 class BodyTooLarge(Exception):
@@ -320,7 +327,7 @@ class Request:
         self.expect_continue = head.expect_continue
         self.upgrade = head.upgrade
         self.body = Body(conn, whole)
-        self._abort: Callable[[], None] | None = None
+        self._abort: Abortable | None = None
 
     @property
     def path(self) -> str:
@@ -330,9 +337,9 @@ class Request:
     def peer(self) -> str | None:
         return self.conn.peer
 
-    def on_abort(self, callback: Callable[[], None] | None) -> None:
-        """Run ``callback`` if the client disconnects before :meth:`finish`."""
-        self._abort = callback
+    def on_abort(self, aborter: Abortable | None) -> None:
+        """Call ``aborter.abort()`` if the client disconnects before :meth:`finish`."""
+        self._abort = aborter
 
     def finish(self) -> None:
         """The response is fully written (callback-driven handlers call this)."""
@@ -627,8 +634,8 @@ class HttpConnection(ReadPausable):
                 req.body.fail()
         active = self.active
         if active is not None and active._abort is not None:
-            abort, active._abort = active._abort, None
-            abort()
+            aborter, active._abort = active._abort, None
+            aborter.abort()
         task = self._task
         if task is not None and not task.done():
             # The client left: cancel its upstream request. Via call_soon, so that a task

@@ -438,13 +438,13 @@ class Exchange(Receiver):
         self.finished = False
         self.aborted = False
         self.request_body_sent = True  # False while a streamed body is still coming
-        self._out: list[bytes] = []
+        self._out: list[bytes] | None = None  # what flush writes (made when needed)
         self._started = False
         self._chunked_out = False
         self._timeout_s = timeout_s
         self.deadline = 0.0  # pool time past which the replica is late (0: no limit)
         upstream.exchange = self
-        request.on_abort(self.abort)
+        request.on_abort(self)
 
     def send(self, head: bytes, body: Chunk | None, now: float) -> None:
         """Write the request head and the body buffered so far; start the answer timeout
@@ -470,7 +470,7 @@ class Exchange(Receiver):
     def on_head(self, head: ResponseHead) -> None:
         if head.status < 200:
             return  # 1xx interim responses: nothing to relay (we never send Expect)
-        self._out.append(self._client_head(head))
+        self._put(self._client_head(head))
         if self.head_only:
             # llhttp would otherwise wait for a HEAD response's announced body.
             self.complete = True
@@ -505,23 +505,30 @@ class Exchange(Receiver):
 
     def on_body(self, data: bytes) -> None:
         if self._chunked_out:
-            self._out.append(b"%x\r\n%b\r\n" % (len(data), data))
+            self._put(b"%x\r\n%b\r\n" % (len(data), data))
         else:
-            self._out.append(data)
+            self._put(data)
 
     def on_complete(self) -> None:
         if self._chunked_out:
-            self._out.append(b"0\r\n\r\n")
+            self._put(b"0\r\n\r\n")
         self.complete = True
+
+    def _put(self, data: bytes) -> None:
+        out = self._out
+        if out is None:
+            self._out = [data]
+        else:
+            out.append(data)
 
     def flush(self) -> None:
         """After each read from the replica: pass on what it brought, in one write."""
         if self.finished:
             return
         out = self._out
-        if out:
+        if out is not None:
             self.client.write_parts(out)
-            self._out = []
+            self._out = None
         if self.complete:
             self._end()
         else:
