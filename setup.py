@@ -1,10 +1,11 @@
 """Build step beyond pyproject.toml: the gateway's per-request modules compiled with mypyc
-(see gateway/native.py for which, and why). OPENEAS_PURE_PYTHON=1 builds without them."""
+(see gateway/native.py for which, and why) and its one C module. OPENEAS_PURE_PYTHON=1
+builds without them."""
 
 import importlib.util
 import os
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 # Loaded by path: importing the package here would run its import-time checks.
 _spec = importlib.util.spec_from_file_location("_native", os.path.join("gateway", "native.py"))
@@ -36,5 +37,7 @@ else:
     with open(record, "w") as f:
         f.write(native.record_lines(native.COMPILED, "gateway"))
     ext_modules = mypycify([*MYPY_OPTIONS, *native.sources()], opt_level="3")
+    # A socket write that holds the GIL (gateway/writes.py says why).
+    ext_modules.append(Extension("gateway._nowait", native.C_SOURCES))
 
 setup(ext_modules=ext_modules)

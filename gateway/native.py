@@ -12,8 +12,8 @@ source, all of them together (they call each other natively), when ``OPENEAS_PUR
 or when any source differs from what was compiled (an edited checkout: ``./dev``
 rebuilds), or the record is missing (a leftover build) — so what runs is never other than
 what is read. :func:`use_sources_if_needed` runs once, from ``gateway/__init__.py``,
-before any of them is imported. ``python gateway/native.py`` prints the sources to compile
-(for ``./dev``).
+before any of them is imported. ``python gateway/native.py`` prints the sources to compile,
+the C one too (for ``./dev``).
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ COMPILED = (
     "upstream",
     "writes",
 )
+# Written in C (setup.py builds it beside them; gateway/writes.py falls back to Python).
+C_SOURCES = ["gateway/_nowait.c"]
 PURE_ENV = "OPENEAS_PURE_PYTHON"
 RECORD = "compiled.txt"  # beside this file: "<module> <sha256 of its source>" per line
 
@@ -131,4 +133,4 @@ def compiled() -> bool:
 
 
 if __name__ == "__main__":
-    print("\n".join(sources()))
+    print("\n".join([*sources(), *C_SOURCES]))

@@ -45,7 +45,7 @@ from mypy_extensions import mypyc_attr
 from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
 from gateway.splice import AVAILABLE as SPLICE_AVAILABLE
 from gateway.splice import BodySplice
-from gateway.writes import Chunk, unconnected, write_pair, write_parts
+from gateway.writes import Chunk, Sender
 
 log = logging.getLogger(__name__)
 
@@ -401,7 +401,7 @@ class HttpConnection(ReadPausable):
         self._splice: BodySplice | None = None
         self._watched = -1
         self.transport: asyncio.Transport | None = None
-        self._write: Callable[[bytes], None] = unconnected
+        self.sender: Sender | None = None  # its writes, once it has a transport
         self.peer: str | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.closed = False
@@ -435,7 +435,7 @@ class HttpConnection(ReadPausable):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
-        self._write = self.transport.write
+        self.sender = Sender(self.transport)
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) else None
         self.last_active = self.head_started = self.time()
@@ -834,19 +834,22 @@ class HttpConnection(ReadPausable):
             self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def write(self, data: bytes) -> None:
-        if not self.closed and self.transport is not None:
+        sender = self.sender
+        if not self.closed and sender is not None:
             self.responding = True
-            self.transport.write(data)
+            sender.send(data)
 
     def write_parts(self, parts: Sequence[Chunk]) -> None:
-        if not self.closed and self.transport is not None:
+        sender = self.sender
+        if not self.closed and sender is not None:
             self.responding = True
-            write_parts(self.transport, parts)
+            sender.parts(parts)
 
     def write_pair(self, head: bytes, body: Chunk) -> None:
-        if not self.closed and self.transport is not None:
+        sender = self.sender
+        if not self.closed and sender is not None:
             self.responding = True
-            write_pair(self.transport, self._write, head, body)
+            sender.pair(head, body)
 
     def write_response(
         self, status: int, headers: list[tuple[bytes, bytes]], body: bytes = b""

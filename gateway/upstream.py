@@ -28,7 +28,7 @@ from gateway.balancer import address
 from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_fields
 from gateway.http1 import CRLF, ReadPausable, status_line
 from gateway.server import Request
-from gateway.writes import Chunk, unconnected, write_pair
+from gateway.writes import Chunk, Sender
 
 _NO_BODY_STATUS = frozenset({204, 304})
 # Response fields the proxy sets itself or that are hop-by-hop (RFC 9110 §7.6.1).
@@ -184,7 +184,7 @@ class UpstreamConnection(ReadPausable):
         self.pool = pool
         self.address = address(*key)  # its key in the pool
         self.transport: asyncio.Transport | None = None
-        self._write: Callable[[bytes], None] = unconnected
+        self.sender: Sender | None = None  # its writes, once it has a transport
         self.is_closing: Callable[[], bool] = _no_transport  # the transport's, bound once
         self.parser = httptools.HttpResponseParser(self)
         self.exchange: Receiver | None = None
@@ -204,7 +204,7 @@ class UpstreamConnection(ReadPausable):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
-        self._write = self.transport.write
+        self.sender = Sender(self.transport)
         self.is_closing = self.transport.is_closing
 
     def data_received(self, data: bytes) -> None:
@@ -356,12 +356,14 @@ class UpstreamConnection(ReadPausable):
     # -- used by the exchange -------------------------------------------------------------
 
     def write(self, data: Chunk) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.write(data)
+        sender = self.sender
+        if sender is not None and not self.closed:
+            sender.send(data)
 
     def write_pair(self, head: bytes, body: Chunk) -> None:
-        if self.transport is not None and not self.closed:
-            write_pair(self.transport, self._write, head, body)
+        sender = self.sender
+        if sender is not None and not self.closed:
+            sender.pair(head, body)
 
     def write_body(self, data: Chunk) -> None:
         self.write(data)
