@@ -7,6 +7,8 @@ import asyncio
 import os
 from http import HTTPStatus
 
+from gateway.writes import socket_fd
+
 CRLF = b"\r\n"
 
 
@@ -24,9 +26,9 @@ class ReadPausable(asyncio.Protocol):
         refuses a transport's own: ``gateway.splice``), made once and kept until
         :meth:`close_watched`; -1 without a socket."""
         if self._watched < 0 and self.transport is not None:
-            sock = self.transport.get_extra_info("socket")
-            if sock is not None:
-                self._watched = os.dup(sock.fileno())
+            fd = socket_fd(self.transport)
+            if fd >= 0:
+                self._watched = os.dup(fd)
         return self._watched
 
     def close_watched(self) -> None:

@@ -1,9 +1,10 @@
 """A connection's writes, shared by both doors' connections: several pieces of one message
 in one system call, and that call made at once, on the socket, when nothing waits.
 
-uvloop's ``transport.write`` costs some 2,000 instructions a call before its system call
-(``bench/hotpath.py --callgrind``), four times what ``os.write`` does: a predict call makes
-two writes. :class:`Sender` writes a small message straight to the connection's socket when
+uvloop's ``transport.write`` costs about 1,000 instructions a call before its system call
+(``bench/hotpath.py --callgrind``), and a predict call makes two; ``os.write`` costs about as
+much, because it releases the GIL around the call (``gateway/_nowait.c`` does not: about 230).
+:class:`Sender` writes a small message straight to the connection's socket when
 the transport holds nothing unsent and is not closing — what uvloop's own write would do
 then — and hands the transport whatever the socket does not take, or an error, so it keeps
 the order and reports the error as always. (The body splice, :mod:`gateway.splice`, writes
@@ -96,7 +97,8 @@ class Sender:
         self._write(data)
 
     def pair(self, head: bytes, body: Chunk) -> None:
-        """A head and its body in one write, as :func:`write_parts`."""
+        """A head and its body in one write: :meth:`parts` of the two, without the tuple
+        (every predict call writes a pair)."""
         if len(head) + len(body) < JOIN_BELOW:
             self.send(head + body)
         else:
