@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -58,6 +59,10 @@ class Tracked:
     last_active: float = 0.0  # the last request or wake-up seen (min 0: the grace period)
     generation: int = 0  # of the spec last seen or written here (older reads are stale)
     cold: ColdStart | None = None  # on its way from zero
+    # Held from a decision to its write's end, so a wake-up and a tick never decide on the
+    # same count; a read the reconciler hands in meanwhile waits for the write (``stashed``).
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    stashed: ServiceState | None = None
 
 
 class NotWakeable(Exception):
@@ -99,6 +104,11 @@ class Autoscaling:
         self._plain.discard(state.name)
         instances = state.spec.metadata.instance
         t = self._tracked.get(state.name)
+        if t is not None and t.lock.locked():
+            # A write of ours is under way: this read may be its result before the write's
+            # generation is known here, and would make the decision under way stale.
+            t.stashed = state
+            return
         now = self._clock()
         if t is None:
             # Seeded with the current count: a new leader does not scale down (or to zero)
@@ -150,26 +160,37 @@ class Autoscaling:
         if t.stopped:
             raise NotWakeable(f"service {name!r} is stopped: 'eascmd start {name}'")
         t.last_active = requested
-        if t.instances > 0:
+        async with self._deciding(t):
+            if t.instances > 0:
+                return t.instances
+            activation = t.autoscaler.clamp(t.autoscaler.on_zero.scaleUpActivationReplicas)
+            why = f"scaled 0→{activation}: woken by a request"
+            await self._scale(t, name, activation, why, "Woken", requested, "woken by a request")
             return t.instances
-        activation = t.autoscaler.clamp(t.autoscaler.on_zero.scaleUpActivationReplicas)
-        why = f"scaled 0→{activation}: woken by a request"
-        await self._scale(t, name, activation, why, "Woken", requested, "woken by a request")
-        return t.instances
+
+    @asynccontextmanager
+    async def _deciding(self, t: Tracked) -> AsyncIterator[None]:
+        """Decide and write alone; then take in what the reconciler read meanwhile."""
+        async with t.lock:
+            yield
+        stashed, t.stashed = t.stashed, None
+        if stashed is not None:
+            self.observe(stashed)  # older than the write: its generation says so
 
     async def _scale(
         self, t: Tracked, name: str, to: int, why: str, reason: str, at: float, trigger: str
     ) -> None:
-        """Write ``to`` instances (if the service is still at ``t.instances``)."""
+        """Write ``to`` instances (if the service is still at ``t.instances``); call it
+        within :meth:`_deciding`."""
         before = t.instances
-        written = await asyncio.to_thread(
+        generation = await asyncio.to_thread(
             self.services.autoscale, self.cluster, name, before, to, why, reason
         )
-        if not written:
+        if generation is None:
             return
         log.info("autoscaler: %s %s", name, why)
         t.instances = to
-        t.generation += 1  # the write's own
+        t.generation = generation
         t.last_decision = why
         t.last_decision_at = datetime.now(UTC).isoformat(timespec="seconds")
         if before == 0 and to > 0:
@@ -268,12 +289,15 @@ class Autoscaling:
             if cpu is not None:
                 values["cpu"] = cpu
         t.values = values
-        idle = 0.0 if t.cold is not None else now - t.last_active  # waking is not idle
-        d = decide(t.autoscaler, t.instances, t.values, t.history, now, t.ready, idle)
-        t.history = d.history
-        if d.instances != t.instances:
-            why = f"scaled {t.instances}→{d.instances}: {d.reason}"
-            await self._scale(t, name, d.instances, why, "Autoscaled", now, "woken by load")
+        async with self._deciding(t):
+            if t.stopped or self._tracked.get(name) is not t:  # changed while measuring
+                return
+            idle = 0.0 if t.cold is not None else now - t.last_active  # waking is not idle
+            d = decide(t.autoscaler, t.instances, t.values, t.history, now, t.ready, idle)
+            t.history = d.history
+            if d.instances != t.instances:
+                why = f"scaled {t.instances}→{d.instances}: {d.reason}"
+                await self._scale(t, name, d.instances, why, "Autoscaled", now, "woken by load")
 
     async def _cpu_percent(self, name: str, request: int) -> float | None:
         """Mean CPU per ready replica, % of its requested cores; read at most once a tick

@@ -229,24 +229,26 @@ class Services:
         instance: int,
         why: str,
         reason: str = "Autoscaled",
-    ) -> bool:
+    ) -> int | None:
         """The autoscaler's scale (and a wake-up's, with its own event ``reason``): the same
         write as a manual one, but only while the service is still autoscaled at
-        ``expected`` instances (else a newer state decides). True when written."""
-        done = False
+        ``expected`` instances (else a newer state decides). The generation written, or None
+        when nothing was."""
+        written: int | None = None
 
         def change(s: Session, row: ServiceRow) -> None:
-            nonlocal done
+            nonlocal written
+            written = None  # a retry after a concurrent write decides afresh
             spec = row.spec
             if spec.autoscaler is None or spec.metadata.instance != expected:
                 return
             metadata = spec.metadata.model_copy(update={"instance": instance})
             row.spec = spec.model_copy(update={"metadata": metadata})
             _bump(row, reason, why)
-            done = True
+            written = row.generation
 
         self._write(cluster, name, change)
-        return done
+        return written
 
     def note(self, cluster: str, name: str, reason: str, message: str) -> None:
         """An event alone (no change to the spec), e.g. a cold start's breakdown."""

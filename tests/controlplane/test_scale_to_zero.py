@@ -7,6 +7,7 @@ Only services whose autoscaler allows zero are woken. The phase breakdown is a t
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from controlplane.api.app import create_app
 from controlplane.autoscaling import Autoscaling, NotWakeable
 from controlplane.coldstart import ColdStart, breakdown, phase_of
 from controlplane.db import make_engine, make_sessions
+from controlplane.desired import ServiceState
 from controlplane.reconciler import Reconciler
 from controlplane.runtime.base import ReplicaStatus
 from controlplane.sealing import TokenSealer
@@ -103,6 +105,49 @@ async def test_idle_service_goes_to_zero_and_a_wake_up_brings_it_back(
     assert "(woken by a request)" in cold
     for phase in ("decision", "process/pod start", "model pull", "Triton load", "warm-up"):
         assert f"{phase} " in cold, cold
+
+
+def state_of(h: Harness, name: str = "triton_test") -> ServiceState:
+    row = h.row(name)
+    return ServiceState(row.name, row.uid, row.generation, row.spec, row.stopped, row.deleting)
+
+
+async def test_a_read_of_the_wake_up_during_its_write_does_not_scale_it_back(
+    harness: Harness,  # noqa: F811
+) -> None:
+    """The reconciler may read a wake-up's write before the wake-up has seen it done: a tick
+    deciding on that read (with the history from before zero) scaled 2→1 at once."""
+    h = harness
+    h.services.create(seed_spec(autoscaler=to_zero(grace=1, activation=2, window=60)))
+    assert h.services.autoscale("local", "triton_test", 1, 0, "to zero", "Autoscaled")
+    scaling = Autoscaling(h.sessions, h.services, tick_s=0.05)
+    scaling.observe(state_of(h))
+    loop = asyncio.create_task(scaling.run())
+
+    written, go_on = threading.Event(), threading.Event()
+    write = h.services.autoscale
+
+    def slow_write(*args: Any) -> int | None:
+        done = write(*args)
+        written.set()
+        go_on.wait(5)
+        return done
+
+    h.services.autoscale = slow_write  # type: ignore[method-assign]
+    try:
+        waking = asyncio.create_task(scaling.wake("triton_test"))
+        assert await asyncio.to_thread(written.wait, 5)
+        scaling.observe(state_of(h))  # the reconciler reads the 2 the wake-up wrote
+        await asyncio.sleep(0.3)  # ticks that could decide on that read
+        go_on.set()
+        assert await waking == 2
+        await asyncio.sleep(0.3)  # and ticks after it
+        assert instances(h) == 2
+        assert events(h, "Autoscaled") == ["to zero"]
+    finally:
+        go_on.set()
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
 
 
 async def test_the_grace_period_counts_from_the_wake_up_and_requests(
