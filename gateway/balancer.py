@@ -10,6 +10,7 @@ that was refusing connections.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import urlsplit
@@ -47,8 +48,10 @@ class Endpoint:
 
 def address(host: str, port: int) -> str:
     """A replica's key in the connection pool: a string, whose hash is kept, where a
-    ``(host, port)`` tuple would be built, hashed and compared on every lookup."""
-    return f"{host}:{port}"
+    ``(host, port)`` tuple would be built, hashed and compared on every lookup; interned,
+    so that an endpoint's and its connections' keys are one object (compared by identity
+    first)."""
+    return sys.intern(f"{host}:{port}")
 
 
 def split_base_url(base_url: str) -> tuple[str, int]:

@@ -304,7 +304,16 @@ class ServiceSeries:
     """One service's series of the metrics every predict call updates, found once per call
     by the service's name instead of by three label tuples built, hashed and compared."""
 
-    __slots__ = ("_codes", "_requests", "_same_buckets", "duration", "name", "upstream_duration")
+    __slots__ = (
+        "_codes",
+        "_last_cell",
+        "_last_status",
+        "_requests",
+        "_same_buckets",
+        "duration",
+        "name",
+        "upstream_duration",
+    )
 
     def __init__(self, metrics: GatewayMetrics, name: str) -> None:
         self.name = name
@@ -313,6 +322,9 @@ class ServiceSeries:
         self._same_buckets = self.duration.buckets == self.upstream_duration.buckets
         self._requests = metrics.requests
         self._codes: dict[int, Cell] = {}  # status → its count
+        # The last status's count, before the dict: a service answers mostly one status.
+        self._last_status = 0
+        self._last_cell: Cell | None = None
 
     def relayed(self, status: int, took: float) -> None:
         """A call answered by a replica in ``took`` seconds, which is also its time upstream
@@ -328,9 +340,12 @@ class ServiceSeries:
         self.answered(status)
 
     def answered(self, status: int) -> None:
-        cell = self._codes.get(status)
-        if cell is None:
-            cell = self._codes[status] = self._requests.cell((self.name, str(status)))
+        cell = self._last_cell
+        if cell is None or status != self._last_status:
+            cell = self._codes.get(status)
+            if cell is None:
+                cell = self._codes[status] = self._requests.cell((self.name, str(status)))
+            self._last_status, self._last_cell = status, cell
         cell.value += 1.0
         if server_error(status):
             self._requests.error(self.name)
@@ -341,6 +356,10 @@ class GatewayMetrics:
 
     def __init__(self) -> None:
         self._series: dict[str, ServiceSeries] = {}
+        # The last name asked for and its series, before the dict: compared by identity
+        # (the proxy passes its route entry's string, the same object call after call).
+        self._last_name = ""
+        self._last_series: ServiceSeries | None = None
         p = "openeas_gateway_"
         self.requests = RequestCounter(
             p + "requests_total",
@@ -419,9 +438,13 @@ class GatewayMetrics:
 
     def series(self, service: str) -> ServiceSeries:
         """``service``'s per-call series (as many as there are label values already)."""
+        last = self._last_series
+        if last is not None and service is self._last_name:
+            return last
         found = self._series.get(service)
         if found is None:
             found = self._series[service] = ServiceSeries(self, service)
+        self._last_name, self._last_series = service, found
         return found
 
     def snapshot(self) -> dict[str, list[Any]]:

@@ -79,6 +79,11 @@ class UpstreamPool(Pool):
         self.max_idle = max_idle
         self._sweep_s = min(5.0, keepalive_s / 2)
         self._idle: dict[str, Idle] = {}
+        # The address last looked up and its connections, before the dict: one object per
+        # address (balancer.address interns it), so a call's take and release compare
+        # identities where the dict would compare strings.
+        self._last_addr = ""
+        self._last_idle: Idle | None = None
         # Replicas that left the route table (a delta at a time; small: a replica port or
         # pod IP that comes back is taken out again).
         self._unrouted: set[str] = set()
@@ -113,7 +118,7 @@ class UpstreamPool(Pool):
     def idle(self, addr: str) -> UpstreamConnection | None:
         """An idle keep-alive connection to ``addr`` (:func:`gateway.balancer.address`),
         if there is one."""
-        idle = self._idle.get(addr)
+        idle = self._stack(addr, False)
         if idle is None:
             return None
         conn = idle.pop()
@@ -141,6 +146,7 @@ class UpstreamPool(Pool):
         gone = {address(host, port) for host, port in released}
         self._unrouted -= {address(host, port) for host, port in added}
         self._unrouted |= gone
+        self._last_idle = None
         for addr in gone:
             idle = self._idle.pop(addr, None)
             if idle is not None:
@@ -153,9 +159,8 @@ class UpstreamPool(Pool):
         if conn.closed or self._closed or (self._unrouted and addr in self._unrouted):
             conn.close()
             return
-        idle = self._idle.get(addr)
-        if idle is None:
-            idle = self._idle[addr] = Idle()
+        idle = self._stack(addr, True)
+        assert idle is not None
         if len(idle) >= self.max_idle:
             conn.close()
             return
@@ -164,6 +169,19 @@ class UpstreamPool(Pool):
         conn.idle_since = now
         idle.push(conn)
         self._arm_sweeper()
+
+    def _stack(self, addr: str, make: bool) -> Idle | None:
+        """``addr``'s idle connections (made if ``make``)."""
+        idle = self._last_idle
+        if idle is not None and addr is self._last_addr:
+            return idle
+        idle = self._idle.get(addr)
+        if idle is None:
+            if not make:
+                return None
+            idle = self._idle[addr] = Idle()
+        self._last_addr, self._last_idle = addr, idle
+        return idle
 
     def forget(self, conn: UpstreamConnection) -> None:
         idle = self._idle.get(conn.address)

@@ -39,24 +39,24 @@ from gateway.paths import Target
 from gateway.pool import UpstreamPool
 from gateway.problems import Problem, unauthorized, write_problem
 from gateway.route_table import Asleep, GroupEntry, RouteState, ServiceRoute
-from gateway.server import Request
+from gateway.server import Head, Request
 from gateway.settings import GatewaySettings
 from gateway.shadows import Mirrors
 from gateway.upstream import Exchange, UpstreamConnection, request_head
 from gateway.wake import Push, Waking
 
 
-def same_credential(hmap: dict[bytes, bytes], presented: bytes, accepted: bytes) -> bool:
-    """Whether ``presented`` (the Authorization value in a request's ``hmap``) is the one
-    that passed last: the same object, or equal in constant time — then ``hmap`` keeps the
-    accepted object instead. A client repeats its head with its header values (see
+def same_credential(head: Head, presented: bytes, accepted: bytes) -> bool:
+    """Whether ``presented`` (``head``'s Authorization value) is the one that passed last:
+    the same object, or equal in constant time — then ``head`` keeps the accepted object
+    instead. A client repeats its head with its header values (see
     :class:`gateway.server.Head`), so its next calls are the same object, whichever of the
     connections passed first."""
     if presented is accepted:
         return True
     if not compare_digest(presented, accepted):
         return False
-    hmap[b"authorization"] = accepted  # the same bytes
+    head.authorization = head.hmap[b"authorization"] = accepted  # the same bytes
     return True
 
 
@@ -129,7 +129,7 @@ class PredictProxy:
         """The group's token, or any member's, opens the group endpoint."""
         name = group.route.group
         if not self._accepts(request, lambda: self.routes.group_tokens(group), group):
-            if presented_token(request.hmap.get(b"authorization")) is None:
+            if presented_token(request.head.authorization) is None:
                 raise unauthorized(name, "missing Authorization header with the group token")
             raise unauthorized(name, "the token matches neither this group nor its members")
 
@@ -139,12 +139,12 @@ class PredictProxy:
     ) -> bool:
         """Whether the Authorization header opens ``holder``: the credential that passed
         last is compared first; the digests are listed only when it does not match."""
-        auth = request.hmap.get(b"authorization")
+        auth = request.head.authorization
         accepted = holder.accepted
         if (
             auth is not None
             and accepted is not None
-            and same_credential(request.hmap, auth, accepted)
+            and same_credential(request.head, auth, accepted)
         ):
             return True
         token = presented_token(auth)
@@ -164,10 +164,10 @@ class PredictProxy:
         """Raise the :class:`Problem` that refuses this call, or take its place in the
         service's in-flight count at ``now`` (the caller must ``entry.in_flight.leave()``)."""
         name = entry.service
-        auth = request.hmap.get(b"authorization")
+        auth = request.head.authorization
         accepted = entry.accepted
         if not authenticated and (
-            auth is None or accepted is None or not same_credential(request.hmap, auth, accepted)
+            auth is None or accepted is None or not same_credential(request.head, auth, accepted)
         ):
             token = presented_token(auth)
             if token is None:
@@ -259,14 +259,20 @@ class PredictProxy:
         body = request.body.take() if request.has_body else None  # sent with the head
         # The body has the head's length, so the upstream head follows from the head, the
         # connection and the replica: made once while a client repeats its head.
-        memo = request.head.memo
-        head = memo.get(endpoint)
-        if head is None:
-            headers = upstream_headers(request, request.content_length)
-            head = request_head(request.method, target.path_qs, endpoint.host_header, headers)
-            if len(memo) >= MEMO_ENDPOINTS:
-                memo.clear()
-            memo[endpoint] = head
+        client = request.head
+        if client.last_endpoint is endpoint:
+            head = client.last_made
+        else:
+            memo = client.memo
+            found = memo.get(endpoint)
+            if found is None:
+                headers = upstream_headers(request, request.content_length)
+                found = request_head(request.method, target.path_qs, endpoint.host_header, headers)
+                if len(memo) >= MEMO_ENDPOINTS:
+                    memo.clear()
+                memo[endpoint] = found
+            head = client.last_made = found
+            client.last_endpoint = endpoint
         endpoint.outstanding += 1
         ex = ProxiedExchange(self, request, conn, entry, endpoint, started)
         ex.send(head, body, started)  # its deadline runs from admission, microseconds ago

@@ -116,10 +116,11 @@ class Body:
     """A request body as it arrives from the client."""
 
     __slots__ = (
-        "_chunks",
         "_conn",
         "_discard",
+        "_first",
         "_limit",
+        "_more",
         "_sink",
         "_waiter",
         "buffered",
@@ -131,7 +132,10 @@ class Body:
     def __init__(self, conn: HttpConnection, whole: Chunk | None = None) -> None:
         """``whole``: all of the body, already read (its message is complete)."""
         self._conn = conn
-        self._chunks: list[Chunk] = [whole] if whole else []
+        # What is buffered: the first chunk alone, a list only from the second (most
+        # bodies come whole: no list to make and free per call).
+        self._first: Chunk | None = whole if whole else None
+        self._more: list[Chunk] | None = None
         self._sink: BodySink | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._discard = False
@@ -149,7 +153,12 @@ class Body:
             return
         if self._discard:
             return
-        self._chunks.append(data)
+        if self._first is None:
+            self._first = data
+        elif self._more is None:
+            self._more = [data]
+        else:
+            self._more.append(data)
         self.buffered += len(data)
         if self._limit:
             if self.buffered > self._limit:
@@ -174,12 +183,14 @@ class Body:
 
     def take(self) -> Chunk:
         """What is buffered (the whole body once the message is complete)."""
-        chunks = self._chunks
-        self._chunks = []
+        first, more = self._first, self._more
+        self._first = self._more = None
         self.buffered = 0
-        if len(chunks) == 1:
-            return chunks[0]
-        return b"".join(chunks)
+        if first is None:
+            return b""
+        if more is None:
+            return first
+        return b"".join([first, *more])
 
     def expect(self, limit: int) -> None:
         """Read the rest of the body (asking a client that waits for "100 Continue"), and
@@ -197,10 +208,13 @@ class Body:
     def pipe_to(self, sink: BodySink) -> None:
         """Send what is buffered and everything still to come to ``sink``."""
         self._conn.send_continue()
-        for chunk in self._chunks:
-            sink.write_body(chunk)
-        self._chunks = []
+        first, more = self._first, self._more
+        self._first = self._more = None
         self.buffered = 0
+        if first is not None:
+            sink.write_body(first)
+        for chunk in more or ():
+            sink.write_body(chunk)
         self._sink = sink
         self._conn.resume_reading()
 
@@ -216,7 +230,7 @@ class Body:
     def discard(self) -> None:
         self.detach()
         self._discard = True
-        self._chunks = []
+        self._first = self._more = None
         self.buffered = 0
 
 
@@ -231,12 +245,15 @@ class Head:
     ``resolved_at``."""
 
     __slots__ = (
+        "authorization",
         "content_length",
         "expect_continue",
         "has_body",
         "headers",
         "hmap",
         "keep_alive",
+        "last_endpoint",
+        "last_made",
         "memo",
         "method",
         "parsed",
@@ -262,6 +279,9 @@ class Head:
         self.target = target
         self.headers = headers
         self.hmap = hmap  # dict(headers): last value per name, for lookups
+        # Read on every call (the token), kept apart: a lookup of a header name compares
+        # the bytes of a key the parser made.
+        self.authorization = hmap.get(b"authorization")
         self.version = version
         self.keep_alive = keep_alive
         self.upgrade = upgrade
@@ -274,6 +294,10 @@ class Head:
         )
         self.raw = b""  # the bytes it was parsed from, once known to be all of them
         self.memo: dict[object, bytes] = {}
+        # The last key asked for in ``memo`` and its value, before the dict (one replica
+        # mostly: compared by identity).
+        self.last_endpoint: object = None
+        self.last_made = b""
         self.parsed: object = None  # the router's reading of ``target`` (gateway.paths)
         self.resolved: object = None
         self.resolved_at = -1

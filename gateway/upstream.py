@@ -57,6 +57,8 @@ class ResponseHead:
         "chunked",
         "content_length",
         "keep_alive",
+        "last_key",
+        "last_made",
         "memo",
         "passthrough",
         "raw",
@@ -82,6 +84,9 @@ class ResponseHead:
         self.raw = b""
         # By kind of request: an int (HTTP/1.1, keep-alive, HEAD as bits), not a tuple.
         self.memo: dict[int, tuple[bytes, bool, bool]] = {}
+        # The last kind asked for and its head, before the dict (a client's calls are alike).
+        self.last_key = -1
+        self.last_made: tuple[bytes, bool, bool] = (b"", False, False)
 
 
 class Receiver(ABC):
@@ -267,6 +272,7 @@ class UpstreamConnection(ReadPausable):
         if data.find(b"\r\n\r\n") + 4 == end:
             head.raw = data[:end]
             head.memo.clear()  # made without its bytes: made again, perhaps as them
+            head.last_key = -1
             self._last = head
 
     def eof_received(self) -> bool | None:
@@ -495,11 +501,19 @@ class Exchange(Receiver):
         req = self.request
         http11 = req.version == "1.1"
         key = http11 | req.keep_alive << 1 | self.head_only << 2
-        made = head.memo.get(key)
-        if made is None:
-            made = head.memo[key] = response_head_bytes(
-                head, client_http11=http11, keep_alive=req.keep_alive, head_only=self.head_only
-            )
+        if key == head.last_key:
+            made = head.last_made
+        else:
+            found = head.memo.get(key)
+            if found is None:
+                found = head.memo[key] = response_head_bytes(
+                    head,
+                    client_http11=http11,
+                    keep_alive=req.keep_alive,
+                    head_only=self.head_only,
+                )
+            made = head.last_made = found
+            head.last_key = key
         out, self._chunked_out, req.keep_alive = made
         self.status = head.status
         self.upstream.response = head

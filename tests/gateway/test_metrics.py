@@ -90,9 +90,14 @@ def test_a_service_series_counts_into_the_labelled_metrics() -> None:
     m = GatewayMetrics()
     series = m.series("svc")
     assert m.series("svc") is series  # found again, not made again
+    other = m.series("other")
+    # Equal names are one series whichever string object asks (the last one is kept).
+    assert m.series("".join(["s", "vc"])) is series and m.series("other") is other
+    assert m.series("svc") is series and other is not series
     series.answered(200)
+    series.answered(503)  # the last status's count is kept: a change finds its own
     series.answered(200)
-    series.answered(503)
+    other.answered(200)
     series.duration.observe(0.002)
     series.upstream_duration.observe(0.001)
     m.duration.observe(("svc",), 0.02)  # the labelled form reaches the same series
@@ -101,6 +106,7 @@ def test_a_service_series_counts_into_the_labelled_metrics() -> None:
     assert 'openeas_gateway_requests_total{service="svc",code="503"} 1' in text
     assert 'openeas_gateway_request_duration_seconds_count{service="svc"} 2' in text
     assert 'openeas_gateway_upstream_duration_seconds_count{service="svc"} 1' in text
+    assert 'openeas_gateway_requests_total{service="other",code="200"} 1' in text
     assert m.requests.errors == {"svc": 1}  # the load report's running 5xx total
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from gateway.proxy import same_credential
+from gateway.server import Head
 from testing.waiting import wait_until
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import (
@@ -637,9 +638,12 @@ def test_refused_upload_gets_its_answer(make_gateway: GatewayFactory, echo: Echo
 )
 def test_a_credential_is_the_one_that_passed_only_when_equal(presented: bytes, same: bool) -> None:
     accepted = bytes(bytearray(b"Bearer abc"))  # a new object, not the parameter
-    hmap = {b"authorization": presented, b"host": b"gw"}
-    assert same_credential(hmap, presented, accepted) is same
+    headers = [(b"authorization", presented), (b"host", b"gw")]
+    head = Head("POST", "/", headers, dict(headers), "1.1", True, False)
+    assert head.authorization is presented
+    assert same_credential(head, presented, accepted) is same
     # Equal: the head keeps the accepted object, so its repeats compare by identity.
-    assert hmap[b"authorization"] is (accepted if same else presented)
-    assert hmap[b"host"] == b"gw"
-    assert same_credential(hmap, accepted, accepted)  # the very object kept with a repeated head
+    assert head.authorization is (accepted if same else presented)
+    assert head.hmap[b"authorization"] is head.authorization
+    assert head.hmap[b"host"] == b"gw"
+    assert same_credential(head, accepted, accepted)  # the very object kept with a repeated head

@@ -35,7 +35,14 @@ async def test_reroute_closes_idle_and_finishing_connections_to_unrouted_replica
     assert pool.idle(f"127.0.0.1:{port}") is None
     pool.release(busy, pool.time())  # a request in flight finished: not kept either
     await wait_until_async(lambda: closed == [1, 1], 10)
+
+    pool.reroute({("127.0.0.1", port)}, set())  # back in the table: kept again, and closed
+    back = await pool.acquire("127.0.0.1", port, 1.0)  # with the pool (not in a list the
+    pool.release(back, pool.time())  # address had before it left)
+    assert pool.idle(f"127.0.0.1:{port}") is back
+    pool.release(back, pool.time())
     pool.close()
+    await wait_until_async(lambda: closed == [1, 1, 1], 10)
     server.close()
     await server.wait_closed()
 
