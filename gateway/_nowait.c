@@ -3,42 +3,98 @@
  * GIL around the call, which costs more than the call itself here: a non-blocking send
  * never waits, so there is nothing to release it for (libuv's own writes hold it too).
  *
- * send(fd, data) -> int: the bytes the socket took, 0 when it took none (full, or an
- * error: the caller hands the data to its transport, which meets the error itself).
- * Built by setup.py; gateway/writes.py has the same function in Python for a build
+ * send(fd, data) -> int: the bytes of data the socket did not take: 0 when it took all
+ * (a cached int, not a new one), len(data) when it took none (full, or an error: the
+ * caller hands the rest to its transport, which meets the error itself).
+ * sendv(fd, head, body) -> int: the same for head then body, in one call (sendmsg), so a
+ * message's two parts need not be joined into a new object first.
+ * Built by setup.py; gateway/writes.py has the same functions in Python for a build
  * without C (OPENEAS_PURE_PYTHON=1). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+
+#define FLAGS (MSG_DONTWAIT | MSG_NOSIGNAL)
+
+/* The bytes of ``obj`` (bytes without a buffer to get and release, as most writes are). */
+static int view_of(PyObject *obj, Py_buffer *view, struct iovec *iov) {
+    if (PyBytes_CheckExact(obj)) {
+        view->obj = NULL;
+        iov->iov_base = PyBytes_AS_STRING(obj);
+        iov->iov_len = (size_t)PyBytes_GET_SIZE(obj);
+        return 0;
+    }
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    iov->iov_base = view->buf;
+    iov->iov_len = (size_t)view->len;
+    return 0;
+}
+
+static void release(Py_buffer *view) {
+    if (view->obj != NULL) {
+        PyBuffer_Release(view);
+    }
+}
+
+static int fd_of(PyObject *arg, int *fd) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *fd = (int)n;
+    return 0;
+}
 
 static PyObject *nowait_send(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "send(fd, data) takes 2 arguments");
         return NULL;
     }
-    long fd = PyLong_AsLong(args[0]);
-    if (fd == -1 && PyErr_Occurred()) {
+    int fd;
+    Py_buffer view;
+    struct iovec iov;
+    if (fd_of(args[0], &fd) < 0 || view_of(args[1], &view, &iov) < 0) {
         return NULL;
     }
-    ssize_t n;
-    if (PyBytes_CheckExact(args[1])) { /* most writes: no buffer to get and release */
-        n = send((int)fd, PyBytes_AS_STRING(args[1]), (size_t)PyBytes_GET_SIZE(args[1]),
-                 MSG_DONTWAIT | MSG_NOSIGNAL);
-    } else {
-        Py_buffer view;
-        if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0) {
-            return NULL;
-        }
-        n = send((int)fd, view.buf, (size_t)view.len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        PyBuffer_Release(&view);
+    ssize_t n = send(fd, iov.iov_base, iov.iov_len, FLAGS);
+    release(&view);
+    return PyLong_FromSsize_t((Py_ssize_t)iov.iov_len - (n < 0 ? 0 : n));
+}
+
+static PyObject *nowait_sendv(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "sendv(fd, head, body) takes 3 arguments");
+        return NULL;
     }
-    return PyLong_FromSsize_t(n < 0 ? 0 : n);
+    int fd;
+    Py_buffer views[2];
+    struct iovec iov[2];
+    if (fd_of(args[0], &fd) < 0 || view_of(args[1], &views[0], &iov[0]) < 0) {
+        return NULL;
+    }
+    if (view_of(args[2], &views[1], &iov[1]) < 0) {
+        release(&views[0]);
+        return NULL;
+    }
+    struct msghdr msg = {0};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    ssize_t n = sendmsg(fd, &msg, FLAGS);
+    release(&views[0]);
+    release(&views[1]);
+    Py_ssize_t total = (Py_ssize_t)(iov[0].iov_len + iov[1].iov_len);
+    return PyLong_FromSsize_t(total - (n < 0 ? 0 : n));
 }
 
 static PyMethodDef nowait_methods[] = {
     {"send", (PyCFunction)(void (*)(void))nowait_send, METH_FASTCALL,
-     "send(fd, data) -> bytes the non-blocking socket took (0: none)"},
+     "send(fd, data) -> bytes of data the non-blocking socket did not take (0: all went)"},
+    {"sendv", (PyCFunction)(void (*)(void))nowait_sendv, METH_FASTCALL,
+     "sendv(fd, head, body) -> bytes of head + body the socket did not take (0: all went)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -249,8 +249,10 @@ class Head:
         "content_length",
         "expect_continue",
         "has_body",
+        "head_only",
         "headers",
         "hmap",
+        "http11",
         "keep_alive",
         "last_endpoint",
         "last_made",
@@ -283,6 +285,8 @@ class Head:
         # the bytes of a key the parser made.
         self.authorization = hmap.get(b"authorization")
         self.version = version
+        self.http11 = version == "1.1"  # (compared once, not by each call's exchange)
+        self.head_only = method == "HEAD"
         self.keep_alive = keep_alive
         self.upgrade = upgrade
         cl = hmap.get(b"content-length")

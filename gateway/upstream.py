@@ -440,7 +440,7 @@ class Exchange(Receiver):
         self.client = request.conn
         self.upstream = upstream
         self.on_done = on_done
-        self.head_only = request.method == "HEAD"
+        self.head_only = request.head.head_only
         self.error: UpstreamError | None = None
         self.complete = False
         self.finished = False
@@ -499,7 +499,7 @@ class Exchange(Receiver):
         """The head the client gets for ``head`` (made once per kind of request); notes
         the status, the framing and whether the client connection stays open."""
         req = self.request
-        http11 = req.version == "1.1"
+        http11 = req.head.http11
         key = http11 | req.keep_alive << 1 | self.head_only << 2
         if key == head.last_key:
             made = head.last_made

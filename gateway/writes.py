@@ -46,24 +46,36 @@ def write_parts(transport: asyncio.WriteTransport, parts: Sequence[Chunk]) -> No
 
 
 def send_nowait(fd: int, data: Chunk) -> int:
-    """The bytes the non-blocking socket ``fd`` took of ``data``, 0 when it took none (full,
-    or an error its transport meets on its own write). ``gateway/_nowait.c`` when built: it
-    holds the GIL, which ``os.write`` releases at a cost above the call's."""
+    """The bytes of ``data`` the non-blocking socket ``fd`` did not take: 0 when it took
+    all, all of them when it took none (full, or an error its transport meets on its own
+    write). ``gateway/_nowait.c`` when built: it holds the GIL, which ``os.write`` releases
+    at a cost above the call's, and its 0 is a cached int where a count would be a new one."""
     try:
-        return os.write(fd, data)
+        return len(data) - os.write(fd, data)
     except OSError:
-        return 0
+        return len(data)
 
 
-def _native_send() -> Callable[[int, Chunk], int]:
+def sendv_nowait(fd: int, head: bytes, body: Chunk) -> int:
+    """:func:`send_nowait` of ``head`` then ``body``, in one call without joining them."""
+    total = len(head) + len(body)
     try:
-        from gateway._nowait import send
+        return total - os.writev(fd, (head, body))
+    except OSError:
+        return total
+
+
+def _native() -> tuple[Callable[[int, Chunk], int], Callable[[int, bytes, Chunk], int]]:
+    try:
+        from gateway._nowait import send, sendv
     except ImportError:  # built without C (OPENEAS_PURE_PYTHON=1)
-        return send_nowait
-    return send
+        return send_nowait, sendv_nowait
+    return send, sendv
 
 
-SEND: Final = _native_send()
+_NATIVE: Final = _native()
+SEND: Final = _NATIVE[0]
+SENDV: Final = _NATIVE[1]
 
 
 def socket_fd(transport: asyncio.BaseTransport) -> int:
@@ -76,33 +88,46 @@ class Sender:
     """One connection's writes (see the module's docstring). The transport's methods are
     bound once: looked up per call they cost more."""
 
-    __slots__ = ("_closing", "_fd", "_pending", "_send", "_write", "transport")
+    __slots__ = ("_closing", "_fd", "_pending", "_send", "_sendv", "_write", "transport")
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         self._send = SEND
+        self._sendv = SENDV
         self._write = transport.write
         self._pending = transport.get_write_buffer_size
         self._closing = transport.is_closing
         self._fd = socket_fd(transport)
 
+    def _direct(self, size: int) -> bool:
+        """Whether ``size`` bytes go on the socket now: small, and nothing is ahead of them.
+        Not while closing: a closed transport's descriptor may be another socket's now."""
+        return size < JOIN_BELOW and self._fd >= 0 and not self._pending() and not self._closing()
+
     def send(self, data: Chunk) -> None:
         """``data``, after everything written before it."""
-        # Not closing: a closed transport's descriptor may be another socket's now.
-        if len(data) < JOIN_BELOW and self._fd >= 0 and not self._pending() and not self._closing():
-            n = self._send(self._fd, data)
-            if n == len(data):
+        if self._direct(len(data)):
+            left = self._send(self._fd, data)
+            if not left:
                 return
-            data = data[n:]
+            data = data[len(data) - left :]
         self._write(data)
 
     def pair(self, head: bytes, body: Chunk) -> None:
         """A head and its body in one write: :meth:`parts` of the two, without the tuple
-        (every predict call writes a pair)."""
-        if len(head) + len(body) < JOIN_BELOW:
-            self.send(head + body)
-        else:
+        or the joined copy (every predict call writes a pair)."""
+        size = len(head) + len(body)
+        if not self._direct(size):
             self.transport.writelines((head, body))
+            return
+        left = self._sendv(self._fd, head, body)
+        if not left:
+            return
+        if left > len(body):  # some of the head is left too
+            self._write(head[len(head) - (left - len(body)) :])
+            self._write(body)
+        else:
+            self._write(body[len(body) - left :])
 
     def parts(self, parts: Sequence[Chunk]) -> None:
         """``parts`` in one call (see :func:`one_write`)."""
