@@ -91,27 +91,49 @@ class UpstreamPool(Pool):
         self._closed = False
         # Exchanges with a deadline, checked every TICK_S by one timer rather than one
         # timer per request (a timer handle per request cost more than the rest of it).
-        self._watched: set[Watched] = set()
+        self._watched: Watched | None = None  # the first; linked through them
         self._ticker: asyncio.TimerHandle | None = None
 
     def watch(self, ex: Watched) -> None:
-        self._watched.add(ex)
+        if ex.watching:
+            return
+        ex.watching = True
+        first = self._watched
+        ex.watch_prev, ex.watch_next = None, first
+        if first is not None:
+            first.watch_prev = ex
+        self._watched = ex
         self._arm_ticker()
 
     def _arm_ticker(self) -> None:
         """One tick chain at most: a deadline check may start the next pipelined call,
         which watches again, while :meth:`_tick` is still running."""
-        if self._ticker is None and self._watched and not self._closed:
+        if self._ticker is None and self._watched is not None and not self._closed:
             self._ticker = self.loop.call_later(TICK_S, self._tick)
 
     def unwatch(self, ex: Watched) -> None:
-        self._watched.discard(ex)
+        if not ex.watching:
+            return
+        ex.watching = False
+        before, after = ex.watch_prev, ex.watch_next
+        if before is None:
+            self._watched = after
+        else:
+            before.watch_next = after
+        if after is not None:
+            after.watch_prev = before
+        ex.watch_prev = ex.watch_next = None
 
     def _tick(self) -> None:
         """Armed while exchanges are watched; idle, the gateway has no timer of its own."""
         self._ticker = None  # (first: should a check raise, the next watch arms it again)
         now = self.time()
-        for ex in list(self._watched):
+        due = []  # (a check may unwatch itself, or watch another call)
+        ex = self._watched
+        while ex is not None:
+            due.append(ex)
+            ex = ex.watch_next
+        for ex in due:
             ex.check_deadline(now)
         self._arm_ticker()
 

@@ -20,9 +20,10 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from time import monotonic
-from typing import Protocol, cast
+from typing import cast
 
 import httptools
+from mypy_extensions import mypyc_attr
 
 from gateway.balancer import address
 from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_fields
@@ -89,7 +90,27 @@ class ResponseHead:
         self.last_made: tuple[bytes, bool, bool] = (b"", False, False)
 
 
-class Receiver(ABC):
+# Subclassed by the pool's tests (interpreted), so it allows that; its compiled subclasses
+# are the exchanges and shadow calls.
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Watched:
+    """What the pool's deadline timer checks (an exchange or a shadow call in flight). While
+    watched it is linked into the pool's list of them (``watch_prev``/``watch_next``): taken
+    in and out per call in a few stores, where a set hashed, grew and left dummies."""
+
+    __slots__ = ("watch_next", "watch_prev", "watching")
+
+    def __init__(self) -> None:
+        self.watching = False
+        self.watch_prev: Watched | None = None
+        self.watch_next: Watched | None = None
+
+    def check_deadline(self, now: float) -> None:
+        """The pool's timer: fail if the replica is late."""
+        raise NotImplementedError
+
+
+class Receiver(Watched, ABC):
     """What a connection feeds while it carries one exchange: an :class:`Exchange` (relays to
     a client) or a mirror's shadow call (keeps the answer, see :mod:`gateway.mirror`).
     ``status`` is 0 until a final response head arrived. An abstract base class, not a
@@ -99,6 +120,7 @@ class Receiver(ABC):
     __slots__ = ("status",)
 
     def __init__(self) -> None:
+        super().__init__()
         self.status = 0
 
     @abstractmethod
@@ -141,12 +163,6 @@ class Receiver(ABC):
     @abstractmethod
     def resume_sending(self) -> None:
         """It drained."""
-
-
-class Watched(Protocol):
-    """What the pool's deadline timer checks (an exchange or a shadow call in flight)."""
-
-    def check_deadline(self, now: float) -> None: ...
 
 
 class Pool(ABC):

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from gateway.pool import Idle, UpstreamPool
-from gateway.upstream import UpstreamConnection
+from gateway.upstream import UpstreamConnection, Watched
 from testing.waiting import wait_until_async
 
 
@@ -47,10 +49,11 @@ async def test_reroute_closes_idle_and_finishing_connections_to_unrouted_replica
     await server.wait_closed()
 
 
-class Watched:
+class Counting(Watched):
     """A receiver with a deadline, as the pool's timer sees one."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.checks = 0
 
     def check_deadline(self, now: float) -> None:
@@ -59,7 +62,7 @@ class Watched:
 
 async def test_the_deadline_timer_runs_only_while_something_is_watched() -> None:
     pool = UpstreamPool()
-    ex = Watched()
+    ex = Counting()
     pool.watch(ex)
     await wait_until_async(lambda: ex.checks >= 2, 5)
     pool.unwatch(ex)
@@ -70,7 +73,7 @@ async def test_the_deadline_timer_runs_only_while_something_is_watched() -> None
     pool.close()
 
 
-class WatchesAnother(Watched):
+class WatchesAnother(Counting):
     """A deadline check that starts another call (a pipelined request after a timeout)."""
 
     def __init__(self, pool: UpstreamPool) -> None:
@@ -79,7 +82,7 @@ class WatchesAnother(Watched):
 
     def check_deadline(self, now: float) -> None:
         super().check_deadline(now)
-        self.pool.watch(Watched())
+        self.pool.watch(Counting())
 
 
 async def test_a_deadline_check_that_watches_again_keeps_one_timer() -> None:
@@ -129,4 +132,34 @@ async def test_the_idle_list_is_a_stack_whose_oldest_are_swept_and_any_removed()
     assert len(idle) == 1 and idle.pop() is b and idle.pop() is None
     idle.push(a)
     assert idle.take(len(idle)) == [a] and len(idle) == 0
+    pool.close()
+
+
+@pytest.mark.parametrize(
+    ("watched", "unwatched"),
+    [
+        (4, []),
+        (4, [0]),  # the first watched (the list's last)
+        (4, [3]),  # the last watched (the list's first)
+        (4, [1, 2]),  # from the middle
+        (4, [3, 0, 2, 1]),  # all
+        (1, [0, 0]),  # twice: the second does nothing
+    ],
+)
+async def test_a_tick_checks_exactly_what_is_still_watched(
+    watched: int, unwatched: list[int]
+) -> None:
+    pool = UpstreamPool()
+    calls = [Counting() for _ in range(watched)]
+    for ex in calls:
+        pool.watch(ex)
+    pool.watch(calls[0])  # watched already: still checked once per tick
+    for i in unwatched:
+        pool.unwatch(calls[i])
+    pool._tick()
+    assert [ex.checks for ex in calls] == [0 if i in unwatched else 1 for i in range(watched)]
+    for ex in calls:  # and back, in any order
+        pool.watch(ex)
+    pool._tick()
+    assert all(ex.checks == (1 if i in unwatched else 2) for i, ex in enumerate(calls))
     pool.close()
