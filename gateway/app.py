@@ -348,7 +348,7 @@ async def start_gateway(
     await gateway.start()
     assert gateway.router is not None
     server = HttpServer(
-        gateway.router.handle,
+        gateway.router,
         keepalive_s=75.0,
         buffer_bytes=settings.buffer_body_bytes,
         head_timeout_s=settings.head_timeout_s,

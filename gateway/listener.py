@@ -16,7 +16,14 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from gateway.server import BUFFER_HIGH, Handler, HttpConnection, Request
+from gateway.server import (
+    BUFFER_HIGH,
+    CallingHandler,
+    Handler,
+    HttpConnection,
+    Request,
+    RequestHandler,
+)
 from gateway.splice import SPLICE_MIN
 
 log = logging.getLogger(__name__)
@@ -27,7 +34,7 @@ class HttpServer:
 
     def __init__(
         self,
-        handler: Handler,
+        handler: RequestHandler | Handler,
         *,
         keepalive_s: float = 75.0,
         buffer_bytes: int = BUFFER_HIGH,
@@ -35,7 +42,8 @@ class HttpServer:
         body_timeout_s: float = 60.0,
         splice_min_bytes: int = SPLICE_MIN,
     ) -> None:
-        self.handler = handler
+        # A native handler is called directly by the (compiled) connections.
+        self.handler = handler if isinstance(handler, RequestHandler) else CallingHandler(handler)
         self.loop = asyncio.get_running_loop()
         self.keepalive_s = keepalive_s
         self.head_timeout_s = head_timeout_s

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from gateway.paths import BadTarget, Target, parse_target
 from gateway.problems import Problem, write_problem
 from gateway.proxy import PredictProxy
-from gateway.server import Request
+from gateway.server import Request, RequestHandler
 
 
 class Pages(Protocol):
@@ -27,7 +27,7 @@ class Fallback(Protocol):
     def handle(self, request: Request) -> Coroutine[Any, Any, None]: ...
 
 
-class Router:
+class Router(RequestHandler):
     def __init__(
         self,
         predict: PredictProxy,
