@@ -44,7 +44,7 @@ from mypy_extensions import mypyc_attr
 
 from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
 from gateway.splice import AVAILABLE as SPLICE_AVAILABLE
-from gateway.splice import BodySplice
+from gateway.splice import RELAY_MIN, BodyMove, BodyRelay, BodySplice
 from gateway.writes import Chunk, Sender
 
 log = logging.getLogger(__name__)
@@ -445,7 +445,7 @@ class HttpConnection(ReadPausable):
         self.pause_bytes = max(BUFFER_HIGH, self.buffer_bytes)
         # The rest of a body streamed to a replica is spliced from this many bytes (0: never).
         self.splice_min = server.splice_min if SPLICE_AVAILABLE else 0
-        self._splice: BodySplice | None = None
+        self._splice: BodyMove | None = None
         self._watched = -1
         self.transport: asyncio.Transport | None = None
         self.sender: Sender | None = None  # its writes, once it has a transport
@@ -598,12 +598,20 @@ class HttpConnection(ReadPausable):
             self._try_splice()  # its replica's connection may be there now
         return rest
 
-    # -- the rest of a large body, spliced (gateway.splice) ---------------------------------
+    # -- the rest of a large body, spliced or relayed (gateway.splice) ----------------------
 
     def _try_splice(self) -> None:
-        """Splice the rest of the body being read if enough of it is still to come and it
-        goes to a replica's socket (else the transport relays it)."""
-        if not self.splice_min or self._body_left < self.splice_min:
+        """Move the rest of the body being read from socket to socket if enough of it is
+        still to come and it goes to a replica's socket (else the transport relays it):
+        spliced from ``splice_min`` bytes when that is set, else relayed through a buffer
+        (no copy into Python's objects) from ``RELAY_MIN``."""
+        left = self._body_left
+        move: type[BodyMove]
+        if self.splice_min and left >= self.splice_min:
+            move = BodySplice
+        elif left >= RELAY_MIN:
+            move = BodyRelay
+        else:
             return
         req = self._parsing
         sink = req.body.sink if req is not None else None
@@ -624,15 +632,7 @@ class HttpConnection(ReadPausable):
             client = self.watched_fd()
             if client < 0:
                 return
-            splice = BodySplice(
-                self.loop,
-                client,
-                upstream,
-                queued,
-                self._body_left,
-                self._spliced,
-                self._unspliced,
-            )
+            splice = move(self.loop, client, upstream, queued, left, self._spliced, self._unspliced)
         except OSError:
             return  # out of descriptors: the transport relays it
         self._splice = splice

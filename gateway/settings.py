@@ -112,9 +112,11 @@ class GatewaySettings(BaseSettings):
         ge=0,
         description="The rest of a streamed request body of known length is moved from the "
         "client's socket to the replica's by the kernel (splice, Linux) once at least this "
-        "many bytes are still to come (e.g. 65536); 0 (the default): never. It takes the "
-        "gateway's copies out but makes a replica on the same host read spliced pages, which "
-        "cost it more than the gateway saves (docs/architecture.md).",
+        "many bytes are still to come (e.g. 65536); 0 (the default): never, such a body is "
+        "relayed through one buffer of the gateway's instead (read, then written: no copy "
+        "into Python's objects). Splicing takes the gateway's copies out but makes a replica "
+        "on the same host read spliced pages, which cost it more than the gateway saves "
+        "(docs/architecture.md).",
     )
     keepalive_s: float = Field(default=60.0, gt=0, description="Idle upstream keep-alive.")
     retry_after_s: int = Field(default=1, ge=0, description="Retry-After on 503.")

@@ -1,25 +1,29 @@
-"""The rest of a large request body moved from the client's socket to the replica's by the
-kernel (``splice(2)`` through a pipe), so neither uvloop nor Python copies its bytes.
+"""The rest of a large request body moved from the client's socket to the replica's without
+passing through uvloop or a Python object: by the kernel (``splice(2)`` through a pipe,
+:class:`BodySplice`), or through one buffer of ours (``read`` then ``write``,
+:class:`BodyRelay`).
 
 Relayed by the transports, each 256 KiB of a body is copied three times: out of the client's
-socket, into a new ``bytes`` by uvloop, into the replica's socket; splicing moves the
-socket's pages into a pipe and from it, and no read is handed to Python at all. From
+socket, into a new ``bytes`` by uvloop, into the replica's socket. :class:`BodyRelay` makes
+the two copies nginx makes, out of one socket into a kept buffer and from it into the other,
+and hands Python no read: it is the default for a body with at least ``RELAY_MIN`` bytes still
+to come. Splicing moves the socket's pages into a pipe and from it; from
 ``GatewaySettings.splice_min_bytes`` still to come (0, the default, turns it off): with 1 MB
 bodies it halves the gateway's CPU per call in front of a canned replica
 (``bench/hotpath.py --model inception_graphdef``), but a replica on the same host then reads
 spliced pages at more cost than the gateway saves (docs/architecture.md), so it is opt-in.
-It is only used for a body of known length
+Either is only used for a body of known length
 that goes to one replica connection, after what that connection's transport still holds: the
 bytes arrive in order and exactly the body is taken from the client, so what follows it (a
 pipelined request) is still read by the transport.
 
 The event loop watches duplicates of both sockets (uvloop refuses a transport's own), which
 each connection keeps for its life (``ReadPausable.watched_fd``), while the client's
-transport is paused; pipes are kept for the next body when they end empty. Anything unusual — the
-client's end or an error on either socket — hands reading back to the transport, which then
-meets the same condition and handles it as always (a closed client, a failed replica); the
-bytes still in the pipe are then lost, as they would be in a transport's buffer, and the
-exchange fails anyway.
+transport is paused; pipes and buffers are kept for the next body when they end empty.
+Anything unusual — the client's end or an error on either socket — hands reading back to the
+transport, which then meets the same condition and handles it as always (a closed client, a
+failed replica); the bytes still in the pipe or buffer are then lost, as they would be in a
+transport's buffer, and the exchange fails anyway.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import mmap
 import os
 from collections.abc import Callable
 from typing import Final
@@ -38,6 +43,9 @@ _FLAGS: Final = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK
 
 AVAILABLE: Final = hasattr(os, "splice")  # Linux
 KEPT_PIPES: Final = 64  # empty pipes kept for the next splice (two descriptors each)
+RELAY_MIN: Final = 65_536  # body bytes still to come from which a body is relayed directly
+RELAY_BYTES: Final = 1 << 20  # a relay's buffer
+KEPT_BUFFERS: Final = 16  # empty buffers kept for the next relay
 
 _pipes: list[tuple[int, int, int]] = []  # (read end, write end, bytes it holds)
 
@@ -52,13 +60,15 @@ def _pipe() -> tuple[int, int, int]:
         return r, w, 65_536  # the default size
 
 
-class BodySplice:
+class BodyMove:
     """Moves ``left`` bytes from ``client_fd`` to ``upstream_fd`` (duplicates the loop may
     watch, see ``ReadPausable.watched_fd``), once ``queued()`` (the bytes the replica connection's
     transport still holds for that socket) is 0: its own go first. ``moved(n)`` is told of
     each read from the client (0: reading it again after a pause of ours); ``ended(whole)``
     once: True when all ``left`` bytes reached the replica's socket, False when reading goes
-    back to the transport."""
+    back to the transport. The two moves, client → held and held → replica, are a
+    subclass's: ``held`` bytes are between them, and the client is read while
+    :meth:`_has_room`."""
 
     def __init__(
         self,
@@ -74,12 +84,11 @@ class BodySplice:
         self.client = client_fd
         self.upstream = upstream_fd
         self.left = left
-        self.in_pipe = 0
+        self.held = 0
         self._queued = queued
         self._moved = moved
         self._ended = ended
         self.reading = self._writing = False
-        self.pipe_r, self.pipe_w, self.room = _pipe()
         self.done = False
 
     def start(self) -> None:
@@ -104,52 +113,45 @@ class BodySplice:
             self._drain()
 
     def _drain(self) -> None:
-        """Also the replica's socket's writable callback while the pipe waits for it."""
+        """Also the replica's socket's writable callback while the held bytes wait for it."""
         if not self._flush():
             if not self.done:
                 # The replica's socket is full, or its transport's bytes go first: wait until
-                # it takes more, reading the client meanwhile only while the pipe has room.
+                # it takes more, reading the client meanwhile only while there is room.
                 self._write_upstream(True)
-                self._read_client(self.left > 0 and self.in_pipe < self.room)
+                self._read_client(self.left > 0 and self._has_room())
         elif self.left:
             self._write_upstream(False)
             self._read_client(True)
         else:
             self._end(True)
 
-    # -- the two moves --------------------------------------------------------------------
+    # -- the two moves (a subclass's) -----------------------------------------------------
 
     def _read(self) -> bool:
-        """Client's socket → pipe; False when nothing came (or this ended)."""
-        want = min(self.left, self.room - self.in_pipe)
-        if not want:
-            return False  # the pipe is full (0 would read as the client's end)
-        try:
-            n = os.splice(self.client, self.pipe_w, want, flags=_FLAGS)
-        except BlockingIOError:
-            return False
-        except OSError:
-            self._end(False)  # the transport meets the same error
-            return False
-        if n == 0:
-            self._end(False)  # the client's end: the transport reads it
-            return False
-        self.left -= n
-        self.in_pipe += n
-        self._moved(n)
-        return True
+        """Client's socket → held; False when nothing came (or this ended)."""
+        raise NotImplementedError
 
     def _flush(self) -> bool:
-        """Pipe → the replica's socket, after its transport's own bytes; True once empty."""
-        while self.in_pipe and not self._queued():
-            try:
-                self.in_pipe -= os.splice(self.pipe_r, self.upstream, self.in_pipe, flags=_FLAGS)
-            except BlockingIOError:
-                return False
-            except OSError:
-                self._end(False)  # the replica failed: its transport says so
-                return False
-        return not self.in_pipe
+        """Held → the replica's socket, after its transport's own bytes; True once empty."""
+        raise NotImplementedError
+
+    def _has_room(self) -> bool:
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        """What held the bytes, at the end (kept for the next when empty)."""
+        raise NotImplementedError
+
+    def _took(self, n: int) -> bool:
+        """``n`` bytes were read from the client (0: its end, which the transport reads)."""
+        if n == 0:
+            self._end(False)
+            return False
+        self.left -= n
+        self.held += n
+        self._moved(n)
+        return True
 
     # -- internals ------------------------------------------------------------------------
 
@@ -174,10 +176,115 @@ class BodySplice:
         self.done = True
         self._read_client(False)
         self._write_upstream(False)
-        if self.in_pipe == 0 and len(_pipes) < KEPT_PIPES:
+        self._release()
+        self._ended(whole)
+
+
+class BodySplice(BodyMove):
+    """Through a pipe, by ``splice(2)``: no copy the gateway makes at all."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        client_fd: int,
+        upstream_fd: int,
+        queued: Callable[[], int],
+        left: int,
+        moved: Callable[[int], None],
+        ended: Callable[[bool], None],
+    ) -> None:
+        super().__init__(loop, client_fd, upstream_fd, queued, left, moved, ended)
+        self.pipe_r, self.pipe_w, self.room = _pipe()
+
+    def _has_room(self) -> bool:
+        return self.held < self.room
+
+    def _read(self) -> bool:
+        want = min(self.left, self.room - self.held)
+        if not want:
+            return False  # the pipe is full (0 would read as the client's end)
+        try:
+            n = os.splice(self.client, self.pipe_w, want, flags=_FLAGS)
+        except BlockingIOError:
+            return False
+        except OSError:
+            self._end(False)  # the transport meets the same error
+            return False
+        return self._took(n)
+
+    def _flush(self) -> bool:
+        while self.held and not self._queued():
+            try:
+                self.held -= os.splice(self.pipe_r, self.upstream, self.held, flags=_FLAGS)
+            except BlockingIOError:
+                return False
+            except OSError:
+                self._end(False)  # the replica failed: its transport says so
+                return False
+        return not self.held
+
+    def _release(self) -> None:
+        if self.held == 0 and len(_pipes) < KEPT_PIPES:
             _pipes.append((self.pipe_r, self.pipe_w, self.room))
         else:  # bytes left in it are lost with it (the exchange fails anyway)
             for fd in (self.pipe_r, self.pipe_w):
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._ended(whole)
+
+
+_buffers: list[memoryview] = []  # empty relay buffers
+
+
+class BodyRelay(BodyMove):
+    """Through one buffer of ours (``read`` into it, ``write`` from it: the kernel's two
+    copies, which nginx makes too), refilled once the replica's socket took all of it. The
+    buffer is an anonymous mapping, so it starts on a page (the kernel copies into and out
+    of a buffer 16 bytes past one took 1.5x as long: processors/storage/buffers.py)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        client_fd: int,
+        upstream_fd: int,
+        queued: Callable[[], int],
+        left: int,
+        moved: Callable[[int], None],
+        ended: Callable[[bool], None],
+    ) -> None:
+        super().__init__(loop, client_fd, upstream_fd, queued, left, moved, ended)
+        self.buffer = _buffers.pop() if _buffers else memoryview(mmap.mmap(-1, RELAY_BYTES))
+        self.sent = 0  # of the bytes in the buffer
+
+    def _has_room(self) -> bool:
+        return not self.held
+
+    def _read(self) -> bool:
+        want = 0 if self.held else min(self.left, len(self.buffer))
+        if not want:
+            return False  # still held (0 would read as the client's end)
+        try:
+            n = os.readv(self.client, [self.buffer[:want]])
+        except BlockingIOError:
+            return False
+        except OSError:
+            self._end(False)  # the transport meets the same error
+            return False
+        self.sent = 0
+        return self._took(n)
+
+    def _flush(self) -> bool:
+        while self.held and not self._queued():
+            try:
+                n = os.write(self.upstream, self.buffer[self.sent : self.sent + self.held])
+            except BlockingIOError:
+                return False
+            except OSError:
+                self._end(False)  # the replica failed: its transport says so
+                return False
+            self.sent += n
+            self.held -= n
+        return not self.held
+
+    def _release(self) -> None:
+        if len(_buffers) < KEPT_BUFFERS:
+            _buffers.append(self.buffer)  # what it still held is lost (the exchange fails)

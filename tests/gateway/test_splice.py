@@ -1,8 +1,8 @@
-"""The rest of a large request body spliced from the client's socket to the replica's
-(``gateway/splice.py``), through a gateway on real sockets: the bytes arrive exact and in
-order, a pipelined request behind the body is still read by the transport, a replica that
-reads slowly holds the client back, and a client or replica that leaves mid-body leaves
-nothing open behind it."""
+"""The rest of a large request body moved from the client's socket to the replica's
+(``gateway/splice.py``), relayed through a buffer (the default) or spliced (opt-in), through
+a gateway on real sockets: the bytes arrive exact and in order, a pipelined request behind
+the body is still read by the transport, a replica that reads slowly holds the client back,
+and a client or replica that leaves mid-body leaves nothing open behind it."""
 
 from __future__ import annotations
 
@@ -107,31 +107,54 @@ def replica(lt: LoopThread) -> Iterator[Callable[..., Replica]]:
 
 @dataclass
 class Calls:
-    """The gateway's ``os.splice`` calls (it runs in this process): bytes moved out of
-    client sockets, and how often the replica's socket had no room."""
+    """The gateway's moves (it runs in this process): body bytes read out of client sockets
+    by ``os.splice`` or by a relay's ``os.readv``, and how often the replica's socket had no
+    room for either."""
 
-    read: int = 0
+    spliced: int = 0
+    relayed: int = 0
     full: int = 0
+
+    @property
+    def read(self) -> int:
+        return self.spliced + self.relayed
 
 
 @pytest.fixture
 def splices(monkeypatch: pytest.MonkeyPatch) -> Calls:
     calls = Calls()
-    real = os.splice
+    real_splice, real_readv, real_write = os.splice, os.readv, os.write
 
-    def counting(src: int, dst: int, count: int, *args: object, **kw: int) -> int:
+    def splicing(src: int, dst: int, count: int, *args: object, **kw: int) -> int:
         into_socket = stat.S_ISFIFO(os.fstat(src).st_mode)  # from the pipe
         try:
-            n = real(src, dst, count, *args, **kw)  # type: ignore[arg-type]
+            n = real_splice(src, dst, count, *args, **kw)  # type: ignore[arg-type]
         except BlockingIOError:
             calls.full += into_socket
             raise
         if not into_socket:
-            calls.read += n
+            calls.spliced += n
         return n
 
-    monkeypatch.setattr(os, "splice", counting)
+    def reading(fd: int, buffers: list[memoryview]) -> int:
+        n = real_readv(fd, buffers)
+        calls.relayed += n
+        return n
+
+    def writing(fd: int, data: bytes | memoryview) -> int:
+        try:
+            return real_write(fd, data)
+        except BlockingIOError:
+            calls.full += stat.S_ISSOCK(os.fstat(fd).st_mode)
+            raise
+
+    monkeypatch.setattr(os, "splice", splicing)
+    monkeypatch.setattr(os, "readv", reading)
+    monkeypatch.setattr(os, "write", writing)
     return calls
+
+
+MODES = {"relay": {}, "splice": {"splice_min_bytes": 65_536}}  # the gateway's settings
 
 
 def read_answers(s: socket.socket, n: int, timeout: float = 20.0) -> list[tuple[int, bytes]]:
@@ -180,7 +203,8 @@ def sockets() -> set[str]:
 def pipes() -> int:
     """Pipes open in this process but not kept by the gateway for its next splice (the
     splice's own, and nothing else here, are pipes)."""
-    return len(open_fds("pipe")) - 2 * len(splice._pipes)
+    kept = {os.readlink(f"/proc/self/fd/{r}") for r, _, _ in splice._pipes}  # both ends' name
+    return len(open_fds("pipe") - kept)
 
 
 def expect(body: bytes) -> bytes:
@@ -194,18 +218,29 @@ def warm(gw: Gateway) -> None:
         assert read_answers(s, 1) == [(200, expect(b"abc"))]
 
 
-def start(make_gateway: GatewayFactory, r: Replica, **kw: int) -> Gateway:
-    """A gateway splicing bodies from 64 KiB on (off by default), unless ``kw`` says."""
-    kw.setdefault("splice_min_bytes", 65_536)
-    return make_gateway(table(route([r.url])), max_body_bytes=64 * 1024 * 1024, **kw)
+def start(make_gateway: GatewayFactory, r: Replica, mode: str, **kw: float) -> Gateway:
+    """A gateway relaying (its default) or splicing bodies from 64 KiB on, with ``kw``."""
+    settings = MODES[mode] | kw
+    return make_gateway(table(route([r.url])), max_body_bytes=64 * 1024 * 1024, **settings)
 
 
+def moved(calls: Calls, mode: str) -> int:
+    """Body bytes moved the way ``mode`` says, and none the other way."""
+    assert (calls.spliced if mode == "relay" else calls.relayed) == 0, calls
+    return calls.read
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("pieces", [1, 7])
-def test_a_large_body_is_spliced_exact_and_a_pipelined_request_behind_it_still_read(
-    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls, pieces: int
+def test_a_large_body_is_moved_exact_and_a_pipelined_request_behind_it_still_read(
+    make_gateway: GatewayFactory,
+    replica: Callable[..., Replica],
+    splices: Calls,
+    pieces: int,
+    mode: str,
 ) -> None:
     r = replica()
-    gw = start(make_gateway, r)
+    gw = start(make_gateway, r, mode)
     rng = random.Random(pieces)
     big, small = rng.randbytes(BODY), b"after the big one"
     warm(gw)
@@ -219,13 +254,13 @@ def test_a_large_body_is_spliced_exact_and_a_pipelined_request_behind_it_still_r
         answers = read_answers(s, 2)
     assert answers == [(200, expect(big)), (200, expect(small))]
     assert r.bodies == [b"abc", big, small]
-    # All but what the first read held (with the head) went by splice.
-    assert splices.read >= BODY - 256 * 1024, splices
+    # All but what the first read held (with the head) went by splice or relay.
+    assert moved(splices, mode) >= BODY - 256 * 1024, splices
     wait_until(lambda: pipes() == before, 10, what="the splice's pipe closed or kept")
 
 
 @pytest.mark.parametrize("settings", [{}, {"splice_min_bytes": 0}], ids=["default", "zero"])
-def test_by_default_or_at_zero_every_byte_is_relayed_through_the_gateway(
+def test_by_default_or_at_zero_a_body_is_relayed_not_spliced(
     make_gateway: GatewayFactory,
     replica: Callable[..., Replica],
     splices: Calls,
@@ -237,35 +272,37 @@ def test_by_default_or_at_zero_every_byte_is_relayed_through_the_gateway(
     with socket.create_connection(("127.0.0.1", gw.port)) as s:
         s.sendall(post_head(len(big)) + big)
         assert read_answers(s, 1) == [(200, expect(big))]
-    assert splices == Calls()
+    assert splices.spliced == 0 and splices.relayed > 0, splices
 
 
-def test_a_replica_that_reads_slowly_holds_the_splice_back_and_gets_every_byte(
-    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls
+@pytest.mark.parametrize("mode", MODES)
+def test_a_replica_that_reads_slowly_holds_the_move_back_and_gets_every_byte(
+    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls, mode: str
 ) -> None:
     r = replica(slow=True)
-    gw = start(make_gateway, r)
+    gw = start(make_gateway, r, mode)
     big = random.Random(1).randbytes(8 * BODY)
     with socket.create_connection(("127.0.0.1", gw.port)) as s:
         s.sendall(post_head(len(big)))
         s.sendall(big)
         assert read_answers(s, 1, timeout=60) == [(200, expect(big))]
     assert r.bodies == [big]
-    # Held back: the replica's socket filled (a splice into it found no room) and drained.
-    assert splices.read >= 7 * BODY and splices.full > 0, splices
+    # Held back: the replica's socket filled (a move into it found no room) and drained.
+    assert moved(splices, mode) >= 7 * BODY and splices.full > 0, splices
 
 
-def test_a_client_leaving_mid_body_closes_the_splice_and_the_replica_connection(
-    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls
+@pytest.mark.parametrize("mode", MODES)
+def test_a_client_leaving_mid_body_closes_the_move_and_the_replica_connection(
+    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls, mode: str
 ) -> None:
     r = replica()
-    gw = start(make_gateway, r)
+    gw = start(make_gateway, r, mode)
     before, open_sockets = pipes(), sockets()
     with socket.create_connection(("127.0.0.1", gw.port)) as s:
         s.sendall(post_head(BODY) + b"x" * 200_000)
         time.sleep(0.1)
         s.sendall(b"y" * 200_000)
-        wait_until(lambda: splices.read > 0, 10, what="the body being spliced")
+        wait_until(lambda: moved(splices, mode) > 0, 10, what="the body being moved")
     wait_until(lambda: pipes() == before, 10, what="the splice's pipe closed after the client left")
     # The client's and the replica's connections, and their duplicates, all closed.
     wait_until(lambda: sockets() <= open_sockets, 10, what="no socket left open")
@@ -273,11 +310,12 @@ def test_a_client_leaving_mid_body_closes_the_splice_and_the_replica_connection(
     warm(gw)  # the gateway serves on
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_a_replica_answering_before_the_body_is_in_is_relayed_and_nothing_leaks(
-    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls
+    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls, mode: str
 ) -> None:
     r = replica(early=True)
-    gw = start(make_gateway, r)
+    gw = start(make_gateway, r, mode)
     before = pipes()
     with socket.create_connection(("127.0.0.1", gw.port)) as s:
         s.sendall(post_head(BODY) + b"x" * 100_000)
@@ -291,18 +329,19 @@ def test_a_replica_answering_before_the_body_is_in_is_relayed_and_nothing_leaks(
     )
 
 
-def test_a_body_that_stalls_mid_splice_is_timed_out_like_any_other(
-    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls
+@pytest.mark.parametrize("mode", MODES)
+def test_a_body_that_stalls_mid_move_is_timed_out_like_any_other(
+    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls, mode: str
 ) -> None:
     r = replica()
-    gw = start(make_gateway, r, body_timeout_s=0.5)
+    gw = start(make_gateway, r, mode, body_timeout_s=0.5)
     warm(gw)
     before = pipes()
     with socket.create_connection(("127.0.0.1", gw.port)) as s:
         s.sendall(post_head(BODY) + b"x" * 100_000)
         time.sleep(0.1)
-        s.sendall(b"x" * 300_000)  # spliced, then nothing more comes
-        wait_until(lambda: splices.read > 0, 10, what="the body being spliced")
+        s.sendall(b"x" * 300_000)  # moved, then nothing more comes
+        wait_until(lambda: moved(splices, mode) > 0, 10, what="the body being moved")
         status, body = read_answers(s, 1)[0]
     assert status == 408, body
     wait_until(lambda: pipes() == before, 10, what="the splice's pipe closed after the timeout")
