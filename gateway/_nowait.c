@@ -8,6 +8,7 @@
  * caller hands the rest to its transport, which meets the error itself).
  * sendv(fd, head, body) -> int: the same for head then body, in one call (sendmsg), so a
  * message's two parts need not be joined into a new object first.
+ * readinto(fd, buffer) and write(fd, data): see below.
  * Built by setup.py; gateway/writes.py has the same functions in Python for a build
  * without C (OPENEAS_PURE_PYTHON=1). */
 
@@ -15,6 +16,7 @@
 #include <Python.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <errno.h>
 
 #define FLAGS (MSG_DONTWAIT | MSG_NOSIGNAL)
 
@@ -90,11 +92,65 @@ static PyObject *nowait_sendv(PyObject *module, PyObject *const *args, Py_ssize_
     return PyLong_FromSsize_t(total - (n < 0 ? 0 : n));
 }
 
+/* For a relay's own loop (gateway/splice.py's BodyRelay), where "the socket is full" or "has
+ * nothing yet" is the common answer: -1 then, rather than an exception to raise and catch,
+ * and an OSError for a real error, which ends the relay. */
+static PyObject *nowait_readinto(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "readinto(fd, buffer) takes 2 arguments");
+        return NULL;
+    }
+    int fd;
+    Py_buffer view;
+    if (fd_of(args[0], &fd) < 0 || PyObject_GetBuffer(args[1], &view, PyBUF_WRITABLE) < 0) {
+        return NULL;
+    }
+    ssize_t n = recv(fd, view.buf, (size_t)view.len, MSG_DONTWAIT);
+    int err = errno;
+    PyBuffer_Release(&view);
+    if (n < 0) {
+        if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) {
+            return PyLong_FromLong(-1);
+        }
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSsize_t(n);
+}
+
+static PyObject *nowait_write(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "write(fd, data) takes 2 arguments");
+        return NULL;
+    }
+    int fd;
+    Py_buffer view;
+    struct iovec iov;
+    if (fd_of(args[0], &fd) < 0 || view_of(args[1], &view, &iov) < 0) {
+        return NULL;
+    }
+    ssize_t n = send(fd, iov.iov_base, iov.iov_len, FLAGS);
+    int err = errno;
+    release(&view);
+    if (n < 0) {
+        if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) {
+            return PyLong_FromLong(-1);
+        }
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSsize_t(n);
+}
+
 static PyMethodDef nowait_methods[] = {
     {"send", (PyCFunction)(void (*)(void))nowait_send, METH_FASTCALL,
      "send(fd, data) -> bytes of data the non-blocking socket did not take (0: all went)"},
     {"sendv", (PyCFunction)(void (*)(void))nowait_sendv, METH_FASTCALL,
      "sendv(fd, head, body) -> bytes of head + body the socket did not take (0: all went)"},
+    {"readinto", (PyCFunction)(void (*)(void))nowait_readinto, METH_FASTCALL,
+     "readinto(fd, buffer) -> bytes read (0: the peer's end; -1: none yet); OSError else"},
+    {"write", (PyCFunction)(void (*)(void))nowait_write, METH_FASTCALL,
+     "write(fd, data) -> bytes the socket took (-1: full); OSError on an error"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -235,6 +235,30 @@ class BodySplice(BodyMove):
 _buffers: list[memoryview] = []  # empty relay buffers
 
 
+def _readinto_py(fd: int, buffer: memoryview) -> int:
+    try:
+        return os.readv(fd, [buffer])
+    except BlockingIOError:
+        return -1
+
+
+def _write_py(fd: int, data: bytes | memoryview) -> int:
+    try:
+        return os.write(fd, data)
+    except BlockingIOError:
+        return -1
+
+
+# A relay's reads and writes: -1 when the socket has nothing yet (or no room), OSError on an
+# error. gateway/_nowait.c's when built: they hold the GIL and raise nothing for the common
+# "not now" (each exception and GIL release cost more than a relay's wakeup saves otherwise).
+try:
+    from gateway._nowait import readinto as _readinto
+    from gateway._nowait import write as _write
+except ImportError:  # built without C (OPENEAS_PURE_PYTHON=1)
+    _readinto, _write = _readinto_py, _write_py
+
+
 class BodyRelay(BodyMove):
     """Through one buffer of ours (``read`` into it, ``write`` from it: the kernel's two
     copies, which nginx makes too), refilled once the replica's socket took all of it. The
@@ -263,11 +287,11 @@ class BodyRelay(BodyMove):
         if not want:
             return False  # still held (0 would read as the client's end)
         try:
-            n = os.readv(self.client, [self.buffer[:want]])
-        except BlockingIOError:
-            return False
+            n = _readinto(self.client, self.buffer[:want])
         except OSError:
             self._end(False)  # the transport meets the same error
+            return False
+        if n < 0:
             return False
         self.sent = 0
         return self._took(n)
@@ -275,11 +299,11 @@ class BodyRelay(BodyMove):
     def _flush(self) -> bool:
         while self.held and not self._queued():
             try:
-                n = os.write(self.upstream, self.buffer[self.sent : self.sent + self.held])
-            except BlockingIOError:
-                return False
+                n = _write(self.upstream, self.buffer[self.sent : self.sent + self.held])
             except OSError:
                 self._end(False)  # the replica failed: its transport says so
+                return False
+            if n < 0:
                 return False
             self.sent += n
             self.held -= n

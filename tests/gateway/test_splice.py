@@ -108,8 +108,8 @@ def replica(lt: LoopThread) -> Iterator[Callable[..., Replica]]:
 @dataclass
 class Calls:
     """The gateway's moves (it runs in this process): body bytes read out of client sockets
-    by ``os.splice`` or by a relay's ``os.readv``, and how often the replica's socket had no
-    room for either."""
+    by ``os.splice`` or by a relay's reads, and how often the replica's socket had no room
+    for either."""
 
     spliced: int = 0
     relayed: int = 0
@@ -123,7 +123,7 @@ class Calls:
 @pytest.fixture
 def splices(monkeypatch: pytest.MonkeyPatch) -> Calls:
     calls = Calls()
-    real_splice, real_readv, real_write = os.splice, os.readv, os.write
+    real_splice, real_read, real_write = os.splice, splice._readinto, splice._write
 
     def splicing(src: int, dst: int, count: int, *args: object, **kw: int) -> int:
         into_socket = stat.S_ISFIFO(os.fstat(src).st_mode)  # from the pipe
@@ -136,21 +136,19 @@ def splices(monkeypatch: pytest.MonkeyPatch) -> Calls:
             calls.spliced += n
         return n
 
-    def reading(fd: int, buffers: list[memoryview]) -> int:
-        n = real_readv(fd, buffers)
-        calls.relayed += n
+    def reading(fd: int, buffer: memoryview) -> int:
+        n = real_read(fd, buffer)
+        calls.relayed += max(n, 0)
         return n
 
-    def writing(fd: int, data: bytes | memoryview) -> int:
-        try:
-            return real_write(fd, data)
-        except BlockingIOError:
-            calls.full += stat.S_ISSOCK(os.fstat(fd).st_mode)
-            raise
+    def writing(fd: int, data: memoryview) -> int:
+        n = real_write(fd, data)
+        calls.full += n < 0
+        return n
 
     monkeypatch.setattr(os, "splice", splicing)
-    monkeypatch.setattr(os, "readv", reading)
-    monkeypatch.setattr(os, "write", writing)
+    monkeypatch.setattr(splice, "_readinto", reading)
+    monkeypatch.setattr(splice, "_write", writing)
     return calls
 
 

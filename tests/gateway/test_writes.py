@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
+from gateway import splice
 from gateway.writes import SEND, SENDV, Sender, send_nowait, sendv_nowait
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
@@ -203,3 +204,30 @@ def test_a_build_with_c_sends_without_releasing_the_gil() -> None:
 
     built = list((Path(gateway.writes.__file__).parent).glob("_nowait.*.so"))
     assert (SEND is not send_nowait) == bool(built)
+
+
+@pytest.mark.parametrize(
+    ("readinto", "write"),
+    [(splice._readinto_py, splice._write_py), (splice._readinto, splice._write)],
+    ids=["python", "built"],
+)
+def test_a_relay_reads_and_writes_answer_not_now_with_minus_one_and_raise_on_errors(
+    readinto: Callable[[int, memoryview], int], write: Callable[[int, memoryview], int]
+) -> None:
+    ours, peer = socket.socketpair()
+    with ours, peer:
+        ours.setblocking(False)
+        buffer = memoryview(bytearray(8))
+        assert readinto(ours.fileno(), buffer) == -1  # nothing yet
+        peer.sendall(b"abc")
+        assert readinto(ours.fileno(), buffer) == 3 and bytes(buffer[:3]) == b"abc"
+        taken = 0
+        while (n := write(ours.fileno(), memoryview(b"z" * 65_536))) > 0:
+            taken += n
+        assert taken > 0 and n == -1  # full
+        peer.shutdown(socket.SHUT_WR)
+        assert readinto(ours.fileno(), buffer) == 0  # the peer's end
+        peer.close()
+        with pytest.raises(OSError):  # broken (EPIPE or ECONNRESET), and no SIGPIPE
+            while write(ours.fileno(), memoryview(b"late")) != 0:
+                pass
