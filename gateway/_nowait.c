@@ -51,20 +51,35 @@ static int fd_of(PyObject *arg, int *fd) {
     return 0;
 }
 
-static PyObject *nowait_send(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+/* send(2) of (fd, data) in ``args`` once, without waiting: its result in ``n`` (errno in
+ * ``err``) and the data's length in ``len``; -1 when the arguments are wrong. */
+static int send_once(PyObject *const *args, Py_ssize_t nargs, const char *usage, ssize_t *n,
+                     int *err, size_t *len) {
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "send(fd, data) takes 2 arguments");
-        return NULL;
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
     }
     int fd;
     Py_buffer view;
     struct iovec iov;
     if (fd_of(args[0], &fd) < 0 || view_of(args[1], &view, &iov) < 0) {
+        return -1;
+    }
+    *n = send(fd, iov.iov_base, iov.iov_len, FLAGS);
+    *err = errno;
+    *len = iov.iov_len;
+    release(&view);
+    return 0;
+}
+
+static PyObject *nowait_send(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    ssize_t n;
+    int err;
+    size_t len;
+    if (send_once(args, nargs, "send(fd, data) takes 2 arguments", &n, &err, &len) < 0) {
         return NULL;
     }
-    ssize_t n = send(fd, iov.iov_base, iov.iov_len, FLAGS);
-    release(&view);
-    return PyLong_FromSsize_t((Py_ssize_t)iov.iov_len - (n < 0 ? 0 : n));
+    return PyLong_FromSsize_t((Py_ssize_t)len - (n < 0 ? 0 : n));
 }
 
 static PyObject *nowait_sendv(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -92,6 +107,18 @@ static PyObject *nowait_sendv(PyObject *module, PyObject *const *args, Py_ssize_
     return PyLong_FromSsize_t(total - (n < 0 ? 0 : n));
 }
 
+/* A read's or write's result: its count, -1 for "not now", or the OSError of ``err``. */
+static PyObject *count_or_raise(ssize_t n, int err) {
+    if (n >= 0) {
+        return PyLong_FromSsize_t(n);
+    }
+    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) {
+        return PyLong_FromLong(-1);
+    }
+    errno = err;
+    return PyErr_SetFromErrno(PyExc_OSError);
+}
+
 /* For a relay's own loop (gateway/splice.py's BodyRelay), where "the socket is full" or "has
  * nothing yet" is the common answer: -1 then, rather than an exception to raise and catch,
  * and an OSError for a real error, which ends the relay. */
@@ -108,38 +135,17 @@ static PyObject *nowait_readinto(PyObject *module, PyObject *const *args, Py_ssi
     ssize_t n = recv(fd, view.buf, (size_t)view.len, MSG_DONTWAIT);
     int err = errno;
     PyBuffer_Release(&view);
-    if (n < 0) {
-        if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) {
-            return PyLong_FromLong(-1);
-        }
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    return PyLong_FromSsize_t(n);
+    return count_or_raise(n, err);
 }
 
 static PyObject *nowait_write(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "write(fd, data) takes 2 arguments");
+    ssize_t n;
+    int err;
+    size_t len;
+    if (send_once(args, nargs, "write(fd, data) takes 2 arguments", &n, &err, &len) < 0) {
         return NULL;
     }
-    int fd;
-    Py_buffer view;
-    struct iovec iov;
-    if (fd_of(args[0], &fd) < 0 || view_of(args[1], &view, &iov) < 0) {
-        return NULL;
-    }
-    ssize_t n = send(fd, iov.iov_base, iov.iov_len, FLAGS);
-    int err = errno;
-    release(&view);
-    if (n < 0) {
-        if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) {
-            return PyLong_FromLong(-1);
-        }
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    return PyLong_FromSsize_t(n);
+    return count_or_raise(n, err);
 }
 
 static PyMethodDef nowait_methods[] = {

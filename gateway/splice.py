@@ -90,6 +90,7 @@ class BodyMove:
         self._ended = ended
         self.reading = self._writing = False
         self.done = False
+        self._open()
 
     def start(self) -> None:
         """Move at once what the client's socket already holds (often the whole rest: the
@@ -139,6 +140,10 @@ class BodyMove:
     def _has_room(self) -> bool:
         raise NotImplementedError
 
+    def _open(self) -> None:
+        """Take what holds the bytes (a kept one if there is)."""
+        raise NotImplementedError
+
     def _release(self) -> None:
         """What held the bytes, at the end (kept for the next when empty)."""
         raise NotImplementedError
@@ -183,17 +188,7 @@ class BodyMove:
 class BodySplice(BodyMove):
     """Through a pipe, by ``splice(2)``: no copy the gateway makes at all."""
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        client_fd: int,
-        upstream_fd: int,
-        queued: Callable[[], int],
-        left: int,
-        moved: Callable[[int], None],
-        ended: Callable[[bool], None],
-    ) -> None:
-        super().__init__(loop, client_fd, upstream_fd, queued, left, moved, ended)
+    def _open(self) -> None:
         self.pipe_r, self.pipe_w, self.room = _pipe()
 
     def _has_room(self) -> bool:
@@ -265,17 +260,7 @@ class BodyRelay(BodyMove):
     buffer is an anonymous mapping, so it starts on a page (the kernel copies into and out
     of a buffer 16 bytes past one took 1.5x as long: processors/storage/buffers.py)."""
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        client_fd: int,
-        upstream_fd: int,
-        queued: Callable[[], int],
-        left: int,
-        moved: Callable[[int], None],
-        ended: Callable[[bool], None],
-    ) -> None:
-        super().__init__(loop, client_fd, upstream_fd, queued, left, moved, ended)
+    def _open(self) -> None:
         self.buffer = _buffers.pop() if _buffers else memoryview(mmap.mmap(-1, RELAY_BYTES))
         self.sent = 0  # of the bytes in the buffer
 
