@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from http import HTTPStatus
@@ -381,14 +382,15 @@ class Request:
 Handler = Callable[[Request], Coroutine[Any, Any, None] | None]
 
 
-class RequestHandler:
+class RequestHandler(ABC):
     """What answers a connection's requests: :meth:`handle` answers now (and finishes the
     request), or returns the coroutine that will. A native class, not a callable: compiled,
     a connection calls it directly, where a callable costs a call through the interpreter
     per request."""
 
+    @abstractmethod
     def handle(self, request: Request) -> Coroutine[Any, Any, None] | None:
-        raise NotImplementedError
+        """The request's answer now (None), or the coroutine that makes it."""
 
 
 class CallingHandler(RequestHandler):

@@ -33,6 +33,7 @@ import contextlib
 import fcntl
 import mmap
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Final
 
@@ -60,7 +61,7 @@ def _pipe() -> tuple[int, int, int]:
         return r, w, 65_536  # the default size
 
 
-class BodyMove:
+class BodyMove(ABC):
     """Moves ``left`` bytes from ``client_fd`` to ``upstream_fd`` (duplicates the loop may
     watch, see ``ReadPausable.watched_fd``), once ``queued()`` (the bytes the replica connection's
     transport still holds for that socket) is 0: its own go first. ``moved(n)`` is told of
@@ -129,24 +130,25 @@ class BodyMove:
 
     # -- the two moves (a subclass's) -----------------------------------------------------
 
+    @abstractmethod
     def _read(self) -> bool:
         """Client's socket → held; False when nothing came (or this ended)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _flush(self) -> bool:
         """Held → the replica's socket, after its transport's own bytes; True once empty."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _has_room(self) -> bool:
-        raise NotImplementedError
+        """Whether the client may be read now (what holds the bytes has room)."""
 
+    @abstractmethod
     def _open(self) -> None:
         """Take what holds the bytes (a kept one if there is)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _release(self) -> None:
         """What held the bytes, at the end (kept for the next when empty)."""
-        raise NotImplementedError
 
     def _took(self, n: int) -> bool:
         """``n`` bytes were read from the client (0: its end, which the transport reads)."""

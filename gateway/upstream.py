@@ -93,7 +93,7 @@ class ResponseHead:
 # Subclassed by the pool's tests (interpreted), so it allows that; its compiled subclasses
 # are the exchanges and shadow calls.
 @mypyc_attr(allow_interpreted_subclasses=True)
-class Watched:
+class Watched(ABC):
     """What the pool's deadline timer checks (an exchange or a shadow call in flight). While
     watched it is linked into the pool's list of them (``watch_prev``/``watch_next``): taken
     in and out per call in a few stores, where a set hashed, grew and left dummies."""
@@ -105,12 +105,12 @@ class Watched:
         self.watch_prev: Watched | None = None
         self.watch_next: Watched | None = None
 
+    @abstractmethod
     def check_deadline(self, now: float) -> None:
         """The pool's timer: fail if the replica is late."""
-        raise NotImplementedError
 
 
-class Receiver(Watched, ABC):
+class Receiver(Watched):
     """What a connection feeds while it carries one exchange: an :class:`Exchange` (relays to
     a client) or a mirror's shadow call (keeps the answer, see :mod:`gateway.mirror`).
     ``status`` is 0 until a final response head arrived. An abstract base class, not a
