@@ -44,6 +44,7 @@ COMPILED = (
     "route_table",
     "router",
     "server",
+    "splice",
     "traffic",
     "upstream",
     "writes",

@@ -639,7 +639,7 @@ class HttpConnection(ReadPausable):
             return  # out of descriptors: the transport relays it
         self._splice = splice
         splice.start()
-        if self._splice is splice:  # still to come: the transport reads nothing meanwhile
+        if not splice.done:  # still to come: the transport reads nothing meanwhile
             transport.pause_reading()
 
     def _spliced(self, n: int) -> None:
