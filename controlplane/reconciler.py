@@ -23,6 +23,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from controlplane import resync, route_feed
 from controlplane import status as status_mod
 from controlplane.autoscaling import Autoscaling
+from controlplane.db import commit_watch
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
 from controlplane.runtime.base import (
@@ -145,9 +146,14 @@ class Reconciler:
     async def _poll_changes(self) -> None:
         """Services with a new generation: at once when this process committed it (every
         such write is a routing change, which wakes us), within ``poll_seconds`` when
-        another control-plane replica did. Reads the partial index of pending services."""
+        another control-plane replica did. Reads the partial index of pending services,
+        unless nothing was committed since the last read (the same names then)."""
+        written = commit_watch(self.store.engine)
+        pending: list[str] = []
         while True:
-            for name in await asyncio.to_thread(self.store.needing_work):
+            if written():
+                pending = await asyncio.to_thread(self.store.needing_work)
+            for name in pending:
                 if name not in self._failures:  # those come back on their backoff timer
                     self._enqueue(name)
             await route_feed.CHANGED.wait(self.poll_seconds)

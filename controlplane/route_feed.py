@@ -28,6 +28,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from contract.wire import GroupRoute, MirrorRoute, Route, RouteTable
 from controlplane import store
+from controlplane.db import commit_watch
 from controlplane.models import CounterRow, GroupRow, RouteRemovalRow, ServiceRow
 
 COUNTER = "routes"
@@ -157,10 +158,12 @@ class VersionWatch:
     """The route counter as this process sees it, for the long-polls: one reader polls the
     database every ``interval`` (and at once on a commit in this process) while any
     long-poll waits, so idle cost does not grow with the number of gateways polling this
-    control plane, and is nil when none does."""
+    control plane, and is nil when none does. A tick with nothing committed since the last
+    (:func:`controlplane.db.commit_watch`: SQLite) reads nothing."""
 
     def __init__(self, sessions: sessionmaker[Session], interval: float) -> None:
         self._sessions = sessions
+        self._written = commit_watch(sessions.kw["bind"])
         self.interval = interval
         self._current: int | None = None
         self._waiters = 0
@@ -195,7 +198,8 @@ class VersionWatch:
         try:
             while self._waiters:
                 await CHANGED.wait(self.interval)
-                await self._moved_to(await asyncio.to_thread(self._read))
+                if self._written():
+                    await self._moved_to(await asyncio.to_thread(self._read))
         finally:
             self._task = None
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Select, or_, select
+from sqlalchemy import Engine, Select, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import sealing
@@ -86,6 +86,7 @@ class ReconcileStore:
 
     def __init__(self, sessions: sessionmaker[Session], cluster: str) -> None:
         self._sessions = sessions
+        self.engine: Engine = sessions.kw["bind"]
         self.cluster = cluster
 
     def needing_work(self) -> list[str]:

@@ -391,3 +391,34 @@ async def test_pull_progress_is_stored_without_touching_routes(
     await h.until(lambda: status(h)[0] == "Running")
     assert h.row().replicas[0]["progress"] is None
     assert route_feed.table(h.sessions, "local", 1000).version > routes
+
+
+async def test_the_poll_reads_pending_services_only_after_a_commit(harness: Harness) -> None:
+    """The poll for other processes' changes reads the pending services on each tick only
+    on PostgreSQL; on SQLite, only once something was committed since its last read."""
+    reconciler = harness.make_reconciler(lease_ttl=60.0)  # no renewal commit meanwhile
+    reads = 0
+    needing_work = reconciler.store.needing_work
+
+    def counted() -> list[str]:
+        nonlocal reads
+        reads += 1
+        return needing_work()
+
+    reconciler.store.needing_work = counted  # type: ignore[method-assign]
+    task = asyncio.create_task(reconciler.run())
+    try:
+        await harness.until(lambda: reconciler.is_leader)
+        await asyncio.sleep(0.3)
+        settled = reads
+        await asyncio.sleep(0.5)  # ten ticks
+        if reconciler.store.engine.dialect.name == "sqlite":
+            assert reads == settled
+        else:
+            assert reads >= settled + 5
+        harness.services.create(seed_spec())
+        await harness.until(lambda: status(harness) == ("Waiting", 1, 1, 0))
+        assert reads > settled
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, update
 from contract.wire import ROUTES_PATH, Route, RouteTable
 from controlplane import route_feed
 from controlplane.api.app import create_app
-from controlplane.db import make_engine, make_sessions
+from controlplane.db import commit_watch, make_engine, make_sessions
 from controlplane.models import CounterRow
 from controlplane.settings import Settings
 from controlplane.store import ReconcileStore
@@ -239,4 +239,50 @@ async def test_long_polls_waiting_in_steps_read_only_at_the_readers_pace(
     assert not await slow.wait_past(start + 1, 0.05)
     assert slow.reads == 2
     assert await waiting
+    engine.dispose()
+
+
+def test_commit_watch_moves_with_another_connections_commit(database_url: str) -> None:
+    """SQLite's watch says False while nothing was committed and True after a commit by
+    any other connection (this process's own sessions included); on PostgreSQL it always
+    says True (the poll reads), as on its first call."""
+    engine = make_engine(database_url)
+    written = commit_watch(engine)
+    sqlite = engine.dialect.name == "sqlite"
+    assert written()  # first call: nothing seen yet
+    assert written() is not sqlite
+    assert written() is not sqlite
+    bump_elsewhere(engine)
+    assert written()
+    assert written() is not sqlite
+    engine.dispose()
+
+
+def test_commit_watch_of_a_database_in_memory_always_reads() -> None:
+    engine = make_engine("sqlite://")
+    written = commit_watch(engine)
+    assert all(written() for _ in range(3))
+    engine.dispose()
+
+
+async def test_an_idle_reader_reads_only_after_a_commit(settings: Settings) -> None:
+    """While long-polls wait and nothing is committed, the reader's ticks read nothing on
+    SQLite (PostgreSQL reads each tick); a commit by another process is still seen within
+    a tick."""
+    engine = make_engine(settings.sqlalchemy_url)
+    sessions = make_sessions(engine)
+    watch = CountedWatch(sessions, interval=0.05)
+    with sessions() as s:
+        start = route_feed.version(s)
+    waiting = asyncio.create_task(watch.wait_past(start, 10.0))
+    await asyncio.sleep(0.3)  # the arrival's read and the reader's first tick
+    settled = watch.reads
+    await asyncio.sleep(0.5)  # ten ticks
+    if engine.dialect.name == "sqlite":
+        assert watch.reads == settled
+    else:
+        assert watch.reads >= settled + 5
+    await asyncio.to_thread(bump_elsewhere, engine)
+    async with asyncio.timeout(5):
+        assert await waiting
     engine.dispose()
