@@ -4,8 +4,9 @@ replica logs (from the runtime's log source, so any control-plane replica answer
 
 from __future__ import annotations
 
-import time
-from typing import Annotated
+import asyncio
+from collections.abc import Coroutine
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -31,6 +32,26 @@ from controlplane.settings import Settings
 POLL_SECONDS = 0.5  # how soon a change committed by another process is seen
 
 
+async def _unless_gone(request: Request, waiting: Coroutine[Any, Any, bool]) -> bool:
+    """``waiting``'s answer, or False as soon as the client goes away (a gateway's long-poll
+    ends with it): told by the server, not found by waking every second to ask."""
+    answer = asyncio.ensure_future(waiting)
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait((answer, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        answer.cancel()
+        gone.cancel()
+    return answer.done() and not answer.cancelled() and answer.result()
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns with the client's ``http.disconnect`` (its request's own messages, an empty
+    body for a GET, come first)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def router(
     sessions: sessionmaker[Session],
     services: Services,
@@ -53,11 +74,8 @@ def router(
         """The gateway's route table: the changes after version ``after`` (a whole table
         without one). With ``wait`` it is a long-poll: answered at once when the version
         differs from ``after``, else 204 after ``wait`` seconds."""
-        deadline = time.monotonic() + wait
-        # In steps, to notice a gateway that went away (its long-poll ends with it).
-        while not await watch.wait_past(after, min(1.0, max(0.0, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline or await request.is_disconnected():
-                return Response(status_code=204)
+        if not await _unless_gone(request, watch.wait_past(after, wait)):
+            return Response(status_code=204)
         return await run_in_threadpool(
             route_feed.table, sessions, settings.cluster_id, settings.default_timeout_ms, after
         )
