@@ -23,7 +23,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from controlplane import resync, route_feed
 from controlplane import status as status_mod
 from controlplane.autoscaling import Autoscaling
-from controlplane.db import commit_watch
+from controlplane.commits import commit_watch
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
 from controlplane.runtime.base import (

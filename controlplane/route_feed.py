@@ -28,7 +28,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from contract.wire import GroupRoute, MirrorRoute, Route, RouteTable
 from controlplane import store
-from controlplane.db import commit_watch
+from controlplane.commits import commit_watch
 from controlplane.models import CounterRow, GroupRow, RouteRemovalRow, ServiceRow
 
 COUNTER = "routes"
@@ -159,7 +159,7 @@ class VersionWatch:
     database every ``interval`` (and at once on a commit in this process) while any
     long-poll waits, so idle cost does not grow with the number of gateways polling this
     control plane, and is nil when none does. A tick with nothing committed since the last
-    (:func:`controlplane.db.commit_watch`: SQLite) reads nothing."""
+    (:func:`controlplane.commits.commit_watch`: SQLite) reads nothing."""
 
     def __init__(self, sessions: sessionmaker[Session], interval: float) -> None:
         self._sessions = sessions

@@ -14,7 +14,8 @@ from sqlalchemy import Engine, update
 from contract.wire import ROUTES_PATH, Route, RouteTable
 from controlplane import route_feed
 from controlplane.api.app import create_app
-from controlplane.db import commit_watch, make_engine, make_sessions
+from controlplane.commits import commit_watch
+from controlplane.db import make_engine, make_sessions
 from controlplane.models import CounterRow
 from controlplane.settings import Settings
 from controlplane.store import ReconcileStore

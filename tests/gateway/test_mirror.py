@@ -166,8 +166,9 @@ def test_a_slow_shadow_costs_the_caller_nothing_and_in_flight_shadows_are_bounde
     baseline = post(gw.port, MAX_IN_FLIGHT + 4, "/api/predict/plain/v2/models/m/infer")
     with_mirror = post(gw.port, MAX_IN_FLIGHT + 4)
     # Every shadow is still waiting for its answer; the caller's latency stays that of the
-    # unmirrored service on the same replica.
-    assert max(with_mirror) < 0.5 + max(baseline), (baseline, with_mirror)
+    # unmirrored service on the same replica. A caller held by its shadow would wait for
+    # the client's 10 s timeout; a loaded machine delays one call by tenths of a second.
+    assert max(with_mirror) < 2.0 + max(baseline), (baseline, with_mirror)
     assert statistics.median(with_mirror) < 0.2 + statistics.median(baseline)
     wait_until(lambda: len(slow.bodies) == MAX_IN_FLIGHT, what="shadows sent")
     assert results(gw) == {("b", "skipped"): 4}  # past the bound: not sent
