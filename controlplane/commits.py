@@ -6,14 +6,15 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
 
-def commit_watch(engine: Engine) -> Callable[[], bool]:
+def commit_watch(sessions: sessionmaker[Session]) -> Callable[[], bool]:
     """A poll for other processes' commits asks this first: False when nothing was committed
     to the database since its last call, True when something may have been (on its first
     call, and always but for a SQLite file). Idle, a poll then costs a call of microseconds
     on the event loop instead of a session's read in a worker thread."""
+    engine = sessions.kw["bind"]
     database = engine.url.database
     if engine.dialect.name != "sqlite" or not database or database == ":memory:":
         return _always

@@ -23,7 +23,6 @@ from sqlalchemy.orm.exc import StaleDataError
 from controlplane import resync, route_feed
 from controlplane import status as status_mod
 from controlplane.autoscaling import Autoscaling
-from controlplane.commits import commit_watch
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
 from controlplane.runtime.base import (
@@ -148,7 +147,7 @@ class Reconciler:
         such write is a routing change, which wakes us), within ``poll_seconds`` when
         another control-plane replica did. Reads the partial index of pending services,
         unless nothing was committed since the last read (the same names then)."""
-        written = commit_watch(self.store.engine)
+        written = self.store.commits()
         pending: list[str] = []
         while True:
             if written():

@@ -163,7 +163,7 @@ class VersionWatch:
 
     def __init__(self, sessions: sessionmaker[Session], interval: float) -> None:
         self._sessions = sessions
-        self._written = commit_watch(sessions.kw["bind"])
+        self._written = commit_watch(sessions)
         self.interval = interval
         self._current: int | None = None
         self._waiters = 0

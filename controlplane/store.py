@@ -5,12 +5,13 @@ was observed. The reconciler keeps only its loop; SQL lives here and in ``servic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from sqlalchemy import Engine, Select, or_, select
+from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import sealing
+from controlplane.commits import commit_watch
 from controlplane.desired import ServiceState
 from controlplane.models import GroupRow, RouteRemovalRow, ServiceRow, utcnow
 from controlplane.resync import StoredSummary
@@ -86,8 +87,11 @@ class ReconcileStore:
 
     def __init__(self, sessions: sessionmaker[Session], cluster: str) -> None:
         self._sessions = sessions
-        self.engine: Engine = sessions.kw["bind"]
         self.cluster = cluster
+
+    def commits(self) -> Callable[[], bool]:
+        """Whether anything was committed since its last call (:func:`commit_watch`)."""
+        return commit_watch(self._sessions)
 
     def needing_work(self) -> list[str]:
         """Services with a generation not yet acted on, or being deleted (read through the

@@ -38,11 +38,11 @@ async def _unless_gone(request: Request, waiting: Coroutine[Any, Any, bool]) -> 
     answer = asyncio.ensure_future(waiting)
     gone = asyncio.ensure_future(_disconnect(request))
     try:
-        await asyncio.wait((answer, gone), return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait((answer, gone), return_when=asyncio.FIRST_COMPLETED)
     finally:
         answer.cancel()
         gone.cancel()
-    return answer.done() and not answer.cancelled() and answer.result()
+    return answer in done and answer.result()
 
 
 async def _disconnect(request: Request) -> None:

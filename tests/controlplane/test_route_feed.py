@@ -248,7 +248,7 @@ def test_commit_watch_moves_with_another_connections_commit(database_url: str) -
     any other connection (this process's own sessions included); on PostgreSQL it always
     says True (the poll reads), as on its first call."""
     engine = make_engine(database_url)
-    written = commit_watch(engine)
+    written = commit_watch(make_sessions(engine))
     sqlite = engine.dialect.name == "sqlite"
     assert written()  # first call: nothing seen yet
     assert written() is not sqlite
@@ -261,7 +261,7 @@ def test_commit_watch_moves_with_another_connections_commit(database_url: str) -
 
 def test_commit_watch_of_a_database_in_memory_always_reads() -> None:
     engine = make_engine("sqlite://")
-    written = commit_watch(engine)
+    written = commit_watch(make_sessions(engine))
     assert all(written() for _ in range(3))
     engine.dispose()
 
