@@ -210,6 +210,13 @@ def main(argv: list[str] | None = None) -> int:
         help="with --callgrind, also count the blind TCP forwarder (bench/gateway.py "
         "--serve-floor): what uvloop alone costs per call, two reads and two writes",
     )
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="with --callgrind, copy each gateway's profile to DIR/callgrind.<name>.out, "
+        "to read with callgrind_annotate",
+    )
     ap.add_argument("--serve-replica", type=int, metavar="PORT")
     args = ap.parse_args(argv)
     if args.serve_replica:
@@ -251,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     for name, tree in trees.items()
                 }
+                if args.keep:
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    for name in counts:
+                        shutil.copy(tmp / f"callgrind.{name}.out", args.keep)
                 for name, ir in counts.items():
                     line = f"  {name:8s} {ir:12,.0f}"
                     if name == "gateway" and "base" in counts:
