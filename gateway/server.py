@@ -473,6 +473,9 @@ class HttpConnection(ReadPausable):
         self._last: Head | None = None  # the last head that may be repeated unparsed
         self._parsing_dispatched = False
         self._body_left = 0  # body bytes still to come that bypass the parser
+        # Whether the parser saw the head of the body that bypasses it (it then waits for
+        # that body, and the next message needs a new parser); a repeated head it never saw.
+        self._parser_in_body = False
         self.active: Request | None = None  # request being answered
         self._task: asyncio.Task[None] | None = None
         self._queue: deque[Request] = deque()
@@ -537,6 +540,7 @@ class HttpConnection(ReadPausable):
         elif (req := self._parsing) is not None and req.content_length:
             # Mid-way through a body of known length: the rest skips the parser.
             self._body_left = req.content_length - req.body.received
+            self._parser_in_body = True
         # The last request the parser completed in this read. (Reset after use, not before
         # the parser runs: compiled, an attribute set to None just before stays None.)
         done, self._done = self._done, None
@@ -582,8 +586,7 @@ class HttpConnection(ReadPausable):
     def _pass_body(self, data: bytes) -> bytes:
         """Hand the body bytes at the start of ``data`` to the request as they are (llhttp
         would copy each read once more), and return what follows the body. At the body's end
-        the message is complete, and a new parser takes the next one (this one still
-        counts the body we did not show it)."""
+        the message is complete, and the parser is ready for the next one."""
         req = self._parsing
         left = self._body_left
         rest = b""
@@ -594,11 +597,19 @@ class HttpConnection(ReadPausable):
         if req is not None:
             req.body.feed(data)
         if not self._body_left:
-            self.parser = httptools.HttpRequestParser(self)
+            self._parser_between_messages()
             self._complete()
         else:
             self._try_splice()  # its replica's connection may be there now
         return rest
+
+    def _parser_between_messages(self) -> None:
+        """At the end of a body that bypassed the parser: a new parser if it saw the head
+        (it would take the next bytes for that body), else the one it is (a repeated head's
+        message never reached it: making one cost 2,700 instructions of a relayed call)."""
+        if self._parser_in_body:
+            self._parser_in_body = False
+            self.parser = httptools.HttpRequestParser(self)
 
     # -- the rest of a large body, spliced or relayed (gateway.splice) ----------------------
 
@@ -656,7 +667,7 @@ class HttpConnection(ReadPausable):
         """The splice ended: with the whole body, or reading goes back to the transport."""
         self._splice = None
         if whole:
-            self.parser = httptools.HttpRequestParser(self)
+            self._parser_between_messages()
             self._complete()
         transport = self.transport
         if not self._reading_paused and not self.closed and transport is not None:

@@ -343,3 +343,32 @@ def test_a_body_that_stalls_mid_move_is_timed_out_like_any_other(
         status, body = read_answers(s, 1)[0]
     assert status == 408, body
     wait_until(lambda: pipes() == before, 10, what="the splice's pipe closed after the timeout")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_heads_repeated_or_not_around_moved_bodies_are_all_read_right(
+    make_gateway: GatewayFactory, replica: Callable[..., Replica], splices: Calls, mode: str
+) -> None:
+    """A moved body whose head the parser read leaves it waiting for that body (a new one
+    reads on); one whose head was a repeat leaves it between messages (it reads on)."""
+    r = replica()
+    gw = start(make_gateway, r, mode)
+    warm(gw)
+    rng = random.Random(11)
+    bodies = [
+        rng.randbytes(BODY),  # parsed
+        rng.randbytes(BODY),  # the same head: not parsed
+        b"another head",  # parsed, by the parser the repeat left
+        rng.randbytes(BODY),  # parsed again (another head came between)
+        rng.randbytes(BODY),  # a repeat
+        rng.randbytes(BODY - 1),  # another length: parsed
+        b"x",
+    ]
+    answers = []
+    with socket.create_connection(("127.0.0.1", gw.port)) as s:
+        for body in bodies:
+            s.sendall(post_head(len(body)) + body)
+            answers += read_answers(s, 1)
+    assert answers == [(200, expect(b)) for b in bodies]
+    assert r.bodies == [b"abc", *bodies]
+    assert moved(splices, mode) >= 5 * (BODY - 256 * 1024), splices
