@@ -18,7 +18,10 @@ shows as throughput Triton loses, as it would on a busy node. For both models (`
 4 floats; ``inception_graphdef``: a 1 MB ``[1,299,299,3]`` FP32 input) it prints:
 
 1. sequential latency p50/p95/p99 with the official ``tritonclient.http`` client (binary
-   tensors), and the p50 each proxy adds to direct Triton;
+   tensors), and the p50 each proxy adds to direct Triton: one client per target, its calls
+   interleaved call by call with the others' (the order turning by one each call), so a slow
+   spell of the machine falls on every target alike; beside each added p50, its range over
+   ``--repeat`` consecutive slices of the calls;
 2. throughput with ``wrk`` (a Lua script POSTs the same binary infer body) at 1, 8 and 64
    connections, as requests/s and as ratios to direct Triton and to nginx;
 3. under each throughput line, the CPU (user + system, from ``/proc``) each proxy's processes
@@ -36,8 +39,8 @@ The ``group`` row is also compared with the ``gateway`` row (the direct service 
 same gateway): the cost of the group endpoint (member choice) is that ratio; the target is
 at most 5 %.
 
-Both phases run ``--repeat`` interleaved rounds (direct, nginx, gateway, then nginx,
-gateway, …, direct: the order turns by one each round) and report the median, because other
+The throughput phase runs ``--repeat`` interleaved rounds (direct, nginx, gateway, then nginx,
+gateway, …, direct: the order turns by one each round) and reports the median, because other
 work on a shared machine moves single runs by ±20 %; each throughput point also prints
 every proxy's ratio to nginx round by round (the median and range of the per-round ratios),
 which a drift of the machine over the run does not skew.
@@ -247,31 +250,62 @@ def make_bodies(tmp: Path, sequential_small: int, sequential_large: int) -> list
     return out
 
 
-def sequential_latency(url: str, workload: Workload, token: str | None, n: int) -> list[float]:
-    """Per-request latency (ms) of ``n`` infers with tritonclient (after a warm-up)."""
-    import numpy as np
-    import tritonclient.http as httpclient
+class LatencyProbe:
+    """One target's ``tritonclient.http`` client (binary tensors), its connection kept, and
+    the inputs of a workload: :meth:`call` times one infer (ms)."""
 
-    client = httpclient.InferenceServerClient(url=url)
-    if workload.model == "add_sub":
-        inputs = [httpclient.InferInput(n, [4], "FP32") for n in ("INPUT0", "INPUT1")]
-        inputs[0].set_data_from_numpy(np.arange(4, dtype=np.float32))
-        inputs[1].set_data_from_numpy(np.ones(4, dtype=np.float32))
-    else:
-        image = np.random.default_rng(0).random((1, 299, 299, 3), dtype=np.float32)
-        inputs = [httpclient.InferInput("input", [1, 299, 299, 3], "FP32")]
-        inputs[0].set_data_from_numpy(image)
-    samples = []
-    try:
-        for i in range(n + 20):
-            headers = {"Authorization": token} if token else None
-            t = time.perf_counter()
-            client.infer(workload.model, inputs, headers=headers)
-            if i >= 20:  # warm-up
-                samples.append((time.perf_counter() - t) * 1000.0)
-    finally:
-        client.close()
+    def __init__(self, url: str, workload: Workload, token: str | None) -> None:
+        import numpy as np
+        import tritonclient.http as httpclient
+
+        self.model = workload.model
+        self.client = httpclient.InferenceServerClient(url=url)
+        self.headers = {"Authorization": token} if token else None
+        if workload.model == "add_sub":
+            self.inputs = [httpclient.InferInput(n, [4], "FP32") for n in ("INPUT0", "INPUT1")]
+            self.inputs[0].set_data_from_numpy(np.arange(4, dtype=np.float32))
+            self.inputs[1].set_data_from_numpy(np.ones(4, dtype=np.float32))
+        else:
+            image = np.random.default_rng(0).random((1, 299, 299, 3), dtype=np.float32)
+            self.inputs = [httpclient.InferInput("input", [1, 299, 299, 3], "FP32")]
+            self.inputs[0].set_data_from_numpy(image)
+
+    def call(self) -> float:
+        t = time.perf_counter()
+        self.client.infer(self.model, self.inputs, headers=self.headers)
+        return (time.perf_counter() - t) * 1000.0
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def sequential_latency(
+    probes: dict[str, LatencyProbe], n: int, warmup: int = 20
+) -> dict[str, list[float]]:
+    """``n`` timed calls per target (after ``warmup`` each), interleaved call by call in an
+    order turned by one each time: a drift of the machine's speed, or a slow spell, falls on
+    every target alike instead of on whichever target's block it hits."""
+    samples: dict[str, list[float]] = {name: [] for name in probes}
+    for i in range(warmup + n):
+        for name in round_order(list(probes), i):
+            ms = probes[name].call()
+            if i >= warmup:
+                samples[name].append(ms)
     return samples
+
+
+def added_p50_range(samples: list[float], direct: list[float], parts: int) -> str:
+    """The spread of the added p50 over ``parts`` consecutive slices of the calls (each
+    slice's p50 less direct Triton's in the same slice): how far the figure can be trusted."""
+    k = len(samples) // parts
+    if k < 10:
+        return ""
+    added = sorted(
+        statistics.median(samples[i * k : (i + 1) * k])
+        - statistics.median(direct[i * k : (i + 1) * k])
+        for i in range(parts)
+    )
+    return f" [{added[0]:+.3f}..{added[-1]:+.3f}]"
 
 
 def ratio(a: float, b: float) -> str:
@@ -492,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="interleaved wrk runs per point")
     ap.add_argument("--connections", default="1,8,64")
     ap.add_argument("--sequential-small", type=int, default=1000)
-    ap.add_argument("--sequential-large", type=int, default=100)
+    ap.add_argument("--sequential-large", type=int, default=300)
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--client-cpu", type=int, default=1)
     ap.add_argument("--models", default="add_sub,inception_graphdef")
@@ -628,13 +662,19 @@ def main(argv: list[str] | None = None) -> int:
             failures = 0
             for w in workloads:
                 print(f"\n== {w.model} ({w.body.stat().st_size} B request) ==", flush=True)
-                lat: dict[str, list[float]] = {name: [] for name in targets}
-                for round_no in range(args.repeat):  # interleaved rounds
-                    for name in round_order(targets, round_no):
+                probes = {}
+                try:
+                    for name in targets:
                         hostport, pre, tok = endpoints[name]
-                        n = max(1, w.sequential // args.repeat)
-                        lat[name] += sequential_latency(hostport + pre, w, tok, n)
-                print("sequential latency, ms (tritonclient, binary tensors):")
+                        probes[name] = LatencyProbe(hostport + pre, w, tok)
+                    lat = sequential_latency(probes, w.sequential)
+                finally:
+                    for probe in probes.values():
+                        probe.close()
+                print(
+                    "sequential latency, ms (tritonclient, binary tensors; calls interleaved; "
+                    f"[the added p50's range over {args.repeat} slices of the calls]):"
+                )
                 d50 = pct(lat["direct"], 50) if "direct" in lat else 0.0
                 n50 = pct(lat["nginx"], 50) if "nginx" in lat else 0.0
                 for name, s in lat.items():
@@ -643,6 +683,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"  {name:8s} p50 {pct(s, 50):7.3f}  p95 {pct(s, 95):7.3f}  "
                         f"p99 {pct(s, 99):7.3f}  added p50 {added:+.3f}"
                     )
+                    if name != "direct" and "direct" in lat:
+                        line += added_p50_range(s, lat["direct"], args.repeat)
                     if name in ("gateway", "base", "up", "base-up") and "nginx" in lat:
                         line += f"  ({ratio(added, n50 - d50)} nginx's added p50)"
                     if name == "group" and "gateway" in lat:

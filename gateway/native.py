@@ -41,6 +41,7 @@ COMPILED = (
     "pool",
     "problems",
     "proxy",
+    "reads",
     "route_table",
     "router",
     "server",

@@ -44,6 +44,7 @@ import httptools
 from mypy_extensions import mypyc_attr
 
 from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
+from gateway.reads import READS, BufferedReads
 from gateway.splice import AVAILABLE as SPLICE_AVAILABLE
 from gateway.splice import RELAY_MIN, BodyMove, BodyRelay, BodySplice
 from gateway.writes import Chunk, Sender
@@ -221,6 +222,15 @@ class Body:
     @property
     def sink(self) -> BodySink | None:
         return self._sink
+
+    def may_hold_reads(self) -> bool:
+        """Whether what was fed may still be held: buffered here, or written to a sink
+        whose transport did not pass it all to its socket (or no sink at all)."""
+        sink = self._sink
+        if self.buffered or sink is None:
+            return True
+        target = sink.splice_target()
+        return target is None or target[1]() > 0
 
     def detach(self) -> None:
         """What is still to come goes nowhere (its sink's exchange ended)."""
@@ -448,6 +458,7 @@ class HttpConnection(ReadPausable):
         # The rest of a body streamed to a replica is spliced from this many bytes (0: never).
         self.splice_min = server.splice_min if SPLICE_AVAILABLE else 0
         self._splice: BodyMove | None = None
+        self._reads: BufferedReads | None = None  # set while reading into READS
         self._watched = -1
         self.transport: asyncio.Transport | None = None
         self.sender: Sender | None = None  # its writes, once it has a transport
@@ -568,7 +579,12 @@ class HttpConnection(ReadPausable):
         if len(data) == end + (head.content_length or 0):
             # The whole message: complete at once, the connection still between messages.
             self._enqueue(Request(self, head, body))
-            return
+        else:
+            self._repeat_begun(head, body)
+
+    def _repeat_begun(self, head: Head, body: Chunk) -> Request:
+        """A repeated head with ``body``, the part of its body read with it (the rest is to
+        come): the request, dispatched."""
         req = Request(self, head)
         self._in_head = self._expect_head = False
         if body:
@@ -582,6 +598,40 @@ class HttpConnection(ReadPausable):
             self._try_splice()
         else:
             self._complete()
+        return req
+
+    # -- reads into the kept buffer (gateway.reads) -----------------------------------------
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` read into READS' buffer. A repeated head with part of its body goes on
+        as a view of the buffer (the next read has a new buffer if anything still holds it);
+        anything else is copied out, as uvloop would, and the connection reads plainly."""
+        last = self._last
+        if last is not None and not self._body_left and self._line == b"":
+            end = len(last.raw)
+            if end < nbytes < end + (last.content_length or 0) and (
+                READS.map.find(last.raw, 0, end) == 0
+            ):
+                if self._repeat_begun(last, READS.lend(end, nbytes)).body.may_hold_reads():
+                    READS.renew()
+                return
+        data = READS.map[:nbytes]
+        self._read_plainly()
+        self.data_received(data)
+
+    def _read_into_buffer(self) -> None:
+        """After a large body: its client's next read comes into READS (the transport calls
+        :class:`BufferedReads`)."""
+        transport = self.transport
+        if self._reads is None and transport is not None and not self.closed:
+            self._reads = BufferedReads(self)
+            transport.set_protocol(self._reads)
+
+    def _read_plainly(self) -> None:
+        transport = self.transport
+        if self._reads is not None and transport is not None:
+            self._reads = None
+            transport.set_protocol(self)
 
     def _pass_body(self, data: bytes) -> bytes:
         """Hand the body bytes at the start of ``data`` to the request as they are (llhttp
@@ -669,6 +719,7 @@ class HttpConnection(ReadPausable):
         if whole:
             self._parser_between_messages()
             self._complete()
+            self._read_into_buffer()
         transport = self.transport
         if not self._reading_paused and not self.closed and transport is not None:
             transport.resume_reading()

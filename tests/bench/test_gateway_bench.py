@@ -82,3 +82,40 @@ def test_a_failed_run_keeps_every_log_of_its_temporary_directory(
         assert (kept / "up" / "up.log").read_text() == "platform\n"
     finally:
         shutil.rmtree(kept)
+
+
+def test_latency_calls_interleave_call_by_call_after_the_warm_up(bench: ModuleType) -> None:
+    calls: list[str] = []
+
+    class Probe:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def call(self) -> float:
+            calls.append(self.name)
+            return float(len(calls))  # the order shows in the samples
+
+    probes = {name: Probe(name) for name in ("direct", "nginx", "gateway")}
+    samples = bench.sequential_latency(probes, 2, warmup=1)
+    assert calls == [
+        *("direct", "nginx", "gateway"),  # warm-up, not sampled
+        *("nginx", "gateway", "direct"),
+        *("gateway", "direct", "nginx"),
+    ]
+    assert samples == {"direct": [6.0, 8.0], "nginx": [4.0, 9.0], "gateway": [5.0, 7.0]}
+
+
+@pytest.mark.parametrize(
+    ("samples", "direct", "parts", "shown"),
+    [
+        # Each slice against direct Triton's calls of the same slice: a slow second half
+        # moves both sides alike.
+        ([2.0] * 10 + [5.0] * 10, [1.0] * 10 + [4.0] * 10, 2, " [+1.000..+1.000]"),
+        ([2.0] * 10 + [4.5] * 10, [1.0] * 10 + [4.0] * 10, 2, " [+0.500..+1.000]"),
+        ([2.0] * 19, [1.0] * 19, 2, ""),  # slices under 10 calls say nothing
+    ],
+)
+def test_added_p50_range_is_per_slice_against_the_same_slice_of_direct(
+    bench: ModuleType, samples: list[float], direct: list[float], parts: int, shown: str
+) -> None:
+    assert bench.added_p50_range(samples, direct, parts) == shown

@@ -13,13 +13,15 @@ import os
 import random
 import socket
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
 
-from gateway import splice
+from gateway import pool, splice
+from gateway.reads import READS
 from gateway.splice import AVAILABLE
 from testing.waiting import wait_until
 from tests.gateway.conftest import GatewayFactory
@@ -35,10 +37,12 @@ class Replica:
     """A raw HTTP/1.1 upstream: answers each request with the sha256 and length of the body
     it read. ``slow``: reads 64 KiB at a time with pauses, through a small window (the gateway's
     side fills up);
-    ``early``: answers 413 and closes as soon as the head is in."""
+    ``early``: answers 413 and closes as soon as the head is in; ``close``: closes the
+    connection after each answer (the gateway connects anew for each call)."""
 
     slow: bool = False
     early: bool = False
+    close: bool = False
     bodies: list[bytes] = field(default_factory=list)
     server: asyncio.AbstractServer | None = None
 
@@ -77,10 +81,15 @@ class Replica:
                     )
                 self.bodies.append(body)
                 answer = b"%s %d" % (hashlib.sha256(body).hexdigest().encode(), len(body))
+                closing = b"Connection: close\r\n" if self.close else b""
                 writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer)
+                    b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s"
+                    % (closing, len(answer), answer)
                 )
                 await writer.drain()
+                if self.close:
+                    writer.close()
+                    return
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
@@ -94,8 +103,8 @@ class Replica:
 def replica(lt: LoopThread) -> Iterator[Callable[..., Replica]]:
     started: list[Replica] = []
 
-    def make(*, slow: bool = False, early: bool = False) -> Replica:
-        r = Replica(slow=slow, early=early)
+    def make(*, slow: bool = False, early: bool = False, close: bool = False) -> Replica:
+        r = Replica(slow=slow, early=early, close=close)
         lt.run(r.start())
         started.append(r)
         return r
@@ -372,3 +381,62 @@ def test_heads_repeated_or_not_around_moved_bodies_are_all_read_right(
     assert answers == [(200, expect(b)) for b in bodies]
     assert r.bodies == [b"abc", *bodies]
     assert moved(splices, mode) >= 5 * (BODY - 256 * 1024), splices
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "kind", ["replica", "slow-replica", "closing-replica"], ids=lambda kind: kind
+)
+def test_repeated_large_calls_go_on_as_views_of_the_kept_read_buffer_and_arrive_exact(
+    make_gateway: GatewayFactory,
+    replica: Callable[..., Replica],
+    splices: Calls,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    kind: str,
+) -> None:
+    """After a large body, a client's next read lands in the gateway's kept buffer and its
+    body part goes to the replica as a view of it (gateway/reads.py); two clients take
+    turns with that buffer. A replica that closes after each answer makes every call wait
+    for a new connection with its view held; one that reads slowly, through sockets with
+    small buffers, leaves part of each view unwritten: the next read (the rest of that
+    body, or the other client's call) must not overwrite it."""
+    r = replica(slow=kind == "slow-replica", close=kind == "closing-replica")
+    if kind == "slow-replica":
+        real_connect = pool.connect
+
+        async def small_send_buffer(*args: object) -> object:
+            conn = await real_connect(*args)  # type: ignore[arg-type]
+            assert conn.transport is not None
+            sock = conn.transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            return conn
+
+        monkeypatch.setattr(pool, "connect", small_send_buffer)
+    gw = start(make_gateway, r, mode)
+    warm(gw)
+    rng = random.Random(12)
+    rounds = 3
+    bodies = {c: [rng.randbytes(BODY) for _ in range(rounds)] for c in "ab"}
+    lent, renewed = READS.lent, READS.renewed
+    answers: dict[str, list[tuple[int, bytes]]] = {"a": [], "b": []}
+
+    def client(c: str) -> None:
+        with socket.create_connection(("127.0.0.1", gw.port)) as s:
+            for body in bodies[c]:
+                s.sendall(post_head(len(body)) + body)
+                answers[c] += read_answers(s, 1, timeout=60)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    for c in "ab":
+        assert answers[c] == [(200, expect(b)) for b in bodies[c]], c
+    assert sorted(r.bodies[1:]) == sorted(bodies["a"] + bodies["b"])
+    # Every call after a client's first went on as a view of the buffer (its first is read
+    # plainly: nothing large came before it on that connection).
+    assert READS.lent - lent >= 2 * (rounds - 1)
+    if kind != "replica":  # views still held: the next reads had new buffers
+        assert READS.renewed - renewed >= 2 * (rounds - 1)
