@@ -1,56 +1,102 @@
-"""A client connection's reads into one kept buffer, for clients that send large bodies.
+"""A client connection's reads into kept buffers, for clients that send large bodies.
 
-uvloop reads a connection into its loop's 256 KiB buffer and copies each read into a new
-``bytes`` for ``data_received``: for a 1 MB request behind a repeated head that is the
-first 256 KiB of it (the rest is relayed, ``gateway.splice``), about 82 % of the gateway's
-instructions per call under callgrind and memory the copy finds cold. Read as a buffered
-protocol (``get_buffer``/``buffer_updated``, which uvloop supports), the read lands in
-:data:`READS`' buffer, one per process and warm like uvloop's own, and the body part of it
-goes to the replica as a view of that buffer: no copy of ours.
+uvloop reads a connection 256 KiB at a time into its loop's buffer and copies each read into
+a new ``bytes`` for ``data_received``. For a 1 MB request behind a repeated head that was the
+first 256 KiB of it (the rest relayed, ``gateway.splice``): about four fifths of the
+gateway's instructions per call under callgrind, into memory the copy finds cold, and the
+replica got the request in two writes, woken for each. Read as a buffered protocol
+(``get_buffer``/``buffer_updated``, which uvloop supports), a read lands in one of
+:data:`READS`' buffers, large enough for the whole of such a request when the client's
+socket already holds it; its body goes to the replica as a view of the buffer, with its
+head in one write, as nginx sends it.
 
-The buffer is only lent: once the replica's socket took the view (the common case), it is
-free for the next read; when anything may still hold it (a write the socket did not take
-whole, a request waiting for its replica connection), :meth:`ReadBuffer.renew` gives the
-next reads a new buffer and the old one goes with its last view. Any other read is copied
-into ``bytes`` as uvloop would, and the connection goes back to plain reads
-(``HttpConnection.buffer_updated``).
+A buffer is only lent. Each lent view holds the mapping (through its own managed buffer)
+until the last view of it is gone, wherever it went (a write the replica's socket did not
+take whole, a request queued or waiting for its replica connection): a buffer whose
+mapping is referenced only by us is free (:meth:`ReadBuffers.take`). Reads go to a free
+kept buffer, else to a new one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import mmap
+import sys
 from typing import Final
 from typing import Protocol as TypingProtocol
 
-READ_BYTES: Final = 262_144  # uvloop's own read size
+# A read's room: a request of a few MB the client's socket already holds comes in one read
+# (uvloop's own is 256 KiB). Only the pages a read touches are ever backed.
+READ_BYTES: Final = 4 << 20
+KEPT: Final = 4  # buffers kept for reuse (warm); more are made while views hold these
 
 
 class ReadBuffer:
-    """The process's kept read buffer: an anonymous mapping, so it starts on a page (the
-    kernel copies into a buffer 16 bytes past one at 1.5x the cost: gateway.splice)."""
+    """An anonymous mapping, so it starts on a page (the kernel copies into a buffer 16
+    bytes past one at 1.5x the cost: gateway.splice)."""
 
-    __slots__ = ("lent", "map", "renewed", "view")
+    __slots__ = ("map",)
 
     def __init__(self) -> None:
-        self.lent = 0  # reads that went on as views (what the tests observe)
-        self.renewed = 0  # buffers left to views that may still be held
         self.map = mmap.mmap(-1, READ_BYTES)
-        self.view = memoryview(self.map)
+
+
+def _refs(buffer: ReadBuffer) -> int:
+    return sys.getrefcount(buffer.map)
+
+
+# What a buffer's mapping counts with no view of it alive (the same expression as the check,
+# compiled or not: each live view's managed buffer adds one).
+_FREE_REFS: Final = _refs(ReadBuffer())
+
+
+class ReadBuffers:
+    """The process's read buffers: the one reads go to, and spares."""
+
+    __slots__ = ("current", "held", "lent", "made", "spares")
+
+    def __init__(self) -> None:
+        self.current = ReadBuffer()
+        self.spares: list[ReadBuffer] = []
+        # What the tests observe: reads that went on as views, reads that found the buffer
+        # still held by one, buffers made (more than KEPT only while views held them all).
+        self.lent = self.held = 0
+        self.made = 1
+
+    def take(self) -> memoryview:
+        """Room for the next read: the current buffer if no view of it is alive, else a
+        free spare (the current one kept as a spare if there is room), else a new one."""
+        current = self.current
+        if _refs(current) <= _FREE_REFS:
+            return memoryview(current.map)
+        self.held += 1
+        spares = self.spares
+        found = None
+        for spare in spares:
+            if _refs(spare) <= _FREE_REFS:
+                found = spare
+                break
+        if found is not None:
+            spares.remove(found)
+        else:
+            found = ReadBuffer()
+            self.made += 1
+        if len(spares) < KEPT - 1:
+            spares.append(current)
+        self.current = found
+        return memoryview(found.map)
 
     def lend(self, start: int, end: int) -> memoryview:
-        """Bytes ``start:end`` of the buffer, as a view that goes on (see :meth:`renew`)."""
+        """Bytes ``start:end`` of the last read, as a view that goes on."""
         self.lent += 1
-        return self.view[start:end]
+        return memoryview(self.current.map)[start:end]
 
-    def renew(self) -> None:
-        """Leave the buffer to whatever still holds views of it; reads go to a new one."""
-        self.renewed += 1
-        self.map = mmap.mmap(-1, READ_BYTES)
-        self.view = memoryview(self.map)
+    def copy(self, nbytes: int) -> bytes:
+        """The last read's ``nbytes`` as ``bytes`` (what uvloop's own read would give)."""
+        return self.current.map[:nbytes]
 
 
-READS: Final = ReadBuffer()
+READS: Final = ReadBuffers()
 
 
 class Reader(TypingProtocol):
@@ -75,7 +121,7 @@ class BufferedReads(asyncio.BufferedProtocol):
         self.conn = conn
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return READS.view
+        return READS.take()
 
     def buffer_updated(self, nbytes: int) -> None:
         self.conn.buffer_updated(nbytes)

@@ -223,15 +223,6 @@ class Body:
     def sink(self) -> BodySink | None:
         return self._sink
 
-    def may_hold_reads(self) -> bool:
-        """Whether what was fed may still be held: buffered here, or written to a sink
-        whose transport did not pass it all to its socket (or no sink at all)."""
-        sink = self._sink
-        if self.buffered or sink is None:
-            return True
-        target = sink.splice_target()
-        return target is None or target[1]() > 0
-
     def detach(self) -> None:
         """What is still to come goes nowhere (its sink's exchange ended)."""
         self._sink = None
@@ -576,15 +567,14 @@ class HttpConnection(ReadPausable):
         parser stays between messages; the rest of the body skips it (``_body_left``)."""
         end = len(head.raw)
         body = data[end:] if len(data) - end < VIEW_BODY_BYTES else memoryview(data)[end:]
-        if len(data) == end + (head.content_length or 0):
+        self._repeated(head, body, len(data) == end + (head.content_length or 0))
+
+    def _repeated(self, head: Head, body: Chunk, whole: bool) -> None:
+        """A repeated ``head`` with ``body``, all of its body (``whole``) or what came of it."""
+        if whole:
             # The whole message: complete at once, the connection still between messages.
             self._enqueue(Request(self, head, body))
-        else:
-            self._repeat_begun(head, body)
-
-    def _repeat_begun(self, head: Head, body: Chunk) -> Request:
-        """A repeated head with ``body``, the part of its body read with it (the rest is to
-        come): the request, dispatched."""
+            return
         req = Request(self, head)
         self._in_head = self._expect_head = False
         if body:
@@ -598,24 +588,21 @@ class HttpConnection(ReadPausable):
             self._try_splice()
         else:
             self._complete()
-        return req
 
     # -- reads into the kept buffer (gateway.reads) -----------------------------------------
 
     def buffer_updated(self, nbytes: int) -> None:
-        """``nbytes`` read into READS' buffer. A repeated head with part of its body goes on
-        as a view of the buffer (the next read has a new buffer if anything still holds it);
-        anything else is copied out, as uvloop would, and the connection reads plainly."""
+        """``nbytes`` read into READS. A repeated head with (part of) its body goes on with
+        that body as a view of the buffer; anything else is copied out, as uvloop would,
+        and the connection reads plainly again."""
         last = self._last
         if last is not None and not self._body_left and self._line == b"":
             end = len(last.raw)
-            if end < nbytes < end + (last.content_length or 0) and (
-                READS.map.find(last.raw, 0, end) == 0
-            ):
-                if self._repeat_begun(last, READS.lend(end, nbytes)).body.may_hold_reads():
-                    READS.renew()
+            length = last.content_length or 0
+            if end < nbytes <= end + length and READS.current.map.find(last.raw, 0, end) == 0:
+                self._repeated(last, READS.lend(end, nbytes), nbytes == end + length)
                 return
-        data = READS.map[:nbytes]
+        data = READS.copy(nbytes)
         self._read_plainly()
         self.data_received(data)
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
+import uvloop
 
 from gateway import pool, splice
 from gateway.reads import READS
@@ -28,6 +29,19 @@ from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import Gateway, LoopThread, post_head, route, table
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason="splice(2) is Linux's")
+
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(scope="module", params=LOOPS)
+def lt(request: pytest.FixtureRequest) -> Iterator[LoopThread]:
+    """Each test on asyncio's loop and on uvloop's (the gateway's own): their transports
+    differ where it matters here (uvloop keeps a view it could not write whole, asyncio
+    copies it)."""
+    loop_thread = LoopThread(LOOPS[request.param])
+    yield loop_thread
+    loop_thread.close()
+
 
 BODY = 1_000_000
 
@@ -380,29 +394,29 @@ def test_heads_repeated_or_not_around_moved_bodies_are_all_read_right(
             answers += read_answers(s, 1)
     assert answers == [(200, expect(b)) for b in bodies]
     assert r.bodies == [b"abc", *bodies]
-    assert moved(splices, mode) >= 5 * (BODY - 256 * 1024), splices
+    # The parsed ones' bodies were moved but for their first read; a repeat's comes whole
+    # into the kept read buffer (gateway/reads.py) once the connection reads into it.
+    assert moved(splices, mode) >= 2 * (BODY - 256 * 1024), splices
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize(
-    "kind", ["replica", "slow-replica", "closing-replica"], ids=lambda kind: kind
-)
+@pytest.mark.parametrize("slow", [False, True], ids=["replica", "slow-replica"])
 def test_repeated_large_calls_go_on_as_views_of_the_kept_read_buffer_and_arrive_exact(
     make_gateway: GatewayFactory,
     replica: Callable[..., Replica],
     splices: Calls,
     monkeypatch: pytest.MonkeyPatch,
+    lt: LoopThread,
     mode: str,
-    kind: str,
+    slow: bool,
 ) -> None:
-    """After a large body, a client's next read lands in the gateway's kept buffer and its
-    body part goes to the replica as a view of it (gateway/reads.py); two clients take
-    turns with that buffer. A replica that closes after each answer makes every call wait
-    for a new connection with its view held; one that reads slowly, through sockets with
-    small buffers, leaves part of each view unwritten: the next read (the rest of that
-    body, or the other client's call) must not overwrite it."""
-    r = replica(slow=kind == "slow-replica", close=kind == "closing-replica")
-    if kind == "slow-replica":
+    """After a large body, a client's next request is read into the gateway's kept buffer
+    and its body goes to the replica as a view of it (gateway/reads.py). Two clients send
+    at the same moment each round; a replica that reads slowly, through sockets with small
+    buffers, leaves one view half written while the other client's request is read: that
+    read must go to another buffer, not over the bytes still to be sent."""
+    r = replica(slow=slow)
+    if slow:
         real_connect = pool.connect
 
         async def small_send_buffer(*args: object) -> object:
@@ -418,12 +432,14 @@ def test_repeated_large_calls_go_on_as_views_of_the_kept_read_buffer_and_arrive_
     rng = random.Random(12)
     rounds = 3
     bodies = {c: [rng.randbytes(BODY) for _ in range(rounds)] for c in "ab"}
-    lent, renewed = READS.lent, READS.renewed
+    lent, held = READS.lent, READS.held
     answers: dict[str, list[tuple[int, bytes]]] = {"a": [], "b": []}
+    together = threading.Barrier(2, timeout=60)
 
     def client(c: str) -> None:
         with socket.create_connection(("127.0.0.1", gw.port)) as s:
             for body in bodies[c]:
+                together.wait()
                 s.sendall(post_head(len(body)) + body)
                 answers[c] += read_answers(s, 1, timeout=60)
 
@@ -435,8 +451,10 @@ def test_repeated_large_calls_go_on_as_views_of_the_kept_read_buffer_and_arrive_
     for c in "ab":
         assert answers[c] == [(200, expect(b)) for b in bodies[c]], c
     assert sorted(r.bodies[1:]) == sorted(bodies["a"] + bodies["b"])
-    # Every call after a client's first went on as a view of the buffer (its first is read
+    # Every call after a client's first went on as a view of a buffer (its first is read
     # plainly: nothing large came before it on that connection).
     assert READS.lent - lent >= 2 * (rounds - 1)
-    if kind != "replica":  # views still held: the next reads had new buffers
-        assert READS.renewed - renewed >= 2 * (rounds - 1)
+    if slow and isinstance(lt.loop, uvloop.Loop):
+        # Each round after the first, one read found the other's view still held (asyncio's
+        # transport copies what the socket did not take: no view of it stays).
+        assert READS.held - held >= rounds - 1
