@@ -41,7 +41,6 @@ COMPILED = (
     "pool",
     "problems",
     "proxy",
-    "reads",
     "route_table",
     "router",
     "server",

@@ -44,7 +44,6 @@ import httptools
 from mypy_extensions import mypyc_attr
 
 from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
-from gateway.reads import READS, BufferedReads
 from gateway.splice import AVAILABLE as SPLICE_AVAILABLE
 from gateway.splice import RELAY_MIN, BodyMove, BodyRelay, BodySplice
 from gateway.writes import Chunk, Sender
@@ -449,7 +448,6 @@ class HttpConnection(ReadPausable):
         # The rest of a body streamed to a replica is spliced from this many bytes (0: never).
         self.splice_min = server.splice_min if SPLICE_AVAILABLE else 0
         self._splice: BodyMove | None = None
-        self._reads: BufferedReads | None = None  # set while reading into READS
         self._watched = -1
         self.transport: asyncio.Transport | None = None
         self.sender: Sender | None = None  # its writes, once it has a transport
@@ -567,11 +565,7 @@ class HttpConnection(ReadPausable):
         parser stays between messages; the rest of the body skips it (``_body_left``)."""
         end = len(head.raw)
         body = data[end:] if len(data) - end < VIEW_BODY_BYTES else memoryview(data)[end:]
-        self._repeated(head, body, len(data) == end + (head.content_length or 0))
-
-    def _repeated(self, head: Head, body: Chunk, whole: bool) -> None:
-        """A repeated ``head`` with ``body``, all of its body (``whole``) or what came of it."""
-        if whole:
+        if len(data) == end + (head.content_length or 0):
             # The whole message: complete at once, the connection still between messages.
             self._enqueue(Request(self, head, body))
             return
@@ -588,37 +582,6 @@ class HttpConnection(ReadPausable):
             self._try_splice()
         else:
             self._complete()
-
-    # -- reads into the kept buffer (gateway.reads) -----------------------------------------
-
-    def buffer_updated(self, nbytes: int) -> None:
-        """``nbytes`` read into READS. A repeated head with (part of) its body goes on with
-        that body as a view of the buffer; anything else is copied out, as uvloop would,
-        and the connection reads plainly again."""
-        last = self._last
-        if last is not None and not self._body_left and self._line == b"":
-            end = len(last.raw)
-            length = last.content_length or 0
-            if end < nbytes <= end + length and READS.current.map.find(last.raw, 0, end) == 0:
-                self._repeated(last, READS.lend(end, nbytes), nbytes == end + length)
-                return
-        data = READS.copy(nbytes)
-        self._read_plainly()
-        self.data_received(data)
-
-    def _read_into_buffer(self) -> None:
-        """After a large body: its client's next read comes into READS (the transport calls
-        :class:`BufferedReads`)."""
-        transport = self.transport
-        if self._reads is None and transport is not None and not self.closed:
-            self._reads = BufferedReads(self)
-            transport.set_protocol(self._reads)
-
-    def _read_plainly(self) -> None:
-        transport = self.transport
-        if self._reads is not None and transport is not None:
-            self._reads = None
-            transport.set_protocol(self)
 
     def _pass_body(self, data: bytes) -> bytes:
         """Hand the body bytes at the start of ``data`` to the request as they are (llhttp
@@ -706,7 +669,6 @@ class HttpConnection(ReadPausable):
         if whole:
             self._parser_between_messages()
             self._complete()
-            self._read_into_buffer()
         transport = self.transport
         if not self._reading_paused and not self.closed and transport is not None:
             transport.resume_reading()
