@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -227,6 +228,15 @@ class Platform:
         started = time.perf_counter()
         self.eascmd("create", str(config))
         return time.perf_counter() - started
+
+    def replica_port(self, service: str) -> int:
+        """The HTTP port of ``service``'s first replica as it last started (the local
+        runtime's log of it opens each start with the port)."""
+        log = self.tmp / "data" / "logs" / service / "0.log"
+        ports = re.findall(r"on port (\d+)", log.read_text(errors="replace"))
+        if not ports:
+            raise RuntimeError(f"{log}: no start of the replica logged")
+        return int(ports[-1])
 
     def deploy(self, name: str) -> float:
         """Seconds of ``eascmd create`` (until Running), then the service is deleted."""

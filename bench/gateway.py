@@ -21,7 +21,10 @@ shows as throughput Triton loses, as it would on a busy node. For both models (`
    tensors), and the p50 each proxy adds to direct Triton: one client per target, its calls
    interleaved call by call with the others' (the order turning by one each call), so a slow
    spell of the machine falls on every target alike; beside each added p50, its range over
-   ``--repeat`` consecutive slices of the calls;
+   ``--repeat`` consecutive slices of the calls. ``up`` has a Triton of its own (its replica,
+   row ``up:replica``, called directly): under ``up``, the p50 it adds over that replica is
+   the platform's own, where its added p50 over ``direct`` holds the two Tritons' difference
+   too;
 2. throughput with ``wrk`` (a Lua script POSTs the same binary infer body) at 1, 8 and 64
    connections, as requests/s and as ratios to direct Triton and to nginx;
 3. under each throughput line, the CPU (user + system, from ``/proc``) each proxy's processes
@@ -667,6 +670,9 @@ def main(argv: list[str] | None = None) -> int:
                     for name in targets:
                         hostport, pre, tok = endpoints[name]
                         probes[name] = LatencyProbe(hostport + pre, w, tok)
+                    for name, platform in ups.items():  # its own Triton, called directly
+                        port = platform.replica_port(SERVICE)
+                        probes[f"{name}:replica"] = LatencyProbe(f"127.0.0.1:{port}", w, None)
                     lat = sequential_latency(probes, w.sequential)
                 finally:
                     for probe in probes.values():
@@ -689,6 +695,11 @@ def main(argv: list[str] | None = None) -> int:
                         line += f"  ({ratio(added, n50 - d50)} nginx's added p50)"
                     if name == "group" and "gateway" in lat:
                         line += f"  (p50 {ratio(pct(s, 50), pct(lat['gateway'], 50))} gateway's)"
+                    if (own := lat.get(f"{name}:replica")) is not None:
+                        line += (
+                            f"\n{'':12s}over its own replica {pct(s, 50) - pct(own, 50):+.3f}"
+                            f"{added_p50_range(s, own, args.repeat)}"
+                        )
                     print(line, flush=True)
                 print(
                     "throughput, requests/s (wrk; median of "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.deploy import replica_restarts, restarts
+from bench.deploy import Platform, replica_restarts, restarts
 from controlplane.runtime.local import START_MARKER
 
 ABORT = [
@@ -52,3 +52,25 @@ def test_the_platforms_replicas_that_started_again_are_named(tmp_path: Path) -> 
         f"base-up's replica bench/0 started again 2 time(s): {ABORT[0]} (x2)"
     ]
     assert replica_restarts(tmp_path / "up") == []  # no platform below it
+
+
+@pytest.mark.parametrize(
+    ("lines", "port"),
+    [
+        ([start(0), "I1204 started HTTPService"], 40000),
+        ([start(0), *ABORT, start(1), "started"], 40001),  # as it last started
+        (["not started yet"], None),
+    ],
+)
+def test_a_platforms_replica_port_is_the_one_it_last_started_on(
+    tmp_path: Path, lines: list[str], port: int | None
+) -> None:
+    platform = Platform(Path("."), tmp_path)
+    log = tmp_path / "data" / "logs" / "svc" / "0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("\n".join(lines) + "\n")
+    if port is None:
+        with pytest.raises(RuntimeError, match="no start"):
+            platform.replica_port("svc")
+    else:
+        assert platform.replica_port("svc") == port
