@@ -19,7 +19,7 @@ shows as throughput Triton loses, as it would on a busy node. For both models (`
 
 1. sequential latency p50/p95/p99 with the official ``tritonclient.http`` client (binary
    tensors), and the p50 each proxy adds to direct Triton: one client per target, its calls
-   interleaved call by call with the others' (the order turning by one each call), so a slow
+   interleaved call by call with the others' (in a new shuffled order each time), so a slow
    spell of the machine falls on every target alike; beside each added p50, its range over
    ``--repeat`` consecutive slices of the calls. ``up`` has a Triton of its own (its replica,
    row ``up:replica``, called directly): under ``up``, the p50 it adds over that replica is
@@ -62,6 +62,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import re
 import secrets
 import shutil
@@ -282,15 +283,28 @@ class LatencyProbe:
         self.client.close()
 
 
+def call_orders(names: list[str], n: int, seed: int = 0) -> Iterator[list[str]]:
+    """``n`` orders of ``names``, shuffled each (seeded: runs compare): no target always
+    follows the same other. A call right after one to the same Triton finds it warm, one
+    after the other Triton's (``up``'s replica) cold; a fixed order gave ``group`` (after
+    ``gateway``) a p50 below direct Triton's and ``up`` (after another Triton's call) 0.5 ms
+    more than it adds."""
+    rng = random.Random(seed)
+    for _ in range(n):
+        order = list(names)
+        rng.shuffle(order)
+        yield order
+
+
 def sequential_latency(
     probes: dict[str, LatencyProbe], n: int, warmup: int = 20
 ) -> dict[str, list[float]]:
-    """``n`` timed calls per target (after ``warmup`` each), interleaved call by call in an
-    order turned by one each time: a drift of the machine's speed, or a slow spell, falls on
-    every target alike instead of on whichever target's block it hits."""
+    """``n`` timed calls per target (after ``warmup`` each), interleaved call by call in a
+    new order each time (:func:`call_orders`): a drift of the machine's speed, or a slow
+    spell, falls on every target alike instead of on whichever target's block it hits."""
     samples: dict[str, list[float]] = {name: [] for name in probes}
-    for i in range(warmup + n):
-        for name in round_order(list(probes), i):
+    for i, order in enumerate(call_orders(list(probes), warmup + n)):
+        for name in order:
             ms = probes[name].call()
             if i >= warmup:
                 samples[name].append(ms)

@@ -95,14 +95,24 @@ def test_latency_calls_interleave_call_by_call_after_the_warm_up(bench: ModuleTy
             calls.append(self.name)
             return float(len(calls))  # the order shows in the samples
 
-    probes = {name: Probe(name) for name in ("direct", "nginx", "gateway")}
-    samples = bench.sequential_latency(probes, 2, warmup=1)
-    assert calls == [
-        *("direct", "nginx", "gateway"),  # warm-up, not sampled
-        *("nginx", "gateway", "direct"),
-        *("gateway", "direct", "nginx"),
-    ]
-    assert samples == {"direct": [6.0, 8.0], "nginx": [4.0, 9.0], "gateway": [5.0, 7.0]}
+    names = ["direct", "nginx", "gateway"]
+    samples = bench.sequential_latency({name: Probe(name) for name in names}, 40, warmup=2)
+    rounds = [calls[i : i + 3] for i in range(0, len(calls), 3)]
+    assert len(rounds) == 42 and all(sorted(r) == sorted(names) for r in rounds)
+    # The warm-up's calls are not sampled; each sample is its call's place in the run.
+    for name in names:
+        assert samples[name] == [
+            float(6 + r.index(name) + 1 + 3 * i) for i, r in enumerate(rounds[2:])
+        ]
+    # No target always comes right after the same other (a warm or cold Triton would bias it).
+    before = {(r[k - 1], r[k]) for r in rounds for k in (1, 2)}
+    assert all(sum((a, b) in before for a in names if a != b) == 2 for b in names)
+
+
+def test_call_orders_are_the_same_for_the_same_seed(bench: ModuleType) -> None:
+    names = ["direct", "nginx", "gateway", "up", "up:replica"]
+    assert list(bench.call_orders(names, 5)) == list(bench.call_orders(names, 5))
+    assert list(bench.call_orders(names, 5)) != list(bench.call_orders(names, 5, seed=1))
 
 
 @pytest.mark.parametrize(
