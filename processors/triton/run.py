@@ -14,6 +14,7 @@ Exit codes: :mod:`processors.exits` (tritonserver's own code passes through).
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,7 +63,7 @@ def run(
         sink = progress.sink_from(os.environ)
         replay = warmup.WarmUp(requests, url, sink, warmup.ready_file(os.environ))
     say(f"serving {checked.model_repository} from {local} with {server.binary}")
-    argv = tritonserver_argv(server, checked, local, ports, fences.new_key())
+    argv = tritonserver_argv(server, checked, local, ports, fences.new_key(), shm_prefix())
     failed: list[str] = []
 
     def warm(child: subprocess.Popen[bytes]) -> None:
@@ -101,10 +102,12 @@ def tritonserver_argv(
     local: Path,
     ports: Ports,
     admin_key: str,
+    shm_prefix: str,
 ) -> list[str]:
     """The tritonserver command line: the user's flags on the local copy, then the
     platform's (tenants cannot pass these, so order carries no override), the admin APIs
-    fenced by ``admin_key`` (:mod:`.fences`)."""
+    fenced by ``admin_key`` (:mod:`.fences`), and the python backend's shared memory named
+    from ``shm_prefix`` (:func:`shm_prefix`)."""
     return [
         str(server.binary),
         *checked.normalised(model_repository=str(local)),
@@ -115,5 +118,15 @@ def tritonserver_argv(
         f"--grpc-address={ports.host}",
         f"--metrics-address={ports.host}",
         *fences.restricted_api_args(admin_key),
+        f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
         *server.args,
     ]
+
+
+def shm_prefix() -> str:
+    """A prefix of its own for a start's python-backend shared memory regions (tenants may
+    not set it: :mod:`.flags`). Python backends before the bundled one number their regions
+    ``triton_python_backend_shm_region_1``, ``_2``, … on every tritonserver alike, so two
+    replicas on one host (the local runtime's) would open each other's; the bundled one
+    appends a UUID, and the prefix keeps a replica's regions its own with either."""
+    return f"openeas_{secrets.token_hex(6)}_"

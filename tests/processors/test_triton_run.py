@@ -42,7 +42,7 @@ def test_tritonserver_argv_puts_the_platforms_flags_after_the_users() -> None:
     )
     checked = flags.parse(["--model-repository=oss://bucket/m", "--log-verbose=1"])
     ports = Ports(1, 2, 3, "0.0.0.0")
-    argv = run.tritonserver_argv(server, checked, Path("/cache/m"), ports, "k3y")
+    argv = run.tritonserver_argv(server, checked, Path("/cache/m"), ports, "k3y", "openeas_ab_")
     fence = "model-repository,shared-memory,trace,logging:openeas-admin-key=k3y"
     assert argv == [
         "/opt/tritonserver/bin/tritonserver",
@@ -56,8 +56,16 @@ def test_tritonserver_argv_puts_the_platforms_flags_after_the_users() -> None:
         "--metrics-address=0.0.0.0",
         f"--http-restricted-api={fence}",
         f"--grpc-restricted-protocol={fence}",
+        "--backend-config=python,shm-region-prefix-name=openeas_ab_",
         "--backend-directory=/b",
     ]
+
+
+def test_each_start_names_its_shared_memory_apart() -> None:
+    prefixes = {run.shm_prefix() for _ in range(100)}
+    assert len(prefixes) == 100
+    # The tenant's own --backend-config can neither pass it nor collide with it.
+    assert all(p.startswith("openeas_") and p.endswith("_") for p in prefixes)
 
 
 @pytest.mark.slow
@@ -120,6 +128,39 @@ def serve_check_and_stop(
         assert process.wait(timeout=60) == 0, log.read_text(errors="replace")[-3000:]
         wait_until(lambda: not survivors(family), 30, what="no orphans left behind")
     return log.read_text(errors="replace")
+
+
+def shm_regions(family: list[int]) -> set[str]:
+    """The /dev/shm files the processes of ``family`` have mapped."""
+    found = set()
+    for pid in family:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+                if "/dev/shm/" in line:
+                    found.add(line.split("/dev/shm/", 1)[1].removesuffix(" (deleted)"))
+    return found
+
+
+@pytest.mark.slow
+def test_two_replicas_on_one_host_keep_their_python_backends_shared_memory_apart(
+    tmp_path: Path,
+) -> None:
+    """Both serve the python-backend add_sub, each from shared memory regions named from
+    its own prefix (python backends before the bundled one number them alike on every
+    tritonserver: two replicas on one host would open each other's)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one, two = _replica(str(EXAMPLE_MODELS)), _replica(str(EXAMPLE_MODELS))
+    with (
+        running_replica(one, tmp_path / "a") as (_, first, _),
+        running_replica(two, tmp_path / "b") as (_, second, _),
+    ):
+        for replica in (one, two):  # both serve, add_sub's stub included
+            check_example_models(f"127.0.0.1:{replica.http_port}")
+        a, b = shm_regions(first), shm_regions(second)
+        assert a and b, (a, b)
+        assert not a & b, a & b
+        assert all(name.startswith("openeas_") for name in a | b), a | b
 
 
 @pytest.mark.slow
