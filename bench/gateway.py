@@ -311,15 +311,16 @@ def sequential_latency(
     return samples
 
 
-def added_p50_range(samples: list[float], direct: list[float], parts: int) -> str:
+def added_p50_range(samples: list[float], baseline: list[float], parts: int) -> str:
     """The spread of the added p50 over ``parts`` consecutive slices of the calls (each
-    slice's p50 less direct Triton's in the same slice): how far the figure can be trusted."""
+    slice's p50 less the baseline's in the same slice: direct Triton, or ``up``'s own
+    replica): how far the figure can be trusted."""
     k = len(samples) // parts
     if k < 10:
         return ""
     added = sorted(
         statistics.median(samples[i * k : (i + 1) * k])
-        - statistics.median(direct[i * k : (i + 1) * k])
+        - statistics.median(baseline[i * k : (i + 1) * k])
         for i in range(parts)
     )
     return f" [{added[0]:+.3f}..{added[-1]:+.3f}]"
