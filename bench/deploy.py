@@ -230,13 +230,18 @@ class Platform:
         return time.perf_counter() - started
 
     def replica_port(self, service: str) -> int:
-        """The HTTP port of ``service``'s first replica as it last started (the local
-        runtime's log of it opens each start with the port)."""
-        log = self.tmp / "data" / "logs" / service / "0.log"
-        ports = re.findall(r"on port (\d+)", log.read_text(errors="replace"))
-        if not ports:
-            raise RuntimeError(f"{log}: no start of the replica logged")
-        return int(ports[-1])
+        """The HTTP port of ``service``'s newest replica as it last started (the local
+        runtime's log of it opens each start with a line naming the port)."""
+        sys.path.insert(0, str(ROOT))
+        from controlplane.runtime.local import START_MARKER, log_folder
+
+        logs = [p for p in log_folder(self.tmp / "data", service).glob("*.log") if p.stem.isdigit()]
+        log = max(logs, key=lambda p: int(p.stem), default=None)
+        text = log.read_text(errors="replace") if log is not None else ""
+        starts = re.findall(rf"^{re.escape(START_MARKER)}\d+ on port (\d+)$", text, re.M)
+        if not starts:
+            raise RuntimeError(f"{service}: no start of its replica logged under {self.tmp}")
+        return int(starts[-1])
 
     def deploy(self, name: str) -> float:
         """Seconds of ``eascmd create`` (until Running), then the service is deleted."""

@@ -21,8 +21,8 @@ to the gateway's request path:
   costs per call; with ``--keep DIR`` each profile stays there, for
   ``callgrind_annotate --inclusive=yes DIR/callgrind.gateway.out`` (where a call's
   instructions go). With the 1 MB request, ``memcpy`` (uvloop's copy of each read into a
-  ``bytes``) is four fifths of the count, far more than its share of the time: read the
-  rest without it.
+  ``bytes``) is four fifths of the count, far more than its share of the time (reading
+  without it was measured and left out: docs/architecture.md).
 """
 
 from __future__ import annotations

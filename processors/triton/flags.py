@@ -129,7 +129,8 @@ def _backend_config(value: str) -> str:
 
 
 # Python-backend settings that would let one replica reach another's shared memory.
-_PLATFORM_BACKEND_SETTINGS = frozenset({"shm-region-prefix-name"})
+SHM_PREFIX_SETTING = "shm-region-prefix-name"  # set on every start: run.shm_prefix
+_PLATFORM_BACKEND_SETTINGS = frozenset({SHM_PREFIX_SETTING})
 
 
 def _repository(uri: str) -> str:

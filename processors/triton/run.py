@@ -118,7 +118,7 @@ def tritonserver_argv(
         f"--grpc-address={ports.host}",
         f"--metrics-address={ports.host}",
         *fences.restricted_api_args(admin_key),
-        f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+        f"--backend-config=python,{flags.SHM_PREFIX_SETTING}={shm_prefix}",
         *server.args,
     ]
 

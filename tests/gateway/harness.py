@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import uvloop
 from aiohttp import web
 
 from contract.wire import (
@@ -41,6 +42,13 @@ T = TypeVar("T")
 
 TOKEN = "tok-" + "x" * 28
 SERVICE = "svc"
+
+
+# The event loops the gateway's transports are tested on: asyncio's and uvloop's (its own).
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": uvloop.new_event_loop,
+}
 
 
 class LoopThread:

@@ -18,17 +18,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
-import uvloop
 
 from gateway import splice
 from gateway.splice import AVAILABLE
 from testing.waiting import wait_until
 from tests.gateway.conftest import GatewayFactory
-from tests.gateway.harness import Gateway, LoopThread, post_head, route, table
+from tests.gateway.harness import LOOPS, Gateway, LoopThread, post_head, route, table
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason="splice(2) is Linux's")
-
-LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 
 @pytest.fixture(scope="module", params=LOOPS)

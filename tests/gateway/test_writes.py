@@ -11,12 +11,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-import uvloop
 
 from gateway import splice
 from gateway.writes import SEND, SENDV, Sender, send_nowait, sendv_nowait
-
-LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+from tests.gateway.harness import LOOPS
 
 
 def run(loop: str, scenario: Callable[[], Awaitable[None]]) -> None:
