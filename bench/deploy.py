@@ -31,6 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,22 +72,31 @@ def cpu_seconds(pid: int, *, descendants: bool = True, user_only: bool = False) 
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_split(triton: int, proxy: int | None, platform: int | None) -> tuple[float, float]:
-    """CPU seconds so far of (Triton, the proxy) behind one target. `openeas up`
-    (``platform``) holds both: its replicas are its descendants, and the process itself is
-    the gateway beside the control plane."""
-    if platform is not None:
-        own = cpu_seconds(platform, descendants=False)
-        return cpu_seconds(platform) - own, own
-    return cpu_seconds(triton), cpu_seconds(proxy) if proxy is not None else 0.0
+@dataclass(frozen=True)
+class Meter:
+    """Whose CPU one target's row counts, as Triton's and as its proxy's. ``triton`` and
+    ``proxy`` are process trees (nginx's master and workers, the gateway's workers).
+    ``openeas up`` (``platform``) holds its replicas as descendants: they are Triton, and the
+    process itself, the gateway beside the control plane, is the proxy unless ``proxy``
+    names another in front of those replicas (nginx, for a comparison on the same Triton)."""
 
+    triton: int | None = None
+    proxy: int | None = None
+    platform: int | None = None
 
-def proxy_user_seconds(proxy: int | None, platform: int | None) -> float:
-    """User CPU so far of the proxy counted by :func:`cpu_split`: where a proxy's cost
-    differs from nginx's (in front of Triton, system time is about the same for all)."""
-    if platform is not None:
-        return cpu_seconds(platform, descendants=False, user_only=True)
-    return cpu_seconds(proxy, user_only=True) if proxy is not None else 0.0
+    def seconds(self) -> tuple[float, float, float]:
+        """CPU seconds so far of Triton, of the proxy, and the user part of the proxy's
+        (where proxies differ: in front of Triton their system time is about the same)."""
+        if self.platform is not None:
+            own = cpu_seconds(self.platform, descendants=False)
+            triton = cpu_seconds(self.platform) - own
+            if self.proxy is None:
+                return triton, own, cpu_seconds(self.platform, descendants=False, user_only=True)
+        else:
+            triton = cpu_seconds(self.triton) if self.triton is not None else 0.0
+        if self.proxy is None:
+            return triton, 0.0, 0.0
+        return triton, cpu_seconds(self.proxy), cpu_seconds(self.proxy, user_only=True)
 
 
 # The first words of a crash in a process's log: a C++ exception nothing caught, Triton's

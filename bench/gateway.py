@@ -24,9 +24,12 @@ shows as throughput Triton loses, as it would on a busy node. For both models (`
    ``--repeat`` consecutive slices of the calls. ``up`` has a Triton of its own (its replica,
    row ``up:replica``, called directly): under ``up``, the p50 it adds over that replica is
    the platform's own, where its added p50 over ``direct`` holds the two Tritons' difference
-   too;
+   too; the same nginx also runs in front of that replica (row ``nginx@up``), and up's added
+   p50 over it is also said as a ratio to nginx@up's;
 2. throughput with ``wrk`` (a Lua script POSTs the same binary infer body) at 1, 8 and 64
-   connections, as requests/s and as ratios to direct Triton and to nginx;
+   connections, as requests/s and as ratios to direct Triton and to nginx; ``up`` also to
+   ``nginx@up``, round by round (``× nginx on its own replica``): a ratio on one Triton,
+   where its ratio to ``nginx`` holds the two Tritons' difference;
 3. under each throughput line, the CPU (user + system, from ``/proc``) each proxy's processes
    and Triton spent per request, the least of the rounds: a steadier figure than throughput
    when other work shares the machine, and it shows whether a proxy costs Triton CPU too
@@ -52,7 +55,8 @@ the row and round of each, and keeps every process's log (``openeas up``'s and i
 replicas' too) in a directory it prints. A replica of ``up`` that started again during the
 run is named with the first line of its crash: Triton's Python backend has been seen to
 abort under this load (``boost::interprocess::lock_exception``), and the calls its restart
-refuses are its failure, not the gateway's.
+refuses are its failure, not the gateway's; ``nginx@up`` follows such a replica to the port it
+starts on again (its configuration rewritten, its master told with SIGHUP).
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ from pathlib import Path
 from builds import announce
 
 # bench/deploy.py: `openeas up` and eascmd from a checkout, Triton as the baseline
-from deploy import Platform, cpu_split, proxy_user_seconds, replica_restarts, tritonserver
+from deploy import Meter, Platform, replica_restarts, tritonserver
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "examples" / "models"
@@ -197,6 +201,40 @@ def process(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def write_nginx_conf(home: Path, triton_port: int, port: int, token: str) -> None:
+    """NGINX_CONF in ``home`` (its pid and temporary files go there too): on ``port`` in
+    front of the Triton on ``triton_port``."""
+    home.mkdir(exist_ok=True)
+    conf = NGINX_CONF.format(
+        tmp=home, token=token, triton_port=triton_port, port=port, service=SERVICE
+    )
+    (home / "nginx.conf").write_text(conf)
+
+
+def nginx_argv(home: Path, cpu: int) -> list[str]:
+    """nginx, pinned to ``cpu``, on the configuration in ``home``."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    return pinned(cpu, [nginx, "-c", str(home / "nginx.conf"), "-p", str(home)])
+
+
+@dataclass
+class Front:
+    """nginx in front of a platform's own replica (row ``nginx@<platform>``), following it
+    to the port it starts on again after a crash (the local runtime draws one per start)."""
+
+    platform: str
+    home: Path
+    port: int
+    upstream: int  # the replica's port its configuration names
+    pid: int = 0
+
+    def follow(self, replica_port: int, token: str) -> None:
+        if replica_port != self.upstream:
+            self.upstream = replica_port
+            write_nginx_conf(self.home, replica_port, self.port, token)
+            os.kill(self.pid, signal.SIGHUP)  # its master re-reads it; new workers serve
 
 
 def pinned(cpu: int, argv: list[str]) -> list[str]:
@@ -573,7 +611,8 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="add the target `up`: the gateway as `openeas up` runs it (beside the control "
         "plane in one process, its own replica of examples/models started by the local "
-        "runtime), pinned like the others; with --base also `base-up`",
+        "runtime), pinned like the others, and `nginx@up`, nginx in front of that replica; "
+        "with --base also `base-up` and `nginx@base-up`",
     )
     ap.add_argument("--serve-gateway", nargs=3, metavar=("PORT", "UPSTREAM", "TOKEN"))
     ap.add_argument("--serve-floor", nargs=2, type=int, metavar=("PORT", "UPSTREAM_PORT"))
@@ -611,12 +650,7 @@ def main(argv: list[str] | None = None) -> int:
         triton_argv, triton_env, triton_port = start_triton(tmp, args.server_cpu)
         triton_base = f"http://127.0.0.1:{triton_port}"
         nginx_port, gateway_port, floor_port = free_port(), free_port(), free_port()
-        (tmp / "nginx.conf").write_text(
-            NGINX_CONF.format(
-                tmp=tmp, token=token, triton_port=triton_port, port=nginx_port, service=SERVICE
-            )
-        )
-        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        write_nginx_conf(tmp, triton_port, nginx_port, token)
         serve = ["--workers", str(args.workers), "--serve-gateway"]
         gateway_argv = [sys.executable, __file__, *serve, str(gateway_port), triton_base, token]
         gateway_cpus = ",".join(str(args.server_cpu + i) for i in range(args.workers))
@@ -630,10 +664,7 @@ def main(argv: list[str] | None = None) -> int:
             targets.insert(at, "base")
         with (
             process(triton_argv, tmp / "triton.log", env=triton_env) as triton,
-            process(
-                pinned(args.server_cpu, [nginx, "-c", str(tmp / "nginx.conf"), "-p", str(tmp)]),
-                tmp / "nginx.log",
-            ) as ngx,
+            process(nginx_argv(tmp, args.server_cpu), tmp / "nginx.log") as ngx,
             process(pinned_cpus(gateway_cpus, gateway_argv), tmp / "gateway.log") as gw,
             contextlib.ExitStack() as more,
         ):
@@ -647,9 +678,9 @@ def main(argv: list[str] | None = None) -> int:
                 proc = more.enter_context(process(argv, tmp / "base.log", env=base_env))
                 pids["base"] = proc.pid
                 wait_http(f"http://127.0.0.1:{base_port}/gateway/healthz", proc)
-            # whose CPU is counted per request (`up`: see cpu_split)
             pids |= {"nginx": ngx.pid, "gateway": gw.pid, "group": gw.pid}
             ups = {}
+            fronts: dict[str, Front] = {}  # nginx in front of a platform's own replica
             if args.up:
                 trees = {"up": ROOT} | ({"base-up": args.base} if args.base else {})
                 for name, tree in trees.items():
@@ -659,6 +690,25 @@ def main(argv: list[str] | None = None) -> int:
                     more.callback(platform.stop)
                     platform.create(SERVICE, token)
                     targets.append(name)
+                    # the same nginx in front of the same replica: the platform's ratio to
+                    # nginx on one Triton (up's replica and the bench's differ by more)
+                    front = Front(name, tmp / name / "nginx", free_port(), 0)
+                    front.upstream = platform.replica_port(SERVICE)
+                    write_nginx_conf(front.home, front.upstream, front.port, token)
+                    argv = nginx_argv(front.home, args.server_cpu)
+                    proc = more.enter_context(process(argv, tmp / name / "nginx.log"))
+                    front.pid = proc.pid
+                    wait_http(f"http://127.0.0.1:{front.port}/", proc)
+                    fronts[f"nginx@{name}"] = front
+                    targets.append(f"nginx@{name}")
+            # whose CPU a row counts per request as Triton's and as its proxy's
+            meters = {name: Meter(triton=triton.pid, proxy=pid) for name, pid in pids.items()}
+            meters["direct"] = Meter(triton=triton.pid)
+            meters |= {name: Meter(platform=p.pid) for name, p in ups.items()}
+            for name, front in fronts.items():
+                meters[name] = Meter(platform=ups[front.platform].pid, proxy=front.pid)
+            # the platform whose replica a row is in front of, called directly as a row too
+            replica_of = {name: name for name in ups} | {n: f.platform for n, f in fronts.items()}
             wait_http(f"{triton_base}/v2/health/ready", triton)
             wait_http(f"http://127.0.0.1:{nginx_port}/", ngx)
             wait_http(f"http://127.0.0.1:{gateway_port}/gateway/healthz", gw)
@@ -670,6 +720,7 @@ def main(argv: list[str] | None = None) -> int:
                 "gateway": (f"127.0.0.1:{gateway_port}", prefix, token),
                 "base": (f"127.0.0.1:{base_port}", prefix, token),
                 **{name: (f"127.0.0.1:{p.port}", prefix, token) for name, p in ups.items()},
+                **{name: (f"127.0.0.1:{f.port}", prefix, token) for name, f in fronts.items()},
                 "group": (f"127.0.0.1:{gateway_port}", f"/api/predict/{GROUP}", token),
             }
             print(
@@ -681,6 +732,8 @@ def main(argv: list[str] | None = None) -> int:
             for w in workloads:
                 print(f"\n== {w.model} ({w.body.stat().st_size} B request) ==", flush=True)
                 probes = {}
+                for front in fronts.values():
+                    front.follow(ups[front.platform].replica_port(SERVICE), token)
                 try:
                     for name in targets:
                         hostport, pre, tok = endpoints[name]
@@ -710,11 +763,17 @@ def main(argv: list[str] | None = None) -> int:
                         line += f"  ({ratio(added, n50 - d50)} nginx's added p50)"
                     if name == "group" and "gateway" in lat:
                         line += f"  (p50 {ratio(pct(s, 50), pct(lat['gateway'], 50))} gateway's)"
-                    if (own := lat.get(f"{name}:replica")) is not None:
+                    if name in replica_of:
+                        own = lat[f"{replica_of[name]}:replica"]
+                        over = pct(s, 50) - pct(own, 50)
                         line += (
-                            f"\n{'':12s}over its own replica {pct(s, 50) - pct(own, 50):+.3f}"
+                            f"\n{'':12s}over its own replica {over:+.3f}"
                             f"{added_p50_range(s, own, args.repeat)}"
                         )
+                        if (beside := lat.get(f"nginx@{name}")) is not None:
+                            line += (
+                                f" ({ratio(over, pct(beside, 50) - pct(own, 50))} nginx@{name}'s)"
+                            )
                     print(line, flush=True)
                 print(
                     "throughput, requests/s (wrk; median of "
@@ -731,20 +790,21 @@ def main(argv: list[str] | None = None) -> int:
                             hostport, pre, tok = endpoints[name]
                             path = f"{pre}/v2/models/{w.model}/infer"
                             base = f"http://{hostport}"
+                            if (front := fronts.get(name)) is not None:
+                                port = ups[front.platform].replica_port(SERVICE)
+                                front.follow(port, token)
                             run_wrk(args.client_cpu, base, path, w, tok, c, 1.0, lua)  # warm
                             seconds = args.duration if w.model == "add_sub" else args.duration_large
-                            up = ups[name].pid if name in ups else None
-                            counted = (triton.pid, pids.get(name), up)
-                            before = (*cpu_split(*counted), proxy_user_seconds(*counted[1:]))
+                            before = meters[name].seconds()
                             r = run_wrk(args.client_cpu, base, path, w, tok, c, seconds, lua)
-                            after = (*cpu_split(*counted), proxy_user_seconds(*counted[1:]))
+                            after = meters[name].seconds()
                             runs[name].append(r)
                             t_us, p_us, u_us = (
                                 (a - b) * 1e6 / max(1, r.requests)
                                 for a, b in zip(after, before, strict=True)
                             )
                             triton_cpu[name].append(t_us)
-                            if name in pids or up is not None:
+                            if name != "direct":
                                 cpu[name].append(p_us)
                                 user[name].append(u_us)
                             failures += r.non200 + r.sockerr
@@ -769,6 +829,8 @@ def main(argv: list[str] | None = None) -> int:
                                 part += f", {ratio(r.rps, res['base'].rps)} base"
                             if name == "up" and "base-up" in res:
                                 part += f", {ratio(r.rps, res['base-up'].rps)} base-up"
+                            if (front := f"nginx@{name}") in res:
+                                part += f", {ratio(r.rps, res[front].rps)} {front}"
                             if name == "group" and "gateway" in res:
                                 part += f", {ratio(r.rps, res['gateway'].rps)} gateway"
                             part += ")"
@@ -784,6 +846,14 @@ def main(argv: list[str] | None = None) -> int:
                             if name not in ("direct", "nginx")
                         ]
                         print("        × nginx, round by round: " + " | ".join(paired), flush=True)
+                    paired = [
+                        f"{name} {paired_ratio(runs[name], runs[f'nginx@{name}'])}"
+                        for name in ups
+                        if f"nginx@{name}" in runs
+                    ]
+                    if paired:
+                        line = " | ".join(paired)
+                        print(f"        × nginx on its own replica, round by round: {line}")
                     line = " | ".join(
                         f"{name} {min(us):.0f} (user {min(user[name]):.0f})"
                         for name, us in cpu.items()

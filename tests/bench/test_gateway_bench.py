@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -129,3 +130,38 @@ def test_added_p50_range_is_per_slice_against_the_same_slice_of_direct(
     bench: ModuleType, samples: list[float], direct: list[float], parts: int, shown: str
 ) -> None:
     assert bench.added_p50_range(samples, direct, parts) == shown
+
+
+# Stands in for nginx's master: says when it is ready, then counts each SIGHUP on a line.
+HUP_COUNTER = """
+import signal, sys, time
+signal.signal(signal.SIGHUP, lambda *_: print("hup", flush=True))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_nginx_in_front_of_a_replica_follows_it_to_the_port_it_starts_on_again(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    """A replica of `up` that crashed starts again on another port: nginx@up's configuration
+    names that port and its master is told to re-read it, once per move."""
+    master = subprocess.Popen(
+        [sys.executable, "-c", HUP_COUNTER], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert master.stdout is not None and master.stdout.readline() == "ready\n"
+        front = bench.Front("up", tmp_path / "nginx", port=8080, upstream=0, pid=master.pid)
+        bench.write_nginx_conf(front.home, 5001, front.port, "tok")
+        front.upstream = 5001
+        front.follow(5001, "tok")  # the same port: nothing to do
+        front.follow(5002, "tok")
+        assert master.stdout.readline() == "hup\n"
+        conf = (front.home / "nginx.conf").read_text()
+        assert "server 127.0.0.1:5002;" in conf and "5001" not in conf
+        assert "listen 127.0.0.1:8080;" in conf and front.upstream == 5002
+    finally:
+        master.kill()
+        master.wait()
+    # Only the one move signalled it.
+    assert master.stdout.read() == ""
