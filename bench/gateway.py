@@ -52,8 +52,10 @@ every proxy's ratio to nginx round by round (the median and range of the per-rou
 which a drift of the machine over the run does not skew.
 Every request of every phase must succeed (HTTP 200); a run with failures says so, names
 the row and round of each, and keeps every process's log (``openeas up``'s and its
-replicas' too) in a directory it prints. A replica of ``up`` that started again during the
-run is named with the first line of its crash: Triton's Python backend has been seen to
+replicas' too) in a directory it prints, with ``runs.log``: when each wrk run began and
+ended (warm-ups too), to match a crash in a replica's log with what was running. A replica
+of ``up`` that started again during the run (its logs are then kept too) is named with the
+first line of its crash: Triton's Python backend has been seen to
 abort under this load (``boost::interprocess::lock_exception``), and the calls its restart
 refuses are its failure, not the gateway's; ``nginx@up`` follows such a replica to the port it
 starts on again (its configuration rewritten, its master told with SIGHUP).
@@ -83,6 +85,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # bench/builds.py: a --base checkout's gateway compiled like this one's
 from builds import announce
@@ -450,6 +453,25 @@ def run_wrk(
     return WrkResult(requests / (us / 1e6), non200, sockerr, requests, p50_us / 1000.0)
 
 
+def clock() -> str:
+    """Wall-clock time as Triton's log lines give it (the replicas' logs are read beside)."""
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
+
+
+def recorded_wrk(record: Path, label: str, *args: Any) -> WrkResult:
+    """:func:`run_wrk`, with a line in ``record`` of when it ran, what and how it went: a
+    replica's crash in its log is matched to the run it fell in (or between)."""
+    started = clock()
+    r = run_wrk(*args)
+    with record.open("a") as out:
+        out.write(
+            f"{started} - {clock()} {label}: {r.requests} requests, {r.non200} non-200, "
+            f"{r.sockerr} socket errors\n"
+        )
+    return r
+
+
 # --- the gateway under test, as its own process -----------------------------------------
 
 
@@ -646,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
             if w.model in args.models.split(",")
         ]
         lua = tmp / "post.lua"
+        record = tmp / "runs.log"  # when each wrk run was (kept with the logs)
         lua.write_text(WRK_LUA)
         triton_argv, triton_env, triton_port = start_triton(tmp, args.server_cpu)
         triton_base = f"http://127.0.0.1:{triton_port}"
@@ -741,7 +764,10 @@ def main(argv: list[str] | None = None) -> int:
                     for name, platform in ups.items():  # its own Triton, called directly
                         port = platform.replica_port(SERVICE)
                         probes[f"{name}:replica"] = LatencyProbe(f"127.0.0.1:{port}", w, None)
+                    started = clock()
                     lat = sequential_latency(probes, w.sequential)
+                    with record.open("a") as out:
+                        out.write(f"{started} - {clock()} {w.model} sequential latency\n")
                 finally:
                     for probe in probes.values():
                         probe.close()
@@ -793,10 +819,12 @@ def main(argv: list[str] | None = None) -> int:
                             if (front := fronts.get(name)) is not None:
                                 port = ups[front.platform].replica_port(SERVICE)
                                 front.follow(port, token)
-                            run_wrk(args.client_cpu, base, path, w, tok, c, 1.0, lua)  # warm
+                            label = f"{w.model} c={c} round {round_no + 1} {name}"
+                            wrk = (args.client_cpu, base, path, w, tok, c)
+                            recorded_wrk(record, f"{label} (warm-up)", *wrk, 1.0, lua)
                             seconds = args.duration if w.model == "add_sub" else args.duration_large
                             before = meters[name].seconds()
-                            r = run_wrk(args.client_cpu, base, path, w, tok, c, seconds, lua)
+                            r = recorded_wrk(record, label, *wrk, seconds, lua)
                             after = meters[name].seconds()
                             runs[name].append(r)
                             t_us, p_us, u_us = (
@@ -863,11 +891,15 @@ def main(argv: list[str] | None = None) -> int:
                         f"{name} {min(us):.0f}" for name, us in triton_cpu.items() if us
                     )
                     print(f"        CPU µs/request, least of {args.repeat}: {line}", flush=True)
-            for line in replica_restarts(tmp):
+            restarted = replica_restarts(tmp)
+            for line in restarted:
                 print(f"\n! {line}")
             if failures:
                 print(f"\n{failures} requests failed during the throughput runs")
+            if failures or restarted:
+                # runs.log says when each wrk run was: beside a replica's log, what it crashed in
                 print(f"the run's logs are kept in {keep_logs(tmp)}")
+            if failures:
                 return 1
     return 0
 

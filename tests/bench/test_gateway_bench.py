@@ -6,6 +6,7 @@ keeps."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -165,3 +166,23 @@ def test_nginx_in_front_of_a_replica_follows_it_to_the_port_it_starts_on_again(
         master.wait()
     # Only the one move signalled it.
     assert master.stdout.read() == ""
+
+
+def test_each_wrk_run_is_recorded_with_when_it_ran_and_how_it_went(
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """runs.log: a replica's crash, timed in its own log, is matched to the run it fell in."""
+    results = iter([bench.WrkResult(100.0, 0, 0, 300, 1.0), bench.WrkResult(50.0, 7, 2, 150, 2.0)])
+    monkeypatch.setattr(bench, "run_wrk", lambda *args: next(results))
+    record = tmp_path / "runs.log"
+    assert bench.recorded_wrk(record, "add_sub c=8 round 1 up (warm-up)", 1, "x").requests == 300
+    assert bench.recorded_wrk(record, "add_sub c=8 round 1 up", 1, "x").non200 == 7
+    first, second = record.read_text().splitlines()
+    stamp = r"\d\d:\d\d:\d\d\.\d{6}"
+    assert re.fullmatch(
+        rf"{stamp} - {stamp} add_sub c=8 round 1 up \(warm-up\): 300 requests, 0 non-200, "
+        r"0 socket errors",
+        first,
+    )
+    assert second.endswith("add_sub c=8 round 1 up: 150 requests, 7 non-200, 2 socket errors")
+    assert first.split(" - ")[0] <= second.split(" - ")[0]
