@@ -715,8 +715,9 @@ def main(argv: list[str] | None = None) -> int:
                     targets.append(name)
                     # the same nginx in front of the same replica: the platform's ratio to
                     # nginx on one Triton (up's replica and the bench's differ by more)
-                    front = Front(name, tmp / name / "nginx", free_port(), 0)
-                    front.upstream = platform.replica_port(SERVICE)
+                    front = Front(
+                        name, tmp / name / "nginx", free_port(), platform.replica_port(SERVICE)
+                    )
                     write_nginx_conf(front.home, front.upstream, front.port, token)
                     argv = nginx_argv(front.home, args.server_cpu)
                     proc = more.enter_context(process(argv, tmp / name / "nginx.log"))
@@ -857,8 +858,8 @@ def main(argv: list[str] | None = None) -> int:
                                 part += f", {ratio(r.rps, res['base'].rps)} base"
                             if name == "up" and "base-up" in res:
                                 part += f", {ratio(r.rps, res['base-up'].rps)} base-up"
-                            if (front := f"nginx@{name}") in res:
-                                part += f", {ratio(r.rps, res[front].rps)} {front}"
+                            if (pair := f"nginx@{name}") in res:
+                                part += f", {ratio(r.rps, res[pair].rps)} {pair}"
                             if name == "group" and "gateway" in res:
                                 part += f", {ratio(r.rps, res['gateway'].rps)} gateway"
                             part += ")"
@@ -881,7 +882,10 @@ def main(argv: list[str] | None = None) -> int:
                     ]
                     if paired:
                         line = " | ".join(paired)
-                        print(f"        × nginx on its own replica, round by round: {line}")
+                        print(
+                            f"        × nginx on its own replica, round by round: {line}",
+                            flush=True,
+                        )
                     line = " | ".join(
                         f"{name} {min(us):.0f} (user {min(user[name]):.0f})"
                         for name, us in cpu.items()
