@@ -1,7 +1,7 @@
 """``bench/gateway.py``'s rounds: the round-by-round ratio (the median of the per-round
 ratios, which a drift of the machine's speed over the run moves less than a ratio of
-medians), the order of the targets, which turns each round, and the logs a failed run
-keeps."""
+medians), the order of the targets, which turns each round, the logs a failed run keeps
+with the record of its runs, and nginx@up following up's replica."""
 
 from __future__ import annotations
 
@@ -152,9 +152,8 @@ def test_nginx_in_front_of_a_replica_follows_it_to_the_port_it_starts_on_again(
     )
     try:
         assert master.stdout is not None and master.stdout.readline() == "ready\n"
-        front = bench.Front("up", tmp_path / "nginx", port=8080, upstream=0, pid=master.pid)
+        front = bench.Front("up", tmp_path / "nginx", port=8080, upstream=5001, pid=master.pid)
         bench.write_nginx_conf(front.home, 5001, front.port, "tok")
-        front.upstream = 5001
         front.follow(5001, "tok")  # the same port: nothing to do
         front.follow(5002, "tok")
         assert master.stdout.readline() == "hup\n"
