@@ -459,16 +459,19 @@ def clock() -> str:
     return time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
 
 
+def record_run(record: Path, started: str, what: str) -> None:
+    """A line in ``record``: from ``started`` (:func:`clock`) until now, ``what`` ran."""
+    with record.open("a") as out:
+        out.write(f"{started} - {clock()} {what}\n")
+
+
 def recorded_wrk(record: Path, label: str, *args: Any) -> WrkResult:
     """:func:`run_wrk`, with a line in ``record`` of when it ran, what and how it went: a
     replica's crash in its log is matched to the run it fell in (or between)."""
     started = clock()
     r = run_wrk(*args)
-    with record.open("a") as out:
-        out.write(
-            f"{started} - {clock()} {label}: {r.requests} requests, {r.non200} non-200, "
-            f"{r.sockerr} socket errors\n"
-        )
+    said = f"{r.requests} requests, {r.non200} non-200, {r.sockerr} socket errors"
+    record_run(record, started, f"{label}: {said}")
     return r
 
 
@@ -756,19 +759,19 @@ def main(argv: list[str] | None = None) -> int:
             for w in workloads:
                 print(f"\n== {w.model} ({w.body.stat().st_size} B request) ==", flush=True)
                 probes = {}
+                # each platform's replica as it last started, read once for the phase
+                replica_ports = {name: p.replica_port(SERVICE) for name, p in ups.items()}
                 for front in fronts.values():
-                    front.follow(ups[front.platform].replica_port(SERVICE), token)
+                    front.follow(replica_ports[front.platform], token)
                 try:
                     for name in targets:
                         hostport, pre, tok = endpoints[name]
                         probes[name] = LatencyProbe(hostport + pre, w, tok)
-                    for name, platform in ups.items():  # its own Triton, called directly
-                        port = platform.replica_port(SERVICE)
+                    for name, port in replica_ports.items():  # its own Triton, called directly
                         probes[f"{name}:replica"] = LatencyProbe(f"127.0.0.1:{port}", w, None)
                     started = clock()
                     lat = sequential_latency(probes, w.sequential)
-                    with record.open("a") as out:
-                        out.write(f"{started} - {clock()} {w.model} sequential latency\n")
+                    record_run(record, started, f"{w.model} sequential latency")
                 finally:
                     for probe in probes.values():
                         probe.close()
