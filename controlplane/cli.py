@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from contract.heap import freeze_startup_heap
 from contract.helptext import settings_epilog
 from controlplane import migrate
 from controlplane.db import make_engine
@@ -119,6 +120,7 @@ def controlplane_main(argv: list[str]) -> int:
         return 2
     announce_admin_token(settings, created)
     print(f"openeas: control plane on http://{args.host}:{args.port}", flush=True)
+    freeze_startup_heap()
     return run_until_signal(plane.serve(bind(args.host, args.port)), plane.stop)
 
 

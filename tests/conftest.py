@@ -3,6 +3,9 @@ holds the suite-wide rules (timeouts, what ``slow`` means)."""
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+
 import pytest
 
 pytest_plugins = [
@@ -29,3 +32,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(SLOW_TEST_TIMEOUT))
     if unmarked:
         raise pytest.UsageError(f"these start real Triton but are not marked slow: {unmarked}")
+
+
+@pytest.fixture
+def unfrozen_heap() -> Iterator[None]:
+    """For a test of a server's start-up freeze (contract.heap): the suite's own heap is not
+    a server's start-up, so it is unfrozen again after."""
+    gc.unfreeze()
+    yield
+    gc.unfreeze()

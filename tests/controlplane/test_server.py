@@ -4,23 +4,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import http.client
 import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
 
 from contract.wire import ROUTES_PATH
-from controlplane import migrate, route_feed
+from controlplane import cli, migrate, route_feed
 from controlplane.server import ControlPlane, bind
 from controlplane.settings import Settings
 from testing.waiting import wait_until
 from tests.controlplane.conftest import ADMIN
+
+
+def test_the_control_plane_serves_with_its_start_up_heap_frozen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unfrozen_heap: None
+) -> None:
+    """`openeas controlplane` freezes what its start-up built before it serves (contract.heap)."""
+    monkeypatch.setenv("OPENEAS_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("OPENEAS_DATABASE_URL", raising=False)
+    seen: list[int] = []
+
+    def serve(main: Coroutine[Any, Any, None], stop: Callable[[], None]) -> int:
+        seen.append(gc.get_freeze_count())
+        main.close()
+        return 0
+
+    monkeypatch.setattr(cli, "run_until_signal", serve)
+    assert cli.controlplane_main(["--migrate", "--port", "0", "--no-reconcile"]) == 0
+    assert seen[0] > 1_000
 
 
 def test_accepted_connections_do_not_wait_for_delayed_acks() -> None:

@@ -3,6 +3,7 @@ real process (two SO_REUSEPORT workers) fed by a control plane over HTTP."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
+from gateway.cli import main, run
 from gateway.settings import GatewaySettings
 from testing.waiting import wait_until
 from tests.fixtures_triton import descendants, free_port, is_alive
@@ -53,6 +54,18 @@ def test_defaults() -> None:
     assert s.max_body_bytes >= 64 * 1024 * 1024
     assert s.health_path == "/gateway/healthz" and s.host == "127.0.0.1"
     assert s.grpc_port is None  # the gRPC door opens only when asked
+
+
+def test_the_gateway_serves_with_its_start_up_heap_frozen(unfrozen_heap: None) -> None:
+    """`openeas gateway`, each of its workers and `openeas up` serve through ``run``: a full
+    collection then walks what came after start-up only (contract.heap)."""
+    seen: list[int] = []
+
+    async def serving() -> None:
+        seen.append(gc.get_freeze_count())
+
+    run(serving())
+    assert seen[0] > 1_000
 
 
 def test_invalid_settings_are_reported(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,22 @@
+"""A long-running process's start-up heap kept out of the cyclic collector's full passes.
+
+A closed connection leaves its objects in reference cycles (the gateway's: the connection,
+its parser whose callbacks are its bound methods, its requests that name it; about 40 objects
+per client connection with its replica connection). Only a full collection frees them, and a
+full collection walks every tracked object: about 48,000 in the gateway after its imports,
+19–25 ms of CPU on this project's test machine, during which every call in flight waits. It
+comes every few hundred closed connections. Frozen, the start-up objects are skipped: the pass
+walks what came since (1.3–1.5 ms there)."""
+
+from __future__ import annotations
+
+import gc
+
+
+def freeze_startup_heap() -> int:
+    """Collect once, then move every object tracked now out of the collector's reach; return
+    how many. Call it once, before serving: what is frozen is never collected, so a later call
+    would keep alive for good whatever cycles were garbage at that moment."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
