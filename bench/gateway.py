@@ -34,7 +34,12 @@ shows as throughput Triton loses, as it would on a busy node. For both models (`
    and Triton spent per request, the least of the rounds: a steadier figure than throughput
    when other work shares the machine, and it shows whether a proxy costs Triton CPU too
    (for ``up``: the platform's own process, gateway and control plane, and its replica);
-   beside each proxy's, the user part of it (in front of Triton, where proxies differ).
+   beside each proxy's, the user part of it (in front of Triton, where proxies differ);
+4. under that, wrk's p99/p99.9/max latency per row, each the median over the rounds: where a
+   pause of a whole proxy shows. With ``--new-connections`` every call comes on a connection
+   of its own (``Connection: close``), as from a client without keep-alive: each closed
+   connection leaves garbage in reference cycles, and the collector's full passes it brings
+   are such pauses (see ``contract/heap.py``).
 
 The ``floor`` target (``--targets …,floor``) is a blind TCP forwarder written on the
 gateway's event loop (uvloop), pinned like the proxies: bytes pass to Triton as sent, nothing
@@ -104,6 +109,7 @@ local body = f:read("*all")
 f:close()
 wrk.method = "POST"
 wrk.body = body
+if os.getenv("BENCH_CLOSE") == "1" then wrk.headers["Connection"] = "close" end
 wrk.path = os.getenv("BENCH_PATH")
 wrk.headers["Inference-Header-Content-Length"] = os.getenv("BENCH_HLEN")
 wrk.headers["Content-Type"] = "application/octet-stream"
@@ -114,10 +120,11 @@ response = function(status, headers, body)
   if status ~= 200 then bad = bad + 1 end
 end
 done = function(summary, latency, requests)
-  io.write(string.format("BENCH requests=%d duration_us=%d non200=%d sockerr=%d p50_us=%d\n",
+  io.write(string.format(
+    "BENCH requests=%d duration_us=%d non200=%d sockerr=%d p50_us=%d tail_us=%d,%d,%d\n",
     summary.requests, summary.duration, summary.errors.status,
     summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    latency:percentile(50)))
+    latency:percentile(50), latency:percentile(99), latency:percentile(99.9), latency.max))
 end
 """
 
@@ -380,6 +387,12 @@ def paired_ratio(runs: list[WrkResult], against: list[WrkResult]) -> str:
     return f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 
+def tail(runs: list[WrkResult]) -> str:
+    """wrk's p99, p99.9 and max latency (ms), each the median over the rounds: a pause of the
+    whole proxy (a full garbage collection, say) shows there, not in the median latency."""
+    return "/".join(f"{statistics.median(r.tail_ms[i] for r in runs):.1f}" for i in range(3))
+
+
 def keep_logs(tmp: Path) -> Path:
     """Every process's log from the run's temporary directory (``openeas up``'s and its
     replicas' included), copied out before the directory goes: what explains a failed row."""
@@ -410,6 +423,7 @@ class WrkResult:
     sockerr: int
     requests: int
     p50_ms: float  # wrk's median latency
+    tail_ms: tuple[float, ...] = (0.0, 0.0, 0.0)  # wrk's p99, p99.9 and max
 
 
 def run_wrk(
@@ -421,13 +435,16 @@ def run_wrk(
     connections: int,
     duration: float,
     lua: Path,
+    new_connections: bool = False,
 ) -> WrkResult:
+    """``new_connections``: each call on a connection of its own (``Connection: close``)."""
     env = dict(os.environ)
     env.update(
         BENCH_BODY=str(workload.body),
         BENCH_HLEN=str(workload.header_len),
         BENCH_PATH=path,
         BENCH_TOKEN=token or "",
+        BENCH_CLOSE="1" if new_connections else "0",
     )
     argv = pinned(
         cpu,
@@ -445,12 +462,15 @@ def run_wrk(
     )
     out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
     m = re.search(
-        r"BENCH requests=(\d+) duration_us=(\d+) non200=(\d+) sockerr=(\d+) p50_us=(\d+)", out
+        r"BENCH requests=(\d+) duration_us=(\d+) non200=(\d+) sockerr=(\d+) p50_us=(\d+) "
+        r"tail_us=(\d+),(\d+),(\d+)",
+        out,
     )
     if m is None:
         raise RuntimeError(f"unexpected wrk output:\n{out}")
-    requests, us, non200, sockerr, p50_us = (int(g) for g in m.groups())
-    return WrkResult(requests / (us / 1e6), non200, sockerr, requests, p50_us / 1000.0)
+    requests, us, non200, sockerr, p50_us, *tail_us = (int(g) for g in m.groups())
+    tail_ms = tuple(t / 1000.0 for t in tail_us)
+    return WrkResult(requests / (us / 1e6), non200, sockerr, requests, p50_us / 1000.0, tail_ms)
 
 
 def clock() -> str:
@@ -639,6 +659,12 @@ def main(argv: list[str] | None = None) -> int:
         "runtime), pinned like the others, and `nginx@up`, nginx in front of that replica; "
         "with --base also `base-up` and `nginx@base-up`",
     )
+    ap.add_argument(
+        "--new-connections",
+        action="store_true",
+        help="every call on a new connection (Connection: close), as a client without "
+        "keep-alive calls; the tail line then shows what closed connections cost",
+    )
     ap.add_argument("--serve-gateway", nargs=3, metavar=("PORT", "UPSTREAM", "TOKEN"))
     ap.add_argument("--serve-floor", nargs=2, type=int, metavar=("PORT", "UPSTREAM_PORT"))
     args = ap.parse_args(argv)
@@ -660,6 +686,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     os.sched_setaffinity(0, {args.client_cpu})
     conns = [int(c) for c in args.connections.split(",")]
+    fresh = args.new_connections
     targets = args.targets.split(",")
     token = secrets.token_hex(16)
 
@@ -825,10 +852,10 @@ def main(argv: list[str] | None = None) -> int:
                                 front.follow(port, token)
                             label = f"{w.model} c={c} round {round_no + 1} {name}"
                             wrk = (args.client_cpu, base, path, w, tok, c)
-                            recorded_wrk(record, f"{label} (warm-up)", *wrk, 1.0, lua)
+                            recorded_wrk(record, f"{label} (warm-up)", *wrk, 1.0, lua, fresh)
                             seconds = args.duration if w.model == "add_sub" else args.duration_large
                             before = meters[name].seconds()
-                            r = recorded_wrk(record, label, *wrk, seconds, lua)
+                            r = recorded_wrk(record, label, *wrk, seconds, lua, fresh)
                             after = meters[name].seconds()
                             runs[name].append(r)
                             t_us, p_us, u_us = (
@@ -898,6 +925,11 @@ def main(argv: list[str] | None = None) -> int:
                         f"{name} {min(us):.0f}" for name, us in triton_cpu.items() if us
                     )
                     print(f"        CPU µs/request, least of {args.repeat}: {line}", flush=True)
+                    line = " | ".join(f"{name} {tail(rs)}" for name, rs in runs.items())
+                    print(
+                        f"        tail, ms (wrk's p99/p99.9/max, median of {args.repeat}): {line}",
+                        flush=True,
+                    )
             restarted = replica_restarts(tmp)
             for line in restarted:
                 print(f"\n! {line}")

@@ -185,3 +185,33 @@ def test_each_wrk_run_is_recorded_with_when_it_ran_and_how_it_went(
     )
     assert second.endswith("add_sub c=8 round 1 up: 150 requests, 7 non-200, 2 socket errors")
     assert first.split(" - ")[0] <= second.split(" - ")[0]
+
+
+@pytest.mark.parametrize("new_connections", [False, True])
+def test_wrk_is_asked_for_new_connections_and_read_for_its_tail(
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_connections: bool
+) -> None:
+    """``--new-connections`` reaches wrk's script as BENCH_CLOSE, whose requests then say
+    ``Connection: close``; the script's p99/p99.9/max come back as the run's tail."""
+    asked: dict[str, str] = {}
+
+    def wrk(argv: list[str], env: dict[str, str], **_: object) -> subprocess.CompletedProcess[str]:
+        asked.update(env)
+        out = "BENCH requests=300 duration_us=2000000 non200=0 sockerr=0 p50_us=2500 "
+        return subprocess.CompletedProcess(argv, 0, out + "tail_us=9100,25400,31570\n")
+
+    monkeypatch.setattr(bench.subprocess, "run", wrk)
+    load = bench.Workload("add_sub", tmp_path / "body", 10, 1)
+    r = bench.run_wrk(1, "http://x", "/p", load, "t", 8, 2.0, tmp_path / "l", new_connections)
+    assert asked["BENCH_CLOSE"] == ("1" if new_connections else "0")
+    assert (r.rps, r.p50_ms, r.tail_ms) == (150.0, 2.5, (9.1, 25.4, 31.57))
+    assert 'os.getenv("BENCH_CLOSE") == "1" then wrk.headers["Connection"] = "close"' in (
+        bench.WRK_LUA
+    )
+
+
+def test_the_tail_is_each_percentile_s_median_over_the_rounds(bench: ModuleType) -> None:
+    runs = [
+        bench.WrkResult(1.0, 0, 0, 1, 1.0, tail) for tail in [(5, 9, 30), (6, 8, 10), (7, 20, 11)]
+    ]
+    assert bench.tail(runs) == "6.0/9.0/11.0"
