@@ -11,8 +11,9 @@ passes byte for byte.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
-HOP_BY_HOP_BYTES = frozenset(
+HOP_BY_HOP_BYTES: Final = frozenset(
     {
         b"connection",
         b"keep-alive",
@@ -26,9 +27,9 @@ HOP_BY_HOP_BYTES = frozenset(
 
 # Set by the proxy itself: Host names the replica, Content-Length follows the body as it
 # is actually sent, Expect is answered by the gateway, not relayed.
-REQUEST_REPLACED = frozenset({b"host", b"content-length", b"expect"})
-PREDICT_DROPPED = REQUEST_REPLACED | {b"authorization"}
-FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"})
+REQUEST_REPLACED: Final = frozenset({b"host", b"content-length", b"expect"})
+PREDICT_DROPPED: Final = REQUEST_REPLACED | {b"authorization"}
+FORWARDED: Final = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"})
 
 
 def connection_listed_bytes(values: Iterable[bytes]) -> frozenset[bytes]:
@@ -100,4 +101,4 @@ def without_fields(parts: list[bytes], listed: frozenset[bytes]) -> list[bytes]:
     return out
 
 
-_SPECIAL = HOP_BY_HOP_BYTES | FORWARDED | {b"host"}
+_SPECIAL: Final = HOP_BY_HOP_BYTES | FORWARDED | {b"host"}

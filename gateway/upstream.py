@@ -20,7 +20,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from time import monotonic
-from typing import cast
+from typing import Final, cast
 
 import httptools
 from mypy_extensions import mypyc_attr
@@ -33,7 +33,7 @@ from gateway.writes import Chunk, Sender
 
 _NO_BODY_STATUS = frozenset({204, 304})
 # Response fields the proxy sets itself or that are hop-by-hop (RFC 9110 §7.6.1).
-_RESPONSE_SPECIAL = HOP_BY_HOP_BYTES | {b"content-length"}
+_RESPONSE_SPECIAL: Final = HOP_BY_HOP_BYTES | {b"content-length"}
 
 
 class UpstreamError(Exception):
