@@ -58,6 +58,8 @@ MAX_HEAD_BYTES: Final = 64 * 1024  # request line + header fields (431 past it)
 MAX_HEADER_FIELDS: Final = 100  # Apache's LimitRequestFields: past it 431 (replicas refuse more)
 DISCARD_MAX: Final = 4 * 1024 * 1024  # unread body drained to keep a connection; past it, close
 LINGER_S: Final = 2.0  # how long a refused upload is drained before the connection is closed
+# A closed connection's parser: the parser it had calls back its bound methods (a cycle).
+_CLOSED_PARSER: Final = httptools.HttpRequestParser(object())
 
 
 class Producer(TypingProtocol):
@@ -703,6 +705,12 @@ class HttpConnection(ReadPausable):
             # which returns what it holds) before the cancellation reaches it.
             self.loop.call_soon(task.cancel)
         self._queue.clear()
+        # What refers back to this connection goes (its parser's callbacks are its bound
+        # methods, its requests name it), so that it is freed once dropped rather than left
+        # in cycles to the collector's passes: 23 % of a call's instructions when every call
+        # comes on a new connection (docs/architecture.md).
+        self.parser = _CLOSED_PARSER
+        self.active = self._parsing = self._done = None
 
     def pause_writing(self) -> None:
         self.writing_paused = True

@@ -4,6 +4,7 @@ real socket produces only by chance."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 from typing import Any
 
@@ -13,10 +14,11 @@ from gateway.app import Gateway
 from gateway.forwarding import read_body
 from gateway.listener import HttpServer
 from gateway.route_source import StaticRouteSource
-from gateway.server import Request
+from gateway.server import HttpConnection, Request
 from gateway.settings import GatewaySettings
-from testing.waiting import wait_until_async
-from tests.gateway.harness import SERVICE, TOKEN, route, table
+from testing.waiting import wait_until, wait_until_async
+from tests.gateway.conftest import GatewayFactory
+from tests.gateway.harness import SERVICE, TOKEN, Echo, post_head, raw_exchange, route, table
 
 
 class FakeTransport:
@@ -186,3 +188,26 @@ def test_a_head_after_a_body_that_spanned_reads_is_remembered_as_itself() -> Non
         return seen
 
     assert asyncio.run(scenario()) == [("/a", 100), ("/b", 154), ("/b", 154)]
+
+
+def test_a_closed_connection_is_freed_without_the_collector(
+    make_gateway: GatewayFactory, echo: Echo
+) -> None:
+    """Nothing a connection leaves refers back to it (its parser's callbacks, its requests):
+    closed, it is freed at once rather than left in cycles for the collector's full passes,
+    which walk the whole heap with every call waiting (contract/heap.py)."""
+    gw = make_gateway(table(route([echo.url])))
+    call = post_head(2).replace(b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n") + b"{}"
+    assert raw_exchange(gw.port, call).startswith(b"HTTP/1.1 200")  # the replica's connection
+
+    def open_connections() -> list[object]:
+        return [o for o in gc.get_objects() if type(o) is HttpConnection]
+
+    gc.collect()
+    gc.disable()  # what a cycle would keep stays
+    try:
+        for _ in range(20):
+            assert raw_exchange(gw.port, call).startswith(b"HTTP/1.1 200")
+        wait_until(lambda: not open_connections(), timeout=5)
+    finally:
+        gc.enable()
