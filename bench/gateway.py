@@ -37,9 +37,9 @@ shows as throughput Triton loses, as it would on a busy node. For both models (`
    beside each proxy's, the user part of it (in front of Triton, where proxies differ);
 4. under that, wrk's p99/p99.9/max latency per row, each the median over the rounds: where a
    pause of a whole proxy shows. With ``--new-connections`` every call comes on a connection
-   of its own (``Connection: close``), as from a client without keep-alive: each closed
-   connection leaves garbage in reference cycles, and the collector's full passes it brings
-   are such pauses (see ``contract/heap.py``).
+   of its own (``Connection: close``), as from a client without keep-alive: closed
+   connections left garbage in reference cycles, and the collector's full passes it brought
+   were such pauses (``contract/heap.py``, ``HttpConnection.connection_lost``).
 
 The ``floor`` target (``--targets …,floor``) is a blind TCP forwarder written on the
 gateway's event loop (uvloop), pinned like the proxies: bytes pass to Triton as sent, nothing
