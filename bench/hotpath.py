@@ -22,7 +22,10 @@ to the gateway's request path:
   ``callgrind_annotate --inclusive=yes DIR/callgrind.gateway.out`` (where a call's
   instructions go). With the 1 MB request, ``memcpy`` (uvloop's copy of each read into a
   ``bytes``) is four fifths of the count, far more than its share of the time (reading
-  without it was measured and left out: docs/architecture.md).
+  without it was measured and left out: docs/architecture.md);
+- ``--new-connections``: every call on a connection of its own with ``Connection: close``
+  (wrk's rounds and the callgrind count alike), as from a client without keep-alive: the
+  accept, the connection's objects, a head parsed in full and the close, per call.
 """
 
 from __future__ import annotations
@@ -115,38 +118,66 @@ def serve_replica(port: int) -> None:
     uvloop.run(main())
 
 
-def request_bytes(path: str, body: bytes, header_len: int, token: str) -> bytes:
-    """The request wrk sends (the same head fields, in the same order)."""
+def request_bytes(
+    path: str, body: bytes, header_len: int, token: str, close: bool = False
+) -> bytes:
+    """The request wrk sends (the same head fields, in the same order); ``close``: with
+    ``Connection: close``, as ``--new-connections`` sends it."""
     return (
         b"POST %b HTTP/1.1\r\nHost: 127.0.0.1\r\nInference-Header-Content-Length: %d\r\n"
-        b"Content-Type: application/octet-stream\r\nAuthorization: %b\r\n"
+        b"Content-Type: application/octet-stream\r\nAuthorization: %b\r\n%b"
         b"Content-Length: %d\r\n\r\n%b"
-        % (path.encode(), header_len, token.encode(), len(body), body)
+        % (
+            path.encode(),
+            header_len,
+            token.encode(),
+            b"Connection: close\r\n" if close else b"",
+            len(body),
+            body,
+        )
     )
 
 
-def sequential_calls(port: int, request: bytes, n: int) -> None:
-    """``n`` calls one after another on one connection; each answer read whole."""
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def sequential_calls(port: int, request: bytes, n: int, fresh: bool = False) -> None:
+    """``n`` calls one after another, each answer read whole: on one connection, or
+    (``fresh``) each on a connection of its own, closed after its answer."""
+    conn = None
+    try:
         for _ in range(n):
-            s.sendall(request)
+            if conn is None:
+                conn = socket.create_connection(("127.0.0.1", port))
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.sendall(request)
             got = b""
             while len(got) < len(RESPONSE) - len(_BODY) or not got.endswith(_BODY):
-                chunk = s.recv(65536)
+                chunk = conn.recv(65536)
                 if not chunk:
                     raise RuntimeError("the gateway closed the connection")
                 got += chunk
             if not got.startswith(b"HTTP/1.1 200"):
                 raise RuntimeError(f"unexpected answer: {got[:200]!r}")
+            if fresh:
+                conn.close()
+                conn = None
+    finally:
+        if conn is not None:
+            conn.close()
 
 
 def callgrind_count(
-    tree: Path, tmp: Path, name: str, replica: str, token: str, request: bytes, n: int, cpu: int
+    tree: Path,
+    tmp: Path,
+    name: str,
+    replica: str,
+    token: str,
+    request: bytes,
+    n: int,
+    cpu: int,
+    fresh: bool = False,
 ) -> float:
     """Instructions per call of the gateway in ``tree`` (``name`` "floor": the blind TCP
     forwarder instead), ``n`` sequential calls after a warm-up, counted by callgrind with
-    instrumentation on for the calls only."""
+    instrumentation on for the calls only (``fresh``: each on a new connection)."""
     port = bg.free_port()
     out = tmp / f"callgrind.{name}.out"
     if name == "floor":  # it answers whatever the canned replica does
@@ -167,10 +198,10 @@ def callgrind_count(
     env = dict(os.environ, PYTHONPATH=str(tree))
     with bg.process(bg.pinned(cpu, argv), tmp / f"{name}.callgrind.log", env=env) as proc:
         bg.wait_http(ready, proc, timeout=600)
-        sequential_calls(port, request, 300)  # warm: caches, memos, pools
+        sequential_calls(port, request, 300, fresh)  # warm: caches, memos, pools
         control = ["callgrind_control"]
         subprocess.run([*control, "-i", "on", str(proc.pid)], check=True, capture_output=True)
-        sequential_calls(port, request, n)
+        sequential_calls(port, request, n, fresh)
         subprocess.run([*control, "-i", "off", str(proc.pid)], check=True, capture_output=True)
     text = out.read_text(errors="replace")
     m = re.search(r"^totals: *(\d+)", text, re.M)
@@ -221,6 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --callgrind, copy each gateway's profile to DIR/callgrind.<name>.out, "
         "to read with callgrind_annotate",
     )
+    ap.add_argument(
+        "--new-connections",
+        action="store_true",
+        help="every call on a new connection (Connection: close), as bench/gateway.py's "
+        "flag: what a client without keep-alive costs the gateway per call",
+    )
     ap.add_argument("--serve-replica", type=int, metavar="PORT")
     args = ap.parse_args(argv)
     if args.serve_replica:
@@ -235,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         (workload,) = [w for w in bg.make_bodies(tmp, 0, 0) if w.model == args.model]
         body = workload.body.read_bytes()
         path = f"/api/predict/{bg.SERVICE}/v2/models/add_sub/infer"
-        request = request_bytes(path, body, workload.header_len, token)
+        request = request_bytes(path, body, workload.header_len, token, args.new_connections)
         replica_port = bg.free_port()
         replica = f"http://127.0.0.1:{replica_port}"
         with contextlib.ExitStack() as stack:
@@ -258,7 +295,15 @@ def main(argv: list[str] | None = None) -> int:
                     trees["floor"] = ROOT
                 counts = {
                     name: callgrind_count(
-                        tree, tmp, name, replica, token, request, args.callgrind, args.server_cpu
+                        tree,
+                        tmp,
+                        name,
+                        replica,
+                        token,
+                        request,
+                        args.callgrind,
+                        args.server_cpu,
+                        args.new_connections,
                     )
                     for name, tree in trees.items()
                 }
@@ -332,9 +377,10 @@ def wrk_rounds(
                 port = ports[name]
                 base = f"http://127.0.0.1:{port}"
                 path = f"{prefix}/v2/models/add_sub/infer"
-                bg.run_wrk(args.client_cpu, base, path, workload, token, c, 1.0, lua)  # warm
+                wrk = (args.client_cpu, base, path, workload, token, c)
+                bg.run_wrk(*wrk, 1.0, lua, args.new_connections)  # warm
                 before = cpu_seconds(pids[name])
-                r = bg.run_wrk(args.client_cpu, base, path, workload, token, c, args.duration, lua)
+                r = bg.run_wrk(*wrk, args.duration, lua, args.new_connections)
                 after = cpu_seconds(pids[name])
                 failures += r.non200 + r.sockerr
                 cpu[name].append((after - before) * 1e6 / max(1, r.requests))

@@ -14,7 +14,7 @@ import time
 from typing import Protocol
 
 from gateway.balancer import Endpoint, EndpointPool, split_base_url
-from gateway.headers import PREDICT_DROPPED, REQUEST_REPLACED, forward_request_headers
+from gateway.headers import REQUEST_REPLACED, forward_request_headers, predict_upstream_headers
 from gateway.limits import Activity
 from gateway.metrics import GatewayMetrics
 from gateway.mirror import Copy, RecordingExchange
@@ -88,14 +88,6 @@ async def relay(
     if ex.aborted:
         raise ClientGone()  # the client left mid-exchange
     return ex
-
-
-def upstream_headers(request: Request, length: int | None) -> list[bytes]:
-    """A predict call's header lines as they go to the replica."""
-    headers = forward_request_headers(request.headers, drop=PREDICT_DROPPED, peer=request.peer)
-    if length:
-        headers.append(b"content-length: %d\r\n" % length)
-    return headers
 
 
 def upstream_problem(entry: ServiceRoute, error: UpstreamError) -> Problem:
@@ -250,7 +242,8 @@ class SlowPath:
                     raise Problem(
                         413, f"request body exceeds the limit of {limit} bytes", service=name
                     ) from None
-        headers = upstream_headers(request, len(body) if body is not None else length)
+        length = len(body) if body is not None else length
+        headers = predict_upstream_headers(request.headers, request.peer, length)
         if copy is not None:
             copy.headers, copy.body = headers, body
         tried: list[Endpoint] = []

@@ -43,6 +43,15 @@ def connection_listed_bytes(values: Iterable[bytes]) -> frozenset[bytes]:
     return frozenset(names)
 
 
+# Connection values as clients send them, parsed once: the options, lower-case. Neither
+# names a field that is not already dropped (keep-alive) unless a field named "close" came.
+_PLAIN_OPTIONS: Final = {
+    value: connection_listed_bytes((value,))
+    for value in (b"close", b"Close", b"keep-alive", b"Keep-Alive")
+}
+_NOT_FIELDS: Final = HOP_BY_HOP_BYTES | {b"close"}  # listed, they leave nothing to remove
+
+
 def forward_request_headers(
     headers: list[tuple[bytes, bytes]],
     *,
@@ -58,13 +67,14 @@ def forward_request_headers(
     xff: bytes | None = None
     host: bytes | None = None
     listed: frozenset[bytes] | None = None
-    proto = fhost = False
+    proto = fhost = close_field = False
     for name, value in headers:
         if name in _SPECIAL:
             if name == b"host":
                 host = value
             elif name == b"connection":
-                listed = connection_listed_bytes((value,)) | (listed or frozenset())
+                options = _PLAIN_OPTIONS.get(value) or connection_listed_bytes((value,))
+                listed = options if listed is None else listed | options
             elif name == b"x-forwarded-for":
                 xff = value if xff is None else xff + b", " + value
                 continue
@@ -72,12 +82,16 @@ def forward_request_headers(
                 proto = True
             elif name == b"x-forwarded-host":
                 fhost = True
+            elif name == b"close":
+                close_field = True
             if name in HOP_BY_HOP_BYTES or name in drop:
                 continue
         elif name in drop or name[:6] == b"proxy-":
             continue
         out += (name, b": ", value, b"\r\n")
-    if listed:
+    # The fields kept are rebuilt only when Connection names one that may be among them
+    # (Connection: close alone, as every client without keep-alive sends, names none).
+    if listed and (close_field or not listed <= _NOT_FIELDS):
         out = without_fields(out, listed)
     if peer:
         p = peer.encode("latin-1")
@@ -91,6 +105,17 @@ def forward_request_headers(
     return out
 
 
+def predict_upstream_headers(
+    headers: list[tuple[bytes, bytes]], peer: str | None, length: int | None
+) -> list[bytes]:
+    """A predict call's header lines as they go to the replica: ``headers`` forwarded
+    (:func:`forward_request_headers`, the token dropped) and its body's ``length``."""
+    out = forward_request_headers(headers, drop=PREDICT_DROPPED, peer=peer)
+    if length:
+        out.append(b"content-length: %d\r\n" % length)
+    return out
+
+
 def without_fields(parts: list[bytes], listed: frozenset[bytes]) -> list[bytes]:
     """``parts`` (name, ": ", value, CRLF quadruples) minus the fields ``listed`` (lower-case),
     as a ``Connection`` header asks of a proxy."""
@@ -101,4 +126,4 @@ def without_fields(parts: list[bytes], listed: frozenset[bytes]) -> list[bytes]:
     return out
 
 
-_SPECIAL: Final = HOP_BY_HOP_BYTES | FORWARDED | {b"host"}
+_SPECIAL: Final = HOP_BY_HOP_BYTES | FORWARDED | {b"host", b"close"}

@@ -53,14 +53,22 @@ def request_line_refusal(head: bytes) -> tuple[bool, str | None]:
     (None: fine, or not complete yet). llhttp takes an HTTP/0.9-shaped line (``GET /``) as a
     request or waits for more; nginx answers 400 at once, and so do we. Empty lines before
     the request line are allowed (RFC 9112 §2.2)."""
+    n = len(head)
     start = 0
-    while head.startswith(b"\n", start) or head.startswith(b"\r\n", start):
-        start += 1 if head[start] == 10 else 2
+    while start < n:  # indexing and slicing are native where bytes methods are not
+        c = head[start]
+        if c == 10:
+            start += 1
+        elif c == 13 and start + 1 < n and head[start + 1] == 10:
+            start += 2
+        else:
+            break
     end = head.find(b"\n", start)
     if end == -1:
         return False, None
-    parts = head[start:end].rstrip(b"\r").split(b" ")
-    if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+    line = head[start:end]  # a CR before the LF changes neither test below
+    # Three parts between two single spaces, the last a version.
+    if line.count(b" ") != 2 or not line[line.rfind(b" ") + 1 :].startswith(b"HTTP/"):
         return True, "the request line must read METHOD target HTTP/1.1 (HTTP/0.9 is not served)"
     return True, None
 

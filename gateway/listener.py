@@ -10,10 +10,11 @@ path").
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from gateway.server import (
@@ -53,9 +54,10 @@ class HttpServer:
         self.connections: set[HttpConnection] = set()
         self._servers: list[asyncio.Server] = []
         self._sweeper: asyncio.Task[None] | None = None
-
-    def protocol(self) -> HttpConnection:
-        return HttpConnection(self)
+        self.sweeping = False  # read by each new connection, which starts it when not
+        # Each accepted connection's protocol: the compiled class called at once (a method
+        # here would add an interpreted frame per connection).
+        self.protocol: Callable[[], HttpConnection] = functools.partial(HttpConnection, self)
 
     async def listen(
         self,
@@ -96,10 +98,11 @@ class HttpServer:
             return
         conn.handled(req)
 
-    def add(self, conn: HttpConnection) -> None:
-        self.connections.add(conn)
+    def sweep(self) -> None:
+        """Start the sweeper (a connection came while none ran: it stops once all closed)."""
         if self._sweeper is None and self._servers:
             self._sweeper = self.loop.create_task(self._sweep())
+            self.sweeping = True
 
     @property
     def sockets(self) -> list[socket.socket]:
@@ -125,6 +128,7 @@ class HttpServer:
                         conn.close()
         finally:
             self._sweeper = None
+            self.sweeping = False
 
     async def close(self, grace_s: float = 10.0) -> None:
         """Stop accepting, let requests in progress finish for up to ``grace_s``, close."""

@@ -27,12 +27,8 @@ from mypy_extensions import mypyc_attr
 
 from gateway.auth import presented_token, token_matches
 from gateway.balancer import Endpoint, EndpointPool
-from gateway.forwarding import (
-    CLIENT_CLOSED,
-    SlowPath,
-    upstream_headers,
-    upstream_problem,
-)
+from gateway.forwarding import CLIENT_CLOSED, SlowPath, upstream_problem
+from gateway.headers import predict_upstream_headers
 from gateway.limits import Activity
 from gateway.metrics import GatewayMetrics
 from gateway.paths import Target
@@ -266,7 +262,9 @@ class PredictProxy:
             memo = client.memo
             found = memo.get(endpoint)
             if found is None:
-                headers = upstream_headers(request, request.content_length)
+                headers = predict_upstream_headers(
+                    request.headers, request.peer, request.content_length
+                )
                 found = request_head(request.method, target.path_qs, endpoint.host_header, headers)
                 if len(memo) >= MEMO_ENDPOINTS:
                     memo.clear()

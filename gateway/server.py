@@ -89,8 +89,9 @@ class Listener(TypingProtocol):
     splice_min: int
     connections: set[HttpConnection]
     handler: RequestHandler
+    sweeping: bool  # whether its sweeper runs (closing idle and slow connections)
 
-    def add(self, conn: HttpConnection) -> None: ...
+    def sweep(self) -> None: ...
 
     def run_handler(
         self, conn: HttpConnection, req: Request, coro: Coroutine[Any, Any, None]
@@ -493,7 +494,10 @@ class HttpConnection(ReadPausable):
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) else None
         self.last_active = self.head_started = self.time()
-        self.server.add(self)
+        server = self.server
+        server.connections.add(self)
+        if not server.sweeping:  # read here: a call to the listener costs a Python frame
+            server.sweep()
 
     def data_received(self, data: bytes) -> None:
         if self._body_left:

@@ -185,6 +185,10 @@ def test_a_connection_that_never_sends_a_head_is_cut_off(
         (b"GET /x \r\n", True, True),
         (b"GET /x y HTTP/1.1\r\n", True, True),
         (b"GET /x HTTQ/1.1\r\n", True, True),
+        (b"GET /x HTTP/1.1\r\r\n", True, False),  # CRs before the LF are not the line's
+        (b"\rGET /x HTTP/1.1\r\n", True, False),  # a lone CR skips no blank line
+        (b"\n\r\n\nGET /x\r\n", True, True),
+        (b"\r\n\r\n", False, False),
     ],
 )
 def test_request_line_refusal(head: bytes, complete: bool, refused: bool) -> None:
