@@ -21,6 +21,7 @@ from gateway.server import (
     BUFFER_HIGH,
     CallingHandler,
     Handler,
+    Head,
     HttpConnection,
     Request,
     RequestHandler,
@@ -52,6 +53,7 @@ class HttpServer:
         self.buffer_bytes = buffer_bytes
         self.splice_min = splice_min_bytes
         self.connections: set[HttpConnection] = set()
+        self.heads: dict[tuple[str | None, bytes], Head] = {}  # see HttpConnection._shared_head
         self._servers: list[asyncio.Server] = []
         self._sweeper: asyncio.Task[None] | None = None
         self.sweeping = False  # read by each new connection, which starts it when not

@@ -55,6 +55,9 @@ BUFFER_HIGH: Final = 256 * 1024  # body bytes held before the client is paused (
 # The body bytes of a read past its head are passed on as a view, not copied, from this size.
 VIEW_BODY_BYTES: Final = 65_536
 MAX_HEAD_BYTES: Final = 64 * 1024  # request line + header fields (431 past it)
+# Heads a listener keeps for its new connections (see HttpConnection._shared_head); at
+# this many it starts over, so clients sending ever-new heads cost no more than a miss.
+SHARED_HEADS: Final = 256
 MAX_HEADER_FIELDS: Final = 100  # Apache's LimitRequestFields: past it 431 (replicas refuse more)
 DISCARD_MAX: Final = 4 * 1024 * 1024  # unread body drained to keep a connection; past it, close
 LINGER_S: Final = 2.0  # how long a refused upload is drained before the connection is closed
@@ -89,6 +92,8 @@ class Listener(TypingProtocol):
     splice_min: int
     connections: set[HttpConnection]
     handler: RequestHandler
+    # Heads its connections parsed, by peer address and bytes (HttpConnection._shared_head)
+    heads: dict[tuple[str | None, bytes], Head]
     sweeping: bool  # whether its sweeper runs (closing idle and slow connections)
 
     def sweep(self) -> None: ...
@@ -311,11 +316,11 @@ class Head:
 
     @property
     def repeatable(self) -> bool:
-        """Whether a byte-equal head may skip the parser: a keep-alive HTTP/1.1 request
-        whose body, if any, has a length and is sent without waiting for "100 Continue"."""
+        """Whether a byte-equal head may skip the parser: an HTTP/1.1 request whose body,
+        if any, has a length and is sent without waiting for "100 Continue" (on its own
+        connection again only if it keeps it open, ``keep_alive``)."""
         return (
-            self.keep_alive
-            and self.version == "1.1"
+            self.version == "1.1"
             and not self.upgrade
             and not self.expect_continue
             and b"transfer-encoding" not in self.hmap
@@ -474,6 +479,7 @@ class HttpConnection(ReadPausable):
         self._parsing: Request | None = None  # request whose message is being parsed
         self._done: Request | None = None  # the last request the parser completed (this read)
         self._last: Head | None = None  # the last head that may be repeated unparsed
+        self._shared = server.heads  # the listener's, shared by its connections
         self._parsing_dispatched = False
         self._body_left = 0  # body bytes still to come that bypass the parser
         # Whether the parser saw the head of the body that bypasses it (it then waits for
@@ -506,14 +512,15 @@ class HttpConnection(ReadPausable):
                 return
         fresh = self._line == b""  # data begins a request
         last = self._last
-        if (
-            fresh
-            and last is not None
-            and data.startswith(last.raw)
-            and len(data) <= len(last.raw) + (last.content_length or 0)
-        ):
-            self._repeat(last, data)
-            return
+        if fresh:
+            if last is None:
+                if self._shared_head(data):
+                    return
+            elif data.startswith(last.raw) and len(data) <= len(last.raw) + (
+                last.content_length or 0
+            ):
+                self._repeat(last, data)
+                return
         if (
             self._expect_head
             and len(data) + self._head_size > MAX_HEAD_BYTES
@@ -562,11 +569,34 @@ class HttpConnection(ReadPausable):
         head = req.head
         end = len(data) - req.body.received
         if head.repeatable and data.find(b"\r\n\r\n") + 4 == end:
-            head.raw = data[:end]
-            self._last = head
+            head.raw = raw = data[:end]
+            if head.keep_alive:
+                self._last = head
+            shared = self._shared
+            if len(shared) >= SHARED_HEADS:
+                shared.clear()
+            shared[(self.peer, raw)] = head
+
+    def _shared_head(self, data: bytes) -> bool:
+        """Take ``data`` as :meth:`_repeat` does if it starts with a head another connection
+        of the listener's, from the same address, sent and kept (:meth:`_remember`), with
+        nothing but its body after it: a client that opens a connection per call repeats
+        its head across connections. Its parse, checks and upstream head (whose
+        X-Forwarded-For names the address) are reused as on one connection."""
+        end = data.find(b"\r\n\r\n") + 4
+        if end < 4:
+            return False
+        head = self._shared.get((self.peer, data[:end]))
+        if head is None or len(data) > end + (head.content_length or 0):
+            return False
+        self._in_head = False  # its head is in (the parser, which would say so, is skipped)
+        if head.keep_alive:
+            self._last = head  # this connection's from now on
+        self._repeat(head, data)
+        return True
 
     def _repeat(self, head: Head, data: bytes) -> None:
-        """A request whose head is byte-equal to the last one kept, with nothing but (some
+        """A request whose head is byte-equal to one kept, with nothing but (some
         of) its body after it: what the parser's callbacks would do, without them. The
         parser stays between messages; the rest of the body skips it (``_body_left``)."""
         end = len(head.raw)
@@ -576,7 +606,7 @@ class HttpConnection(ReadPausable):
             self._enqueue(Request(self, head, body))
             return
         req = Request(self, head)
-        self._in_head = self._expect_head = False
+        self._expect_head = False
         if body:
             # Held before it is dispatched, so that it goes out with the head in one write.
             req.body.feed(body)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+import socket
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from gateway.app import Gateway
 from gateway.forwarding import read_body
 from gateway.listener import HttpServer
 from gateway.route_source import StaticRouteSource
-from gateway.server import HttpConnection, Request
+from gateway.server import SHARED_HEADS, HttpConnection, Request
 from gateway.settings import GatewaySettings
 from testing.waiting import wait_until, wait_until_async
 from tests.gateway.conftest import GatewayFactory
@@ -212,3 +213,142 @@ def test_a_closed_connection_is_freed_without_the_collector(
         wait_until(lambda: in_memory() <= before, timeout=5)
     finally:
         gc.enable()
+
+
+class PeerTransport(FakeTransport):
+    def __init__(self, peer: str) -> None:
+        super().__init__()
+        self.peer = peer
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return (self.peer, 5555) if name == "peername" else default
+
+
+HEAD = b"POST /m HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 2\r\n\r\n"
+
+
+def answering(seen: list[Request]) -> HttpServer:
+    def handle(request: Request) -> None:
+        seen.append(request)
+        request.conn.write_response(200, [], b"ok")
+        request.finish()
+
+    return HttpServer(handle)
+
+
+def new_connection(
+    server: HttpServer, peer: str = "127.0.0.1"
+) -> tuple[HttpConnection, PeerTransport]:
+    transport = PeerTransport(peer)
+    conn = server.protocol()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    return conn, transport
+
+
+def test_a_head_repeated_on_new_connections_is_parsed_once() -> None:
+    """A client opening a connection per call sends the same head each time: the next
+    connection from its address takes the head parsed on the first (and the upstream head
+    made from it, whose X-Forwarded-For names that address); each call is still answered
+    on its own connection and, as asked, closed."""
+
+    async def scenario() -> None:
+        seen: list[Request] = []
+        server = answering(seen)
+        peers = ["127.0.0.1", "127.0.0.1", "10.0.0.2", "127.0.0.1"]
+        transports = []
+        for peer in peers:
+            conn, transport = new_connection(server, peer)
+            conn.data_received(HEAD + b"{}")
+            transports.append(transport)
+        heads = [r.head for r in seen]
+        assert heads[0] is heads[1] is heads[3]  # same address: parsed once
+        assert heads[2] is not heads[0]  # another address: its own (X-Forwarded-For)
+        assert [r.peer for r in seen] == peers
+        for transport in transports:
+            out = b"".join(transport.out)
+            assert out.startswith(b"HTTP/1.1 200 OK") and b"connection: close\r\n" in out
+            assert transport.closing
+
+    asyncio.run(scenario())
+
+
+def test_a_shared_head_with_more_behind_it_is_parsed() -> None:
+    """A known head followed by more than its body (a pipelined request) is not taken
+    whole: the parser reads the read, and both requests are answered in order."""
+
+    async def scenario() -> list[tuple[str, bytes]]:
+        seen: list[Request] = []
+        server = answering(seen)
+        kept = HEAD.replace(b"connection: close\r\n", b"")
+        new_connection(server)[0].data_received(kept + b"{}")
+        conn, transport = new_connection(server)
+        second = b"POST /n HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n[]"
+        conn.data_received(kept + b"{}" + second)
+        await wait_until_async(lambda: len(seen) == 3, 5)
+        assert b"".join(transport.out).count(b"HTTP/1.1 200 OK") == 2
+        return [(r.target, r.body.take()) for r in seen[1:]]
+
+    assert asyncio.run(scenario()) == [("/m", b"{}"), ("/n", b"[]")]
+
+
+def test_the_heads_a_listener_keeps_are_bounded() -> None:
+    async def scenario() -> int:
+        seen: list[Request] = []
+        server = answering(seen)
+        for n in range(SHARED_HEADS + 50):  # a new head each time (its target)
+            conn, _ = new_connection(server)
+            conn.data_received(HEAD.replace(b"/m", b"/m%d" % n) + b"{}")
+        assert len(seen) == SHARED_HEADS + 50
+        return len(server.heads)
+
+    assert 0 < asyncio.run(scenario()) <= SHARED_HEADS
+
+
+def test_a_call_on_a_shared_head_is_not_cut_off_as_a_slow_head() -> None:
+    """The head came whole (its parse skipped, which would have said so): a call that
+    takes longer than the head timeout is answered, not closed as a slow head."""
+
+    async def scenario() -> list[bytes]:
+        async def handle(request: Request) -> None:
+            await asyncio.sleep(0.6)  # three times the head timeout, the sweeper ticking
+            request.conn.write_response(200, [], b"ok")
+
+        server = HttpServer(handle, head_timeout_s=0.2)
+        await server.listen("127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        answers = []
+        for _ in range(2):  # the second connection's head is the first's
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(HEAD + b"{}")
+            answers.append(await reader.read())
+            writer.close()
+        await server.close(0)
+        return answers
+
+    for answer in asyncio.run(scenario()):
+        assert answer.startswith(b"HTTP/1.1 200 OK"), answer
+
+
+def test_new_connections_from_two_addresses_each_reach_the_replica_as_themselves(
+    make_gateway: GatewayFactory, echo: Echo
+) -> None:
+    """The same head, each call on a new connection, from two loopback addresses: every
+    call reaches the replica with its own address in X-Forwarded-For, and the token is
+    still checked on each (a shared head is a parse saved, not a check)."""
+    gw = make_gateway(table(route([echo.url])))
+    call = post_head(2).replace(b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n") + b"{}"
+    wrong = call.replace(TOKEN.encode(), b"x" * len(TOKEN))
+
+    def from_address(address: str, data: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", gw.port), source_address=(address, 0)) as s:
+            s.sendall(data)
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+            return out
+
+    addresses = ["127.0.0.1", "127.0.0.2", "127.0.0.1", "127.0.0.2"]
+    for address in addresses:
+        assert from_address(address, call).startswith(b"HTTP/1.1 200")
+        assert from_address(address, wrong).startswith(b"HTTP/1.1 401")
+    assert [s.header("X-Forwarded-For") for s in echo.seen] == addresses
