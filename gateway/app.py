@@ -99,7 +99,9 @@ class Gateway:
             )
 
     async def start(self) -> None:
-        self._upstreams = UpstreamPool(keepalive_s=self.settings.keepalive_s)
+        self._upstreams = UpstreamPool(
+            keepalive_s=self.settings.keepalive_s, yield_at=self.settings.http_yield_at
+        )
         self._predict = PredictProxy(
             self.settings,
             self.routes,

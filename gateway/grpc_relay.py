@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from abc import ABCMeta, abstractmethod
 from collections import deque
@@ -42,6 +41,8 @@ from gateway.h2wire import Bytes
 from gateway.hpack_codec import BlockDecoder, Fields
 from gateway.route_table import Asleep, ServiceRoute
 from gateway.writes import write_parts
+from gateway.yielding import cedes_cpu
+from gateway.yielding import sched_yield as _sched_yield  # (a name tests replace)
 
 STREAM_WINDOW = 4 * 1024 * 1024  # per stream, each way: a 1 MB tensor never waits on credit
 CONN_WINDOW = 1 << 30
@@ -71,21 +72,6 @@ _UPSTREAM_SETTINGS = (
     + h2.settings([(h2.ENABLE_PUSH, 0), *_SETTINGS])
     + h2.window_update(0, CONN_WINDOW - h2.DEFAULT_WINDOW)
 )
-
-
-_sched_yield = getattr(os, "sched_yield", lambda: None)
-
-
-def cedes_cpu(calls: int, yield_at: int) -> bool:
-    """Whether the relay gives up the CPU after a read, with ``calls`` in flight.
-
-    Why: a replica on the same core answers each call as it gets it, and a relay that reads
-    each answer at once pays a wake-up, a read and a write per call. Yielding once the
-    batch is passed on lets the replica answer several calls first; the next read and
-    write carry them all (at 64 calls on a shared core the door's CPU per call halved,
-    ``bench/grpc.py``). On a core of its own the yield returns at once. One call in flight
-    has nothing to batch, so a lone call never waits for another process."""
-    return 0 < yield_at <= calls
 
 
 class Admission(Protocol):

@@ -48,6 +48,7 @@ COMPILED = (
     "traffic",
     "upstream",
     "writes",
+    "yielding",
 )
 # Written in C (setup.py builds it beside them; gateway/writes.py falls back to Python).
 C_SOURCES = ["gateway/_nowait.c"]

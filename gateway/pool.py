@@ -73,8 +73,10 @@ class UpstreamPool(Pool):
     """Idle keep-alive connections by address; at most ``max_idle`` kept per
     replica, closed after ``keepalive_s`` unused."""
 
-    def __init__(self, *, keepalive_s: float = 60.0, max_idle: int = 512) -> None:
-        super().__init__(asyncio.get_running_loop())
+    def __init__(
+        self, *, keepalive_s: float = 60.0, max_idle: int = 512, yield_at: int = 0
+    ) -> None:
+        super().__init__(asyncio.get_running_loop(), yield_at)
         self.keepalive_s = keepalive_s
         self.max_idle = max_idle
         self._sweep_s = min(5.0, keepalive_s / 2)

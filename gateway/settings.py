@@ -51,6 +51,14 @@ class GatewaySettings(BaseSettings):
         description="Port of the gRPC door (tritonclient.grpc with the service token; 0 picks "
         "a free one); unset: no gRPC. `openeas up` defaults it to 8001.",
     )
+    http_yield_at: int = Field(
+        default=2,
+        ge=0,
+        le=100_000,
+        description="With this many HTTP calls in flight or more, the gateway gives up the CPU "
+        "after each read from a replica (sched_yield): a replica sharing the core answers "
+        "several calls before the next wake-up, which then carries them all (0: never).",
+    )
     grpc_yield_at: int = Field(
         default=2,
         ge=0,

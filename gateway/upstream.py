@@ -30,6 +30,7 @@ from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_f
 from gateway.http1 import CRLF, ReadPausable, status_line
 from gateway.server import Request
 from gateway.writes import Chunk, Sender
+from gateway.yielding import cedes_cpu, sched_yield
 
 _NO_BODY_STATUS = frozenset({204, 304})
 # Response fields the proxy sets itself or that are hop-by-hop (RFC 9110 §7.6.1).
@@ -170,11 +171,16 @@ class Pool(ABC):
     An abstract base class, not a protocol (and not the pool itself, which imports this
     module): compiled, the calls of connections and exchanges into it are direct calls."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, yield_at: int = 0) -> None:
         self.loop = loop
         # The proxy's clock (its in-flight counts'), so that one reading serves a call's
         # deadline, its end and its connection's idle time (bound once: called per request).
         self.time = monotonic
+        self.exchanges = 0  # in flight, on all of its connections
+        # With this many in flight, a replica's read passed on gives up the CPU (see
+        # gateway.yielding); ``cede`` does (an attribute: tests count its calls).
+        self.yield_at = yield_at
+        self.cede: Callable[[], None] = sched_yield
 
     @abstractmethod
     def watch(self, ex: Watched) -> None:
@@ -229,6 +235,13 @@ class UpstreamConnection(ReadPausable):
         self.is_closing = self.transport.is_closing
 
     def data_received(self, data: bytes) -> None:
+        self._relay(data)
+        pool = self.pool
+        if cedes_cpu(pool.exchanges, pool.yield_at):
+            pool.cede()  # let a replica on this core answer more calls before the next read
+
+    def _relay(self, data: bytes) -> None:
+        """Pass on what a read from the replica brought."""
         ex = self.exchange
         if ex is None:
             self.close()  # bytes nobody asked for: the connection is not reusable
@@ -468,6 +481,7 @@ class Exchange(Receiver):
         self._timeout_s = timeout_s
         self.deadline = 0.0  # pool time past which the replica is late (0: no limit)
         upstream.exchange = self
+        upstream.pool.exchanges += 1  # until _end
         request.on_abort(self)
 
     def send(self, head: bytes, body: Chunk | None, now: float) -> None:
@@ -621,6 +635,7 @@ class Exchange(Receiver):
     def _end(self) -> None:
         self.finished = True
         up = self.upstream
+        up.pool.exchanges -= 1
         now = up.pool.time()  # read once for the connection's idle time and the call's end
         if self.deadline:
             up.pool.unwatch(self)

@@ -200,6 +200,7 @@ SAMPLE: dict[str, Any] = {
         "healthPath": "/healthz",
         "metricsPath": "/gateway/metrics",
         "domain": "eas.example.com",
+        "httpYieldAt": 8,
         "grpcYieldAt": 16,
     },
     "serving": {

@@ -8,7 +8,8 @@ from typing import Any, cast
 
 import pytest
 
-from gateway.grpc_relay import Call, Deadlines, cedes_cpu
+from gateway.grpc_relay import Call, Deadlines
+from gateway.yielding import cedes_cpu
 
 
 class Stub:
