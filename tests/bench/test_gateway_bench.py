@@ -5,7 +5,6 @@ with the record of its runs, and nginx@up following up's replica."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -15,20 +14,12 @@ from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench.scripts import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    sys.path.insert(0, str(BENCH))  # it imports its sibling `deploy` as a script does
-    try:
-        spec = importlib.util.spec_from_file_location("bench_gateway_ratio", BENCH / "gateway.py")
-        assert spec is not None and spec.loader is not None
-        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_bench("gateway.py", "bench_gateway_ratio")
 
 
 @pytest.mark.parametrize(

@@ -3,30 +3,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import socket
-import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench.scripts import load_bench
 
 
 @pytest.fixture(scope="module")
 def hotpath() -> ModuleType:
-    sys.path.insert(0, str(BENCH))  # it imports its siblings as a script does
-    try:
-        spec = importlib.util.spec_from_file_location("bench_hotpath_calls", BENCH / "hotpath.py")
-        assert spec is not None and spec.loader is not None
-        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_bench("hotpath.py", "bench_hotpath_calls")
 
 
 @pytest.fixture

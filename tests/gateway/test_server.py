@@ -286,7 +286,7 @@ def test_a_shared_head_with_more_behind_it_is_parsed() -> None:
         conn.data_received(kept + b"{}" + second)
         await wait_until_async(lambda: len(seen) == 3, 5)
         assert b"".join(transport.out).count(b"HTTP/1.1 200 OK") == 2
-        return [(r.target, r.body.take()) for r in seen[1:]]
+        return [(r.target, bytes(r.body.take())) for r in seen[1:]]
 
     assert asyncio.run(scenario()) == [("/m", b"{}"), ("/n", b"[]")]
 
