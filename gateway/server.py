@@ -57,7 +57,9 @@ VIEW_BODY_BYTES: Final = 65_536
 MAX_HEAD_BYTES: Final = 64 * 1024  # request line + header fields (431 past it)
 # Heads a listener keeps for its new connections (see HttpConnection._shared_head); at
 # this many it starts over, so clients sending ever-new heads cost no more than a miss.
+# Longer heads are not kept (a client's is a few hundred bytes): at most 2 MiB in all.
 SHARED_HEADS: Final = 256
+SHARED_HEAD_BYTES: Final = 8192
 MAX_HEADER_FIELDS: Final = 100  # Apache's LimitRequestFields: past it 431 (replicas refuse more)
 DISCARD_MAX: Final = 4 * 1024 * 1024  # unread body drained to keep a connection; past it, close
 LINGER_S: Final = 2.0  # how long a refused upload is drained before the connection is closed
@@ -572,10 +574,11 @@ class HttpConnection(ReadPausable):
             head.raw = raw = data[:end]
             if head.keep_alive:
                 self._last = head
-            shared = self._shared
-            if len(shared) >= SHARED_HEADS:
-                shared.clear()
-            shared[(self.peer, raw)] = head
+            if end <= SHARED_HEAD_BYTES:
+                shared = self._shared
+                if len(shared) >= SHARED_HEADS:
+                    shared.clear()
+                shared[(self.peer, raw)] = head
 
     def _shared_head(self, data: bytes) -> bool:
         """Take ``data`` as :meth:`_repeat` does if it starts with a head another connection
@@ -583,7 +586,7 @@ class HttpConnection(ReadPausable):
         nothing but its body after it: a client that opens a connection per call repeats
         its head across connections. Its parse, checks and upstream head (whose
         X-Forwarded-For names the address) are reused as on one connection."""
-        end = data.find(b"\r\n\r\n") + 4
+        end = data.find(b"\r\n\r\n", 0, SHARED_HEAD_BYTES) + 4
         if end < 4:
             return False
         head = self._shared.get((self.peer, data[:end]))

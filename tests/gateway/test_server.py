@@ -15,7 +15,7 @@ from gateway.app import Gateway
 from gateway.forwarding import read_body
 from gateway.listener import HttpServer
 from gateway.route_source import StaticRouteSource
-from gateway.server import SHARED_HEADS, HttpConnection, Request
+from gateway.server import SHARED_HEAD_BYTES, SHARED_HEADS, HttpConnection, Request
 from gateway.settings import GatewaySettings
 from testing.waiting import wait_until, wait_until_async
 from tests.gateway.conftest import GatewayFactory
@@ -292,16 +292,26 @@ def test_a_shared_head_with_more_behind_it_is_parsed() -> None:
 
 
 def test_the_heads_a_listener_keeps_are_bounded() -> None:
-    async def scenario() -> int:
+    """In number (it starts over) and in size (a long head is parsed on each connection)."""
+
+    async def scenario() -> tuple[int, int]:
         seen: list[Request] = []
         server = answering(seen)
         for n in range(SHARED_HEADS + 50):  # a new head each time (its target)
             conn, _ = new_connection(server)
             conn.data_received(HEAD.replace(b"/m", b"/m%d" % n) + b"{}")
         assert len(seen) == SHARED_HEADS + 50
-        return len(server.heads)
+        kept = len(server.heads)
+        server.heads.clear()
+        long = HEAD.replace(b"host: x", b"host: " + b"x" * SHARED_HEAD_BYTES)
+        for _ in range(2):
+            new_connection(server)[0].data_received(long + b"{}")
+        assert seen[-1].head is not seen[-2].head and seen[-1].target == "/m"
+        return kept, len(server.heads)
 
-    assert 0 < asyncio.run(scenario()) <= SHARED_HEADS
+    kept, long_kept = asyncio.run(scenario())
+    assert 0 < kept <= SHARED_HEADS
+    assert long_kept == 0
 
 
 def test_a_call_on_a_shared_head_is_not_cut_off_as_a_slow_head() -> None:
