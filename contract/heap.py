@@ -6,7 +6,7 @@ What brings one is garbage in reference cycles that lived long enough to be old:
 client connections made it every 6 s under 1,850 new connections a second until they stopped
 leaving cycles (``gateway.server.HttpConnection.connection_lost``); a closed replica
 connection, a call on the coroutine path, a replaced route table still may. Frozen, the
-start-up objects are skipped: the pass walks what came since (1.1–1.9 ms there)"""
+start-up objects are skipped: the pass walks what came since (1.1–1.9 ms there)."""
 
 from __future__ import annotations
 

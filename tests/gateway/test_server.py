@@ -23,9 +23,10 @@ from tests.gateway.harness import SERVICE, TOKEN, Echo, post_head, raw_exchange,
 
 
 class FakeTransport:
-    def __init__(self) -> None:
+    def __init__(self, peer: str = "127.0.0.1") -> None:
         self.out: list[bytes] = []
         self.closing = False
+        self.peer = peer
 
     def write(self, data: bytes) -> None:
         self.out.append(data)
@@ -37,7 +38,7 @@ class FakeTransport:
         return 0  # (no socket: every write comes here)
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 5555) if name == "peername" else default
+        return (self.peer, 5555) if name == "peername" else default
 
     def pause_reading(self) -> None:
         pass
@@ -215,15 +216,6 @@ def test_a_closed_connection_is_freed_without_the_collector(
         gc.enable()
 
 
-class PeerTransport(FakeTransport):
-    def __init__(self, peer: str) -> None:
-        super().__init__()
-        self.peer = peer
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return (self.peer, 5555) if name == "peername" else default
-
-
 HEAD = b"POST /m HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 2\r\n\r\n"
 
 
@@ -238,8 +230,8 @@ def answering(seen: list[Request]) -> HttpServer:
 
 def new_connection(
     server: HttpServer, peer: str = "127.0.0.1"
-) -> tuple[HttpConnection, PeerTransport]:
-    transport = PeerTransport(peer)
+) -> tuple[HttpConnection, FakeTransport]:
+    transport = FakeTransport(peer)
     conn = server.protocol()
     conn.connection_made(transport)  # type: ignore[arg-type]
     return conn, transport
