@@ -107,11 +107,15 @@ class Processor:
     run: Callable[[Sequence[str], Ports, Path | None, str | None], int] | None = None
 
 
-def die_with(parent: int) -> Callable[[], None]:
+def die_with(parent: int, own_group: bool = False) -> Callable[[], None]:
     """preexec_fn: SIGTERM the child when ``parent`` dies, even by SIGKILL (Linux
-    ``PR_SET_PDEATHSIG``); used for replicas (local runtime) and their servers."""
+    ``PR_SET_PDEATHSIG``); used for replicas (local runtime) and their servers.
+    ``own_group``: the child leads a process group of its own, in the parent's session
+    (``Popen``'s ``process_group=0``, which uvloop's subprocesses do not take)."""
 
     def arrange() -> None:
+        if own_group:
+            os.setpgid(0, 0)
         if sys.platform.startswith("linux"):
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
             if os.getppid() != parent:  # the parent died before prctl took effect

@@ -317,8 +317,11 @@ class LocalRuntime:
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
                 env=env,
-                start_new_session=True,  # its own group: stopping it stops tritonserver too
-                preexec_fn=die_with(os.getpid()),  # no orphan even if we are SIGKILLed
+                # No orphan even if we are SIGKILLed. Its own process group, so that stopping
+                # it stops tritonserver too; but our session: a new one would be a scheduler
+                # autogroup of its own, and the gateway's sched_yield (gateway/yielding.py)
+                # does not cede the core across autogroups.
+                preexec_fn=die_with(os.getpid(), own_group=True),
             )
         self.notify(replica.service)
         probe = asyncio.create_task(

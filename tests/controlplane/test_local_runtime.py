@@ -115,6 +115,19 @@ async def test_replica_becomes_ready_with_an_endpoint(runtime: LocalRuntime) -> 
     assert "fake replica on" in await runtime.logs("svc", None, 10)
 
 
+async def test_a_replica_leads_its_own_group_in_our_session(runtime: LocalRuntime) -> None:
+    """Its own process group (stopping it stops what it started), but not its own session:
+    a session is a scheduler autogroup, across which the gateway's yield cedes nothing."""
+    await runtime.apply(want())
+    (replica,) = await wait_until_async(lambda: pids(runtime))
+    await until(states_are(runtime, ["Running"]))
+    assert os.getpgid(replica) == replica
+    assert os.getsid(replica) == os.getsid(0)
+    autogroup = Path(f"/proc/{replica}/autogroup")
+    if autogroup.exists():  # CONFIG_SCHED_AUTOGROUP
+        assert autogroup.read_text() == Path("/proc/self/autogroup").read_text()
+
+
 async def test_a_killed_replica_restarts_with_backoff(runtime: LocalRuntime) -> None:
     await runtime.apply(want())  # base_backoff=0.2: restarts wait 0.2 s, then 0.4 s
     ready = states_are(runtime, ["Running"])
