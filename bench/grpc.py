@@ -57,7 +57,9 @@ def _bench_module(name: str, file: str) -> ModuleType:
 
 
 # bench/gateway.py's process helpers (free ports, start/stop, pinning, percentiles); it
-# imports bench/deploy.py as ``deploy``, which the repository's deploy/ folder would shadow.
+# imports bench/builds.py as ``builds`` and bench/deploy.py as ``deploy``, which the
+# repository's deploy/ folder would shadow.
+_bench_module("builds", "builds.py")
 _bench_module("deploy", "deploy.py")
 hb = _bench_module("bench_gateway", "gateway.py")
 
