@@ -4,9 +4,14 @@ holds the suite-wide rules (timeouts, what ``slow`` means)."""
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterator
 
 import pytest
+
+# EAS's prediction SDK ships protobuf code generated for protobuf 3; tritonclient needs
+# protobuf 6. Protobuf's pure-Python codec reads both: chosen before anything imports it.
+os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 
 pytest_plugins = [
     "tests.fixtures_db",
