@@ -206,3 +206,14 @@ class CounterRow(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[int] = mapped_column(Integer)
+
+
+class InstallationRow(Base):
+    """The installation's identity: one row, written by the first migration that made this
+    table and never changed. The Kubernetes runtime stamps it on every object it makes and
+    touches only objects that carry it."""
+
+    __tablename__ = "installation"
+
+    uid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
