@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.errors import ControlPlaneError, FieldProblem, InvalidSpec
 from controlplane.models import AccessKeyRow, NonceRow, utcnow
-from controlplane.roles import ROLES, Principal, Role
+from controlplane.roles import GLOB_RE, ROLES, Principal, Role
 from controlplane.sealing import TokenSealer
 
 CACHE_S = 0.5  # how stale a replica's view of a key may be: revocation lands within 1 s
@@ -138,10 +138,13 @@ def _check(role: str, services: list[str] | None, description: str) -> None:
         if len(services) > MAX_GLOBS:
             problems.append(FieldProblem("Services", f"at most {MAX_GLOBS} globs", ""))
         for i, glob in enumerate(services):
-            if not glob or len(glob) > 128:
+            if not GLOB_RE.match(glob):
                 problems.append(
                     FieldProblem(
-                        f"Services[{i}]", "a glob of 1 to 128 characters", 'e.g. "team-a-*"'
+                        f"Services[{i}]",
+                        f"{glob[:130]!r} is not a glob of service names: 1 to 128 of a-z, "
+                        "0-9, _ and the wildcards * and ?",
+                        'e.g. "team_a_*"',
                     )
                 )
     if len(description) > 1024:

@@ -8,9 +8,10 @@ the table is a write only an admin may make, so a new route is closed until clas
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
-from fnmatch import fnmatchcase
+from functools import cache
 from typing import Literal
 
 Role = Literal["admin", "developer", "viewer"]
@@ -67,7 +68,27 @@ class Principal:
     def covers(self, resource: str) -> bool:
         if self.services is None:
             return True
-        return any(fnmatchcase(resource, glob) for glob in self.services)
+        return any(_matcher(glob).match(resource) for glob in self.services)
+
+
+# A glob is over what a service or group name may hold (controlplane.spec.NAME_RE), with
+# ``*`` (any run) and ``?`` (one character): so the same glob reads alike here and as the
+# database's LIKE pattern (:func:`like_pattern`), on every database.
+GLOB_RE = re.compile(r"^[a-z0-9_*?]{1,128}$")
+
+
+@cache
+def _matcher(glob: str) -> re.Pattern[str]:
+    return re.compile("".join(_WILD.get(c, re.escape(c)) for c in glob) + r"\Z")
+
+
+_WILD = {"*": ".*", "?": "."}
+
+
+def like_pattern(glob: str) -> str:
+    """The glob as a LIKE pattern with ``\\`` as its escape character."""
+    out = {"*": "%", "?": "_", "_": "\\_", "%": "\\%", "\\": "\\\\"}
+    return "".join(out.get(c, c) for c in glob)
 
 
 ROOT = Principal(ADMIN_TOKEN, "admin")

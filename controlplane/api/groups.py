@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,6 +15,7 @@ from controlplane.api.auth import authorize
 from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.groups import Group, Groups, TrafficMode
 from controlplane.models import ServiceRow
+from controlplane.roles import Principal
 from controlplane.services import Services
 from controlplane.settings import Settings
 
@@ -74,9 +75,14 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
         return schemas.group_public(group, ends)
 
     @api.get("/api/v2/groups", name="ListGroups")
-    def list_groups(request: Request) -> schemas.GroupList:
-        """Every group of this cluster with its members (tokens are never shown here)."""
+    def list_groups(
+        request: Request, principal: Annotated[Principal, Depends(authorize)]
+    ) -> schemas.GroupList:
+        """Every group of this cluster with its members (tokens are never shown here); for
+        an AccessKey with ``Services``, the groups they match."""
         found = groups.list()
+        if principal.role != "admin":
+            found = [g for g in found if principal.covers(g.row.name)]
         return schemas.GroupList(
             RequestId=_request_id(),
             TotalCount=len(found),

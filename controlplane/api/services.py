@@ -21,6 +21,7 @@ from controlplane.api.problems import json_body
 from controlplane.autoscaling import Autoscaling
 from controlplane.errors import FieldProblem, InvalidSpec, ServiceNotFound
 from controlplane.models import ServiceRow
+from controlplane.roles import Principal
 from controlplane.services import Services, SortKey
 from controlplane.settings import Settings
 from controlplane.spec import Autoscaler
@@ -76,6 +77,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
     @api.get("", name="ListServices")
     def list_services(
         request: Request,
+        principal: Annotated[Principal, Depends(authorize)],
         page_number: Annotated[int, Query(alias="pageNumber", ge=1)] = 1,
         page_size: Annotated[int, Query(alias="pageSize", ge=1, le=100)] = 20,
         name: Annotated[str | None, Query(max_length=63)] = None,
@@ -95,6 +97,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
             sort=sort,
             order=order,
             page_token=page_token,
+            globs=principal.services if principal.role != "admin" else None,
         )
         return schemas.ServiceList(
             RequestId=_request_id(),

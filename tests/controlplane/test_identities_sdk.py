@@ -73,7 +73,7 @@ def server(live_api: LiveServer) -> LiveServer:
 
 
 def test_roles_and_globs_through_the_sdk(server: LiveServer) -> None:
-    dev = new_key(server, "developer", ["team-a-*", "team_a_*"])
+    dev = new_key(server, "developer", ["team_a_*"])
     viewer = new_key(server, "viewer")
     assert dev["AccessKeyId"].startswith("OEAK") and len(dev["AccessKeySecret"]) >= 32
 
@@ -113,6 +113,23 @@ def test_roles_and_globs_through_the_sdk(server: LiveServer) -> None:
     created = audit(server, principal=dev["AccessKeyId"], service="team_a_one")
     assert [(e["Action"], e["Status"]) for e in created] == [("CreateService", 200)]
     assert not any(e["Action"] == "ListServices" for e in trail)  # reads are not audited
+
+
+def test_a_narrowed_key_lists_only_what_its_globs_match(server: LiveServer) -> None:
+    with admin_http(server) as c:
+        for name in ("team_a_one", "team_a_two", "teamxa_three", "team_b_one"):
+            assert c.post("/api/v2/services", json=seed_spec(name=name)).status_code == 200
+        bad = c.post("/api/v2/accesskeys", json={"Role": "viewer", "Services": ["team-a-*"]})
+        assert (bad.status_code, bad.json()["Code"]) == (422, "InvalidParameter")
+        assert bad.json()["errors"][0]["field"] == "Services[0]"
+    viewer = new_key(server, "viewer", ["team_a_*"])
+    listed = sdk(server, viewer).list_services(eas.ListServicesRequest(page_size=10)).body
+    assert sorted(s.service_name for s in listed.services) == ["team_a_one", "team_a_two"]
+    assert listed.total_count == 2
+    nothing = new_key(server, "viewer", [])
+    assert sdk(server, nothing).list_services(eas.ListServicesRequest()).body.total_count == 0
+    admin = new_key(server, "admin", ["zzz"])  # an admin is never narrowed
+    assert sdk(server, admin).list_services(eas.ListServicesRequest()).body.total_count == 4
 
 
 def test_every_credential_kind_the_sdk_sends(server: LiveServer) -> None:

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from controlplane.roles import ROOT, ROUTE_READER, Kind, Principal, kind, refusal
+from controlplane.roles import ROOT, ROUTE_READER, Kind, Principal, kind, like_pattern, refusal
 
-DEV = Principal("OEAKDEV", "developer", ("team-a-*", "shared"))
+DEV = Principal("OEAKDEV", "developer", ("team_a_*", "shared"))
 DEV_ALL = Principal("OEAKDEVALL", "developer")
-VIEWER = Principal("OEAKVIEW", "viewer", ("team-a-*",))
+VIEWER = Principal("OEAKVIEW", "viewer", ("team_a_*",))
 ADMIN_KEY = Principal("OEAKADMIN", "admin", ("nothing-*",))
 
 CASES = [
@@ -19,22 +19,22 @@ CASES = [
     (ROOT, "CreateAccessKey", None, True),
     (ROOT, "SomethingNew", "x", True),
     (ADMIN_KEY, "DeleteService", "any", True),  # an admin's globs do not narrow it
-    (DEV, "CreateService", "team-a-1", True),
-    (DEV, "CreateService", "team-b-1", False),
+    (DEV, "CreateService", "team_a_1", True),
+    (DEV, "CreateService", "team_b_1", False),
     (DEV, "CreateService", None, True),  # no name: the spec check answers
     (DEV, "DeleteService", "shared", True),
     (DEV, "DeleteService", "shared2", False),
     (DEV, "ListServices", None, True),
-    (DEV, "DescribeService", "team-b-1", False),
+    (DEV, "DescribeService", "team_b_1", False),
     (DEV, "CreateAccessKey", None, False),
     (DEV, "ListAuditEntries", None, False),
-    (DEV, "SomethingNew", "team-a-1", False),  # unclassified: admin only
+    (DEV, "SomethingNew", "team_a_1", False),  # unclassified: admin only
     (DEV, "GetRouteTable", None, False),
     (DEV_ALL, "UpdateService", "anything", True),
-    (VIEWER, "DescribeService", "team-a-1", True),
-    (VIEWER, "DescribeService", "team-b-1", False),
-    (VIEWER, "DeleteService", "team-a-1", False),
-    (VIEWER, "DescribeServiceToken", "team-a-1", False),  # a token is not a viewer's to read
+    (VIEWER, "DescribeService", "team_a_1", True),
+    (VIEWER, "DescribeService", "team_b_1", False),
+    (VIEWER, "DeleteService", "team_a_1", False),
+    (VIEWER, "DescribeServiceToken", "team_a_1", False),  # a token is not a viewer's to read
     (VIEWER, "ListServices", None, True),
     (ROUTE_READER, "GetRouteTable", None, True),
     (ROUTE_READER, "ReportLoad", None, True),
@@ -97,3 +97,25 @@ def test_every_named_route_is_classified() -> None:
     api = [r for r in walk(app.routes) if r.path.startswith(("/api/v2", "/internal"))]
     assert len(api) > 20
     assert sorted(r.name for r in api if r.name not in ACTIONS) == []
+
+
+@pytest.mark.parametrize(
+    ("glob", "name", "covered", "like"),
+    [
+        ("team_a_*", "team_a_1", True, "team\\_a\\_%"),
+        ("team_a_*", "teamxa_1", False, "team\\_a\\_%"),  # _ is itself, not any character
+        ("team_a_*", "team_a_", True, "team\\_a\\_%"),
+        ("svc?", "svc1", True, "svc_"),
+        ("svc?", "svc12", False, "svc_"),
+        ("*", "anything", True, "%"),
+        ("exact", "exact", True, "exact"),
+        ("exact", "exact2", False, "exact"),
+        ("a*b", "axxb", True, "a%b"),
+        ("a*b", "axxbc", False, "a%b"),
+    ],
+)
+def test_globs_read_alike_in_python_and_as_like_patterns(
+    glob: str, name: str, covered: bool, like: str
+) -> None:
+    assert Principal("k", "viewer", (glob,)).covers(name) is covered
+    assert like_pattern(glob) == like
