@@ -54,7 +54,7 @@ class AccessKeys:
         self._sealer = sealer
         self._cache: dict[str, tuple[float, Key | None]] = {}
         self._lock = threading.Lock()
-        self._pruned = 0.0
+        self._pruned = float("-inf")  # the first write prunes
 
     def create(
         self, role: str, services: list[str] | None, description: str

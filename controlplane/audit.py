@@ -36,7 +36,7 @@ class AuditTrail:
     def __init__(self, sessions: sessionmaker[Session], retention_days: float) -> None:
         self._sessions = sessions
         self._retention = timedelta(days=retention_days)
-        self._pruned = 0.0
+        self._pruned = float("-inf")  # the first write prunes
         self._lock = threading.Lock()
 
     def record(self, entry: Entry) -> None:

@@ -284,22 +284,31 @@ class AuditMiddleware:
         method = scope["method"]
         source = (scope.get("client") or ("", 0))[0]
 
+        started = False
+
+        async def record(status: int) -> None:
+            draft = state.get("audit")
+            if isinstance(draft, Draft) and _recorded(draft.action, method, status):
+                entry = Entry(draft.principal, draft.action, draft.resource, status, rid, source)
+                await run_in_threadpool(self.trail.record, entry)
+
         async def send_audited(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message["headers"] = [
                     *message.get("headers", []),
                     (b"x-acs-request-id", rid.encode()),
                 ]
-                draft = state.get("audit")
-                status = message["status"]
-                if isinstance(draft, Draft) and _recorded(draft.action, method, status):
-                    entry = Entry(
-                        draft.principal, draft.action, draft.resource, status, rid, source
-                    )
-                    await run_in_threadpool(self.trail.record, entry)
+                await record(message["status"])
             await send(message)
 
-        await self.app(scope, receive, send_audited)
+        try:
+            await self.app(scope, receive, send_audited)
+        except Exception:
+            if not started:  # a crash: answered 500 by the server-error handler outside
+                await record(500)
+            raise
 
 
 def _recorded(action: str, method: str, status: int) -> bool:
