@@ -16,6 +16,8 @@ logged nor echoed in an answer.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import json
 import time
@@ -43,6 +45,11 @@ RESOURCE_PARAMS = ("name", "service_name", "ServiceName", "group", "group_name",
 # Reads that reveal a secret are recorded like writes.
 AUDITED_READS = frozenset({"DescribeServiceToken", "DescribeGroupToken"})
 AUDITED_PREFIXES = ("/api/v2/", "/internal/")
+
+
+def _same(given: str, expected: str) -> bool:
+    """Constant-time, and any text a client sent (not only ASCII) is merely unequal."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
 
 
 def _unauthorized(code: str, message: str, principal: str = "anonymous") -> Refused:
@@ -84,7 +91,7 @@ class Authenticator:
         if not sep:
             raise _unauthorized("InvalidBearerToken", "the bearer token is not accepted")
         key = await self._key(key_id)
-        if not hmac.compare_digest(secret.encode(), key.secret.encode()):
+        if not _same(secret, key.secret):
             raise _unauthorized(
                 "InvalidAccessKeySecret", "the AccessKeySecret does not match", key_id
             )
@@ -120,7 +127,7 @@ class Authenticator:
             headers.setdefault(name, []).append(value)
         body = await request.body()
         payload = request.headers.get("x-acs-content-sha256", "")
-        if not hmac.compare_digest(payload, signing.content_sha256(body)):
+        if not _same(payload, signing.content_sha256(body)):
             raise _unauthorized(
                 "SignatureDoesNotMatch", "the body does not match x-acs-content-sha256", key_id
             )
@@ -132,7 +139,7 @@ class Authenticator:
             auth.signed_headers,
             payload,
         )
-        if not hmac.compare_digest(signing.acs3_signature(key.secret, canonical), auth.signature):
+        if not _same(signing.acs3_signature(key.secret, canonical), auth.signature):
             raise _unauthorized(
                 "SignatureDoesNotMatch",
                 "the request signature does not match: the request was changed on the way, "
@@ -153,18 +160,15 @@ class Authenticator:
         sts = signing.roa_string_to_sign(
             request.method, _raw_path(request), _query(request), headers
         )
-        if not hmac.compare_digest(signing.roa_signature(key.secret, sts), given):
+        if not _same(signing.roa_signature(key.secret, sts), given):
             raise _unauthorized(
                 "SignatureDoesNotMatch", "the request signature does not match", key_id
             )
         md5 = headers.get("content-md5")
         if md5 is not None:
-            import base64
-            import hashlib
-
             body = await request.body()
             digest = base64.b64encode(hashlib.md5(body).digest()).decode()
-            if not hmac.compare_digest(md5, digest):
+            if not _same(md5, digest):
                 raise _unauthorized(
                     "SignatureDoesNotMatch", "the body does not match Content-MD5", key_id
                 )

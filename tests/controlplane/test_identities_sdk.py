@@ -205,7 +205,15 @@ def test_bad_credentials_get_their_codes(
             assert (answer.status_code, answer.json()["Code"]) == (401, "SignatureDoesNotMatch")
             assert dev["AccessKeySecret"] not in answer.text
         assert c.post("/api/v2/services", content=body, headers=signed).status_code == 200
-    assert [e["Status"] for e in audit(server, principal=dev["AccessKeyId"])].count(401) == 7
+        odd = {**signed, "authorization": signed["authorization"][:-2].encode() + b"\xe9\xe9"}
+        for headers in (odd, {"authorization": f"acs {dev['AccessKeyId']}:\xe9".encode("latin-1")}):
+            answer = c.post("/api/v2/services", content=body, headers=headers)
+            assert (answer.status_code, answer.json()["Code"]) == (401, "SignatureDoesNotMatch")
+        for header in ("ACS3-HMAC-SHA256 Credential=x", "acs nocolon", "Basic abc"):
+            answer = c.get("/api/v2/services", headers={"authorization": header})
+            assert answer.status_code in (400, 401), header
+            assert answer.json()["Code"] in ("IncompleteSignature", "MissingAuthorization")
+    assert [e["Status"] for e in audit(server, principal=dev["AccessKeyId"])].count(401) == 9
 
 
 @pytest.fixture
