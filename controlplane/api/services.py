@@ -88,7 +88,8 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
     ) -> schemas.ServiceList:
         """Services of this cluster, paged, filtered by name substring and status. Pages by
         ``pageNumber``, or by ``pageToken`` (the previous page's ``NextPageToken``): the
-        latter stays stable while services are created and costs the same at any depth."""
+        latter stays stable while services are created and costs the same at any depth.
+        An AccessKey with ``Services`` lists only the names its globs match."""
         rows, total, next_token = services.page(
             page=page_number,
             size=page_size,
