@@ -5,6 +5,7 @@ credential kind, each refusal with the code the SDK shows, and the audit trail."
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -154,8 +155,9 @@ def test_every_credential_kind_the_sdk_sends(server: LiveServer) -> None:
 
 
 def test_bad_credentials_get_their_codes(
-    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     dev = new_key(server, "developer")
     ask = eas.ListServicesRequest()
 
@@ -214,6 +216,8 @@ def test_bad_credentials_get_their_codes(
             assert answer.status_code in (400, 401), header
             assert answer.json()["Code"] in ("IncompleteSignature", "MissingAuthorization")
     assert [e["Status"] for e in audit(server, principal=dev["AccessKeyId"])].count(401) == 9
+    logged = caplog.text
+    assert dev["AccessKeySecret"] not in logged and signed["authorization"][-64:] not in logged
 
 
 @pytest.fixture
