@@ -17,7 +17,8 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
+from typing import cast
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
@@ -98,7 +99,7 @@ class AccessKeys:
         key = None
         if row is not None:
             globs = None if row.services is None else tuple(row.services)
-            role: Role = row.role  # type: ignore[assignment]  # checked on create
+            role = cast(Role, row.role)  # checked on create
             key = Key(Principal(row.id, role, globs), self._sealer.open(row.secret))
         with self._lock:
             if len(self._cache) > 10_000:  # unknown ids are cached too: bound them
@@ -123,11 +124,6 @@ class AccessKeys:
         self._pruned = now
         with self._sessions() as s, s.begin():
             s.execute(delete(NonceRow).where(NonceRow.expires_at < utcnow()))
-
-
-def nonce_expiry(signed_at: datetime, window: timedelta) -> datetime:
-    """A nonce must be remembered until its request's time can no longer be accepted."""
-    return signed_at + window
 
 
 def _check(role: str, services: list[str] | None, description: str) -> None:

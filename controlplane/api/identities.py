@@ -67,14 +67,14 @@ def _request_id() -> str:
     return str(uuid.uuid4()).upper()
 
 
-def _public(row: AccessKeyRow) -> dict[str, object]:
-    return {
-        "AccessKeyId": row.id,
-        "Role": row.role,
-        "Services": row.services,
-        "Description": row.description,
-        "CreateTime": row.created_at.isoformat(),
-    }
+def _public(row: AccessKeyRow) -> AccessKeyPublic:
+    return AccessKeyPublic(
+        AccessKeyId=row.id,
+        Role=row.role,
+        Services=row.services,
+        Description=row.description,
+        CreateTime=row.created_at.isoformat(),
+    )
 
 
 def router(keys: AccessKeys, trail: AuditTrail) -> APIRouter:
@@ -84,13 +84,13 @@ def router(keys: AccessKeys, trail: AuditTrail) -> APIRouter:
     def create(body: AccessKeyCreate) -> AccessKeyCreated:
         """A new AccessKey pair; its secret is in this answer only."""
         row, secret = keys.create(body.Role, body.Services, body.Description)
-        return AccessKeyCreated(RequestId=_request_id(), AccessKeySecret=secret, **_public(row))  # type: ignore[arg-type]
+        public = _public(row).model_dump()
+        return AccessKeyCreated(RequestId=_request_id(), AccessKeySecret=secret, **public)
 
     @api.get("/api/v2/accesskeys", name="ListAccessKeys")
     def list_keys() -> AccessKeyList:
         """Every AccessKey, without secrets."""
-        found = [AccessKeyPublic(**_public(r)) for r in keys.list()]  # type: ignore[arg-type]
-        return AccessKeyList(RequestId=_request_id(), AccessKeys=found)
+        return AccessKeyList(RequestId=_request_id(), AccessKeys=[_public(r) for r in keys.list()])
 
     @api.delete("/api/v2/accesskeys/{AccessKeyId}", name="DeleteAccessKey")
     def delete(AccessKeyId: str) -> Deleted:
