@@ -5,8 +5,9 @@
   SDK sends them), a bearer credential (``Authorization: Bearer`` or ``x-acs-bearer-token``:
   the bootstrap admin token, the gateway's route-reader token, or ``<AccessKeyId>:<secret>``).
 - :func:`authorize` is the one dependency every route declares. The action is the route's
-  ``name=`` (the SDK's action name), the resource its ``name``/``group`` path parameter
-  (for ``CreateService`` the body's ``name``); ``controlplane.roles`` decides.
+  ``name=`` (the SDK's action name), the resource its ``name``/``group`` path parameter;
+  a write's JSON body may name more (``name``, ``metadata.group``), each checked alike.
+  ``controlplane.roles`` decides.
 - :class:`AuditMiddleware` gives every request a RequestId and records writes and refusals
   once their status is known.
 
@@ -250,12 +251,16 @@ async def authorize(request: Request) -> Principal:
         draft.principal = e.principal
         raise
     draft.principal = principal.name
-    if resource is None and action == "CreateService":
-        resource = _created_name(await request.body())
-        draft.resource = resource or ""
-    why = refusal(principal, action, resource)
-    if why is not None:
-        raise Refused(403, "Forbidden", why, principal.name)
+    named: list[str] = []
+    if kind(action) is Kind.WRITE and request.method in ("POST", "PUT", "PATCH"):
+        # A body may name more: the service it creates, the group it joins.
+        named = _named_in(await request.body())
+        if resource is None and named:
+            resource = draft.resource = named[0]
+    for target in [resource, *named]:
+        why = refusal(principal, action, target)
+        if why is not None:
+            raise Refused(403, "Forbidden", why, principal.name)
     request.state.principal = principal
     return principal
 
@@ -266,15 +271,20 @@ def AdminAuth(admin_token: str = "", *, also: str = "") -> Callable[..., Awaitab
     return authorize
 
 
-def _created_name(body: bytes) -> str | None:
+def _named_in(body: bytes) -> list[str]:
+    """Service and group names a write's JSON body names: ``name`` (or ``ServiceName``) and
+    ``metadata.group``. Read as the routes read bodies (UTF-8); a body they refuse names
+    nothing here."""
     try:
-        spec = json.loads(body)
-    except ValueError:
-        return None  # the route answers the body's problems
+        spec = json.loads(body.decode("utf-8")) if body else None
+    except (UnicodeDecodeError, ValueError):
+        return []
     if not isinstance(spec, dict):
-        return None
-    name = spec.get("name") or (spec.get("metadata") or {}).get("name")
-    return name if isinstance(name, str) else None
+        return []
+    meta = spec.get("metadata")
+    found = [spec.get("name"), spec.get("ServiceName")]
+    found.append(meta.get("group") if isinstance(meta, dict) else None)
+    return [n for n in found if isinstance(n, str)]
 
 
 class AuditMiddleware:

@@ -83,6 +83,26 @@ def test_roles_and_globs_through_the_sdk(server: LiveServer) -> None:
     outside = refused(lambda: create(sdk(server, dev), "team_b_one"))
     assert (outside.status_code, outside.code) == (403, "Forbidden")
     assert "team_b_one" in outside.message and outside.request_id not in ("", "None")
+    # Nor may its services join a group outside its globs, at creation or later.
+    grouped = seed_spec(
+        name="team_a_two", metadata={**seed_spec()["metadata"], "group": "team_b_g"}
+    )
+    joined = refused(
+        lambda: sdk(server, dev).create_service(eas.CreateServiceRequest(body=json.dumps(grouped)))
+    )
+    assert (joined.code, "team_b_g" in joined.message) == ("Forbidden", True)
+    patch = json.dumps({"metadata": {"group": "team_b_g"}})
+    moved = refused(
+        lambda: sdk(server, dev).update_service(
+            "local", "team_a_one", eas.UpdateServiceRequest(body=patch)
+        )
+    )
+    assert moved.code == "Forbidden"
+    ok = json.dumps({"metadata": {"group": "team_a_g"}})
+    updated = sdk(server, dev).update_service(
+        "local", "team_a_one", eas.UpdateServiceRequest(body=ok)
+    )
+    assert updated.status_code == 200
 
     listed = sdk(server, viewer).list_services(eas.ListServicesRequest(page_size=10))
     assert [s.service_name for s in listed.body.services] == ["team_a_one"]
@@ -112,7 +132,11 @@ def test_roles_and_globs_through_the_sdk(server: LiveServer) -> None:
     }
     assert refusal["RequestId"] == no.request_id
     created = audit(server, principal=dev["AccessKeyId"], service="team_a_one")
-    assert [(e["Action"], e["Status"]) for e in created] == [("CreateService", 200)]
+    assert [(e["Action"], e["Status"]) for e in created] == [
+        ("UpdateService", 200),
+        ("UpdateService", 403),
+        ("CreateService", 200),
+    ]
     assert not any(e["Action"] == "ListServices" for e in trail)  # reads are not audited
 
 
