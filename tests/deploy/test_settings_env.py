@@ -180,7 +180,12 @@ def test_config_maps_offer_exactly_the_settings_the_chart_leaves_open(component:
 
 
 SAMPLE: dict[str, Any] = {
-    "controlplane": {"defaultTimeoutMs": 120000, "resyncSeconds": 12.5, "leaseSeconds": 20},
+    "controlplane": {
+        "defaultTimeoutMs": 120000,
+        "resyncSeconds": 12.5,
+        "leaseSeconds": 20,
+        "auditRetentionDays": 30.0,
+    },
     "gateway": {
         "maxBodyBytes": 1048576,
         "defaultTimeoutMs": 30000,
