@@ -6,7 +6,7 @@ issue's closing note. For each database it starts ``openeas controlplane`` (loca
 
 1. creates ``--running`` services with one real Triton replica each (``examples/models``) and
    waits for them, then ``--services`` services with ``instance: 0`` from ``--concurrency``
-   clients: the create rate;
+   clients: the create rate, and how long after the last create some are still ``Creating``;
 2. lists the first page, a late page by ``pageNumber`` and by ``pageToken``, and describes
    random services: p50 and p99 of each;
 3. waits past one resync and measures the CPU the control plane and the gateway use over
@@ -228,13 +228,14 @@ def run_one(label: str, database_url: str, args: argparse.Namespace, tree: Path)
         names = [f"svc_{i:06d}" for i in range(args.services)]
         rate = asyncio.run(create_many(platform.cp, names, args.concurrency))
         out["create rate"] = f"{rate:.0f}/s"
-        wait_until(  # the reconciler has caught up with every create
+        drained = wait_until(  # the reconciler has caught up with every create
             lambda: (
                 api.get("/api/v2/services", params={"status": "Creating"}).json()["TotalCount"] == 0
             ),
             600,
             "the reconciler to catch up",
         )
+        out["still Creating after the last create"] = f"{drained:.1f} s"
 
         total = args.services + args.running
         late = max(1, total // PAGE_SIZE - 1)
