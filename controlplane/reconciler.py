@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -30,18 +31,18 @@ from controlplane.autoscaling import Autoscaling
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
 from controlplane.runtime.base import (
-    Observation,
     PermanentRuntimeError,
     Runtime,
     RuntimeError_,
     TemporaryRuntimeError,
 )
-from controlplane.store import ReconcileStore
+from controlplane.store import ReconcileStore, StatusWrite
 
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "reconciler"
 MAX_BACKOFF = 60.0
+BATCH = 256  # services reconciled per read and write transaction
 
 
 def holder_id() -> str:
@@ -216,17 +217,24 @@ class Reconciler:
             await self.runtime.warn("OrphansKept", message)
 
     async def _work(self) -> None:
+        """Take what is queued, up to ``BATCH`` services at once: one read and one write
+        transaction per batch, so a burst of creates costs a few statements per batch."""
         while True:
-            name = await self._queue.get()
-            self._queued.discard(name)
+            names = [await self._queue.get()]
+            while len(names) < BATCH and not self._queue.empty():
+                names.append(self._queue.get_nowait())
+            self._queued.difference_update(names)
             try:
-                await self.reconcile(name)
-                self._failures.pop(name, None)
-            except (TemporaryRuntimeError, StaleDataError, OSError) as e:
-                self._retry_later(name, e)
-            except Exception:
-                log.exception("reconciler: %s failed unexpectedly", name)
-                self._retry_later(name, None)
+                failed = await self.reconcile_many(names)
+            except Exception as e:  # the batch's read or write: each is tried again
+                if not isinstance(e, (StaleDataError, OSError, SQLAlchemyError)):
+                    log.exception("reconciler: a batch of %d failed unexpectedly", len(names))
+                failed = dict.fromkeys(names, e)
+            for name in names:
+                if name in failed:
+                    self._retry_later(name, failed[name])
+                else:
+                    self._failures.pop(name, None)
 
     def _retry_later(self, name: str, error: Exception | None) -> None:
         attempt = self._failures.get(name, 0) + 1
@@ -236,24 +244,56 @@ class Reconciler:
         assert self._loop is not None
         self._loop.call_later(delay, self._enqueue, name)
 
-    # -- one service ---------------------------------------------------------------------
+    # -- services -----------------------------------------------------------------------
     async def reconcile(self, name: str) -> None:
+        """Reconcile one service; raises what its reconcile raised."""
+        failed = await self.reconcile_many([name])
+        if name in failed:
+            raise failed[name]
+
+    async def reconcile_many(self, names: list[str]) -> dict[str, Exception]:
+        """Act on each of ``names`` and store what was observed: one read of their rows, the
+        runtime's calls one service at a time, one write of every status. Returns the
+        services whose runtime calls failed, with why (the others are done)."""
         runtime = self.runtime
         assert runtime is not None
-        state, previous = await asyncio.to_thread(self.store.state, name)
+        found = await asyncio.to_thread(self.store.states, names)
+        writes: list[StatusWrite] = []
+        failed: dict[str, Exception] = {}
+        for name in names:
+            state, previous = found.get(name, (None, ""))
+            try:
+                write = await self._act(runtime, name, state, previous)
+            except (TemporaryRuntimeError, OSError) as e:
+                failed[name] = e
+                continue
+            except Exception as e:
+                log.exception("reconciler: %s failed unexpectedly", name)
+                failed[name] = e
+                continue
+            if write is not None:
+                writes.append(write)
+        for name in await asyncio.to_thread(self.store.write_statuses, writes):
+            self._enqueue(name)  # changed meanwhile: act on the new generation
+        return failed
+
+    async def _act(
+        self, runtime: Runtime, name: str, state: ServiceState | None, previous: str
+    ) -> StatusWrite | None:
+        """Drive one service's replicas; the status to store, if any."""
         if state is None:
             # An orphan: nothing stored wants it. Deleted only when the resync allowed it.
             if name in self._doomed and await runtime.delete(name):
                 self._doomed.discard(name)
             if self.autoscaling is not None:
                 self.autoscaling.forget(name)
-            return
+            return None
         if self.autoscaling is not None:
             self.autoscaling.observe(state)
         if state.deleting:
             if await runtime.delete(name):
                 await asyncio.to_thread(self.store.forget, name)
-            return
+            return None
         want = desired(state)
         try:
             await runtime.apply(want)
@@ -261,26 +301,12 @@ class Reconciler:
             failed = status_mod.Status(
                 "Failed", e.reason, e.message, want.replicas, want.replicas, 0
             )
-            await self._write(state, failed, Observation())
-            return
+            return StatusWrite(state, failed, [])
         seen = await runtime.observe(name)
         if self.autoscaling is not None:
             self.autoscaling.replicas(name, seen)
         computed = status_mod.compute(
             want, seen, deleting=False, previous=previous, wakeable=state.wakeable
         )
-        await self._write(state, computed, seen, want.template_hash)
-
-    async def _write(
-        self,
-        state: ServiceState,
-        new: status_mod.Status,
-        seen: Observation,
-        template_hash: str = "",
-    ) -> None:
-        replicas = [r.as_dict(current=r.template_hash == template_hash) for r in seen.replicas]
-        written = await asyncio.to_thread(
-            self.store.write_status, state, new, replicas, template_hash
-        )
-        if not written:
-            self.notify(state.name)  # changed meanwhile: act on the new generation
+        replicas = [r.as_dict(current=r.template_hash == want.template_hash) for r in seen.replicas]
+        return StatusWrite(state, computed, replicas, want.template_hash)

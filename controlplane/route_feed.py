@@ -71,8 +71,8 @@ def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
     return Route(
         service=row.name,
         token_sha256=row.token_sha256,
-        endpoints=_endpoints(row.replicas),
-        grpc_endpoints=_endpoints(row.replicas, "grpc_endpoint"),
+        endpoints=endpoints_of(row.replicas),
+        grpc_endpoints=endpoints_of(row.replicas, "grpc_endpoint"),
         timeout_ms=rpc.keepalive or default_timeout_ms,
         rate_limit=rpc.rate_limit,
         max_queue_size=rpc.max_queue_size,
@@ -95,7 +95,8 @@ def _group(row: GroupRow) -> GroupRoute:
     )
 
 
-def _endpoints(replicas: list[dict[str, Any]] | None, key: str = "endpoint") -> list[str]:
+def endpoints_of(replicas: list[dict[str, Any]] | None, key: str = "endpoint") -> list[str]:
+    """The endpoints a route lists for ``replicas`` as stored by the reconciler."""
     # Old replicas still serve during a rolling update; stopping ones carry no endpoint.
     # ``.get``: replicas stored before gRPC was published carry no "grpc_endpoint".
     return [r[key] for r in replicas or [] if r["state"] == "Running" and r.get(key)]
@@ -121,8 +122,8 @@ def _routes(row: Routed) -> bool:
         return False
     # A replica's other fields (pull progress, messages) change often and route nothing.
     replicas = state.attrs["replicas"].history
-    return replicas.has_changes() and [_endpoints(v) for v in replicas.deleted] != [
-        _endpoints(v) for v in replicas.added
+    return replicas.has_changes() and [endpoints_of(v) for v in replicas.deleted] != [
+        endpoints_of(v) for v in replicas.added
     ]
 
 
@@ -235,18 +236,11 @@ def _bump_version(session: Session) -> None:
     changed, deleted = session.info.pop("routing", ({}, set()))
     if not changed and not deleted:
         return
-    new = session.scalar(
-        update(CounterRow)
-        .where(CounterRow.name == COUNTER)
-        .values(value=CounterRow.value + 1)
-        .returning(CounterRow.value)
-    )
-    assert new is not None, "the routes counter is missing: run 'openeas migrate'"
+    new = _next_version(session)
     for model in (ServiceRow, GroupRow):
         ids = [row_id for kind, row_id in changed if kind is model]
         if ids:
-            stamp = update(model).where(model.id.in_(ids)).values(route_version=new)
-            session.execute(stamp, execution_options={"synchronize_session": False})
+            _stamp(session, model, ids, new)
     for row in changed.values():
         set_committed_value(row, "route_version", new)
     if deleted:
@@ -256,6 +250,31 @@ def _bump_version(session: Session) -> None:
         )
         _prune_removals(session, new - REMOVALS_KEPT)
     session.info["routes_changed"] = True
+
+
+def stamp(session: Session, service_ids: list[int]) -> None:
+    """For writes made with Core statements, which the hooks do not see: mark the services
+    ``service_ids`` as changed for routing at a new version. Call it as the transaction's
+    last statement (it takes the counter's lock, held to the commit)."""
+    if service_ids:
+        _stamp(session, ServiceRow, service_ids, _next_version(session))
+        session.info["routes_changed"] = True
+
+
+def _next_version(session: Session) -> int:
+    new = session.scalar(
+        update(CounterRow)
+        .where(CounterRow.name == COUNTER)
+        .values(value=CounterRow.value + 1)
+        .returning(CounterRow.value)
+    )
+    assert new is not None, "the routes counter is missing: run 'openeas migrate'"
+    return int(new)
+
+
+def _stamp(session: Session, model: type[Routed], ids: list[int], new: int) -> None:
+    stamp = update(model).where(model.id.in_(ids)).values(route_version=new)
+    session.execute(stamp, execution_options={"synchronize_session": False})
 
 
 def _forget(session: Session) -> None:

@@ -5,15 +5,24 @@ was observed. The reconciler keeps only its loop; SQL lives here and in ``servic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
-from sqlalchemy import Select, or_, select
+from sqlalchemy import CursorResult, Select, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane import sealing
+from controlplane import route_feed, sealing
 from controlplane.commits import commit_watch
 from controlplane.desired import ServiceState
-from controlplane.models import GroupRow, InstallationRow, RouteRemovalRow, ServiceRow, utcnow
+from controlplane.models import (
+    EventRow,
+    GroupRow,
+    InstallationRow,
+    RouteRemovalRow,
+    ServiceRow,
+    utcnow,
+)
 from controlplane.resync import StoredSummary
 from controlplane.sealing import TokenSealer
 from controlplane.status import Status
@@ -81,6 +90,79 @@ def pending(cluster: str) -> Select[str]:
     )
 
 
+@dataclass(frozen=True)
+class StatusWrite:
+    """What one reconcile observed, to store for the generation it acted on."""
+
+    state: ServiceState
+    status: Status
+    replicas: list[dict[str, object]]
+    template_hash: str = ""
+
+    def values(self) -> dict[str, Any]:
+        new = self.status
+        return {
+            "status": new.status,
+            "reason": new.reason,
+            "message": new.message[:4000],
+            "total_instances": new.total,
+            "pending_instances": new.pending,
+            "running_instances": new.running,
+            "replicas": self.replicas,
+            "observed_generation": self.state.generation,
+            "template_hash": self.template_hash,
+        }
+
+    def event(self) -> dict[str, Any]:
+        """The event a change of status records."""
+        new = self.status
+        detail = (
+            new.message.splitlines()[-1]
+            if new.message
+            else f"total {new.total}, pending {new.pending}, running {new.running}"
+        )
+        kind = "Warning" if new.status == "Failed" else "Normal"
+        return {"type": kind, "reason": new.status, "message": detail[:500]}
+
+
+_STATUS_FIELDS = (
+    "status",
+    "reason",
+    "message",
+    "total_instances",
+    "pending_instances",
+    "running_instances",
+    "replicas",
+    "observed_generation",
+    "template_hash",
+)
+_SERVICES = ServiceRow.metadata.tables["services"]
+_services = _SERVICES.c
+# One statement for a batch of status writes; the row's version is checked and bumped as
+# the ORM's optimistic concurrency does, so a concurrent API write is never overwritten.
+_WRITE_STATUS = (
+    update(_SERVICES)
+    .where(_services.id == bindparam("_id"), _services.version == bindparam("_version"))
+    .values(
+        version=_services.version + 1,
+        updated_at=bindparam("updated_at"),
+        **{field: bindparam(field) for field in _STATUS_FIELDS},
+    )
+)
+
+
+def _routes_differ(before: Any, values: dict[str, Any]) -> bool:
+    """Whether a status write changes the service's route (its status, its endpoints)."""
+    if before.status != values["status"]:
+        return True
+    endpoints = route_feed.endpoints_of
+    return bool(
+        endpoints(before.replicas) != endpoints(values["replicas"])
+        or endpoints(before.replicas, "grpc_endpoint")
+        != endpoints(values["replicas"], "grpc_endpoint")
+    )
+
+
 class ReconcileStore:
     """The reconciler's reads and writes, one short transaction each (run in a worker
     thread: the reconciler's loop never waits on the database)."""
@@ -119,6 +201,69 @@ class ReconcileStore:
         ).where(ServiceRow.cluster == self.cluster)
         with self._sessions() as s:
             return [StoredSummary(*row) for row in s.execute(query)]
+
+    def states(self, names: Iterable[str]) -> dict[str, tuple[ServiceState, str]]:
+        """What the reconciler acts on for each of ``names`` that exists, and the status it
+        last wrote: one query (a name without a row is absent)."""
+        query = select(
+            ServiceRow.name,
+            ServiceRow.uid,
+            ServiceRow.generation,
+            ServiceRow.spec,
+            ServiceRow.stopped,
+            ServiceRow.deleting,
+            ServiceRow.status,
+        ).where(ServiceRow.cluster == self.cluster, ServiceRow.name.in_(list(names)))
+        with self._sessions() as s:
+            return {
+                name: (ServiceState(name, uid, generation, spec, stopped, deleting), status)
+                for name, uid, generation, spec, stopped, deleting, status in s.execute(query)
+            }
+
+    def write_statuses(self, writes: Sequence[StatusWrite]) -> set[str]:
+        """Store each write for the generation it acted on, in one transaction of a few
+        statements whatever their number; returns the services that changed meanwhile (a
+        new generation, deleted, or written concurrently by the API): act on them again.
+        A write that changes nothing writes nothing (a resync of an unchanged service)."""
+        if not writes:
+            return set()
+        by_name = {w.state.name: w for w in writes}
+        columns = [getattr(_services, f) for f in ("id", "name", "generation", "version")]
+        query = select(*columns, *(getattr(_services, f) for f in _STATUS_FIELDS)).where(
+            _services.cluster == self.cluster, _services.name.in_(list(by_name))
+        )
+        with self._sessions() as s:
+            rows = s.execute(query).all()
+            changed = set(by_name).difference(row.name for row in rows)
+            now = utcnow()
+            updates: list[dict[str, Any]] = []
+            events: list[dict[str, Any]] = []
+            routed: list[int] = []
+            for row in rows:
+                write = by_name[row.name]
+                if row.generation != write.state.generation:
+                    changed.add(row.name)
+                    continue
+                values = write.values()
+                if all(getattr(row, k) == v for k, v in values.items()):
+                    continue
+                if (row.status, row.reason) != (values["status"], values["reason"]):
+                    events.append({"service_id": row.id, "created_at": now, **write.event()})
+                if _routes_differ(row, values):
+                    routed.append(row.id)
+                updates.append({"_id": row.id, "_version": row.version, "updated_at": now})
+                updates[-1].update(values)
+            if not updates:
+                return changed
+            done = cast(CursorResult[Any], s.execute(_WRITE_STATUS, updates)).rowcount
+            if done != len(updates):  # the API wrote some meanwhile: all again, afresh
+                s.rollback()
+                return set(by_name)
+            if events:
+                s.execute(insert(EventRow.metadata.tables["service_events"]), events)
+            route_feed.stamp(s, routed)
+            s.commit()
+            return changed
 
     def state(self, name: str) -> tuple[ServiceState | None, str]:
         """What the reconciler acts on, and the status it last wrote."""
