@@ -73,6 +73,7 @@ class Reconciler:
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._failures: dict[str, int] = {}
+        self._inflight: set[str] = set()  # the batch being reconciled
         self._loop: asyncio.AbstractEventLoop | None = None
         # Orphans the last resync allowed to go, until they are gone.
         self._doomed: set[str] = set()
@@ -179,7 +180,10 @@ class Reconciler:
             if written():
                 pending = await asyncio.to_thread(self.store.needing_work)
             for name in pending:
-                if name not in self._failures:  # those come back on their backoff timer
+                # Failed ones come back on their backoff timer; those being reconciled are
+                # pending until their batch is written (a new generation meanwhile is
+                # caught by the write, which requeues it).
+                if name not in self._failures and name not in self._inflight:
                     self._enqueue(name)
             await route_feed.CHANGED.wait(self.poll_seconds)
 
@@ -224,12 +228,15 @@ class Reconciler:
             while len(names) < BATCH and not self._queue.empty():
                 names.append(self._queue.get_nowait())
             self._queued.difference_update(names)
+            self._inflight.update(names)
             try:
                 failed = await self.reconcile_many(names)
             except Exception as e:  # the batch's read or write: each is tried again
                 if not isinstance(e, (StaleDataError, OSError, SQLAlchemyError)):
                     log.exception("reconciler: a batch of %d failed unexpectedly", len(names))
                 failed = dict.fromkeys(names, e)
+            finally:
+                self._inflight.difference_update(names)
             for name in names:
                 if name in failed:
                     self._retry_later(name, failed[name])

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from contract.progress import Progress
 from controlplane import route_feed
 from controlplane.db import make_engine, make_sessions
-from controlplane.reconciler import Reconciler
+from controlplane.reconciler import BATCH, Reconciler
 from controlplane.runtime.base import (
     DesiredReplicaSet,
     Notify,
@@ -28,7 +28,8 @@ from controlplane.runtime.base import (
 )
 from controlplane.sealing import TokenSealer
 from controlplane.services import Services
-from controlplane.store import ReconcileStore
+from controlplane.status import Status
+from controlplane.store import ReconcileStore, StatusWrite
 from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec
 
@@ -495,3 +496,60 @@ async def test_the_poll_reads_pending_services_only_after_a_commit(harness: Harn
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_burst_of_creates_is_reconciled_in_batches(harness: Harness) -> None:
+    """Services queued together are read and written together: a burst of 300 services at
+    zero instances costs two status transactions, and each still gets its event and route."""
+    names = [f"burst_{i:03d}" for i in range(300)]
+    for name in names:
+        harness.services.create(seed_spec(name=name, metadata={"instance": 0}))
+    reconciler = harness.make_reconciler(lease_ttl=1.0, resync_seconds=3600)
+    batches: list[int] = []
+    write = reconciler.store.write_statuses
+
+    def counted(writes: list[StatusWrite]) -> set[str]:
+        batches.append(len(writes))
+        return write(writes)
+
+    reconciler.store.write_statuses = counted  # type: ignore[method-assign]
+    task = asyncio.create_task(reconciler.run())
+    try:
+        await harness.until(
+            lambda: all(harness.row(n).status == "Stopped" for n in names), timeout=30
+        )
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert batches[:2] == [BATCH, 300 - BATCH]
+    assert harness.reasons(names[-1]) == ["Created", "Stopped"]
+    routes = route_feed.table(harness.sessions, "local", 1000).routes
+    assert {r.service: r.status for r in routes} == dict.fromkeys(names, "Stopped")
+
+
+async def test_a_status_write_for_a_changed_service_is_redone(harness: Harness) -> None:
+    """A write for a generation no longer stored, for a deleted service, or racing an API
+    write of the same row writes nothing and names the services to act on again."""
+    store = ReconcileStore(harness.sessions, "local")
+    for name in ("a", "b"):
+        harness.services.create(seed_spec(name=name, metadata={"instance": 0}))
+    states = store.states(["a", "b", "gone"])
+    assert set(states) == {"a", "b"}
+    stopped = Status("Stopped", "", "", 0, 0, 0)
+    writes = [StatusWrite(state, stopped, []) for state, _ in states.values()]
+    harness.services.scale("local", "a", 1)  # a new generation of "a"
+    assert store.write_statuses(writes) == {"a"}
+    assert (harness.row("a").status, harness.row("b").status) == ("Creating", "Stopped")
+    assert store.write_statuses(writes) == {"a"}  # "b" unchanged: nothing written
+    version = harness.row("b").version
+    assert harness.row("b").version == version
+
+    # An API write lands between the batch's read and its update: nothing is written.
+    again = store.states(["b"])["b"][0]
+    harness.services.scale("local", "b", 1)
+    harness.services.scale("local", "b", 0)
+    fresh = store.states(["b"])["b"][0]
+    running = Status("Waiting", "", "", 1, 1, 0)
+    assert store.write_statuses([StatusWrite(again, running, [])]) == {"b"}
+    assert store.write_statuses([StatusWrite(fresh, stopped, [])]) == set()
+    assert harness.row("b").observed_generation == fresh.generation
