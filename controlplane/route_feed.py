@@ -252,13 +252,16 @@ def _bump_version(session: Session) -> None:
     session.info["routes_changed"] = True
 
 
-def stamp(session: Session, service_ids: list[int]) -> None:
+def stamp(session: Session, service_ids: list[int]) -> int | None:
     """For writes made with Core statements, which the hooks do not see: mark the services
-    ``service_ids`` as changed for routing at a new version. Call it as the transaction's
-    last statement (it takes the counter's lock, held to the commit)."""
-    if service_ids:
-        _stamp(session, ServiceRow, service_ids, _next_version(session))
-        session.info["routes_changed"] = True
+    ``service_ids`` as changed for routing at a new version, returned (None: no id). Call it
+    as the transaction's last statement (it takes the counter's lock, held to the commit)."""
+    if not service_ids:
+        return None
+    new = _next_version(session)
+    _stamp(session, ServiceRow, service_ids, new)
+    session.info["routes_changed"] = True
+    return new
 
 
 def _next_version(session: Session) -> int:

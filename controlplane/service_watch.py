@@ -79,6 +79,12 @@ def _note(session: Session, _context: Any) -> None:
         session.info["services_written"] = True
 
 
+def written(session: Session) -> None:
+    """For writes made with Core statements, which the hooks do not see: this transaction
+    wrote a service, so its commit wakes the waiters."""
+    session.info["services_written"] = True
+
+
 def _announce(session: Session) -> None:
     if session.info.pop("services_written", False):
         SERVICE_COMMITS.fire()

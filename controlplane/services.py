@@ -12,14 +12,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from sqlalchemy import false, func, literal, or_, select, tuple_
+from sqlalchemy import false, func, insert, literal, or_, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
 from contract.merge import merge_patch
 from contract.wire import token_digest
-from controlplane import groups, paging, store
+from controlplane import groups, paging, route_feed, service_watch, store
 from controlplane.errors import (
     Conflict,
     FieldProblem,
@@ -42,6 +42,10 @@ _SORT_COLUMNS = {
     "status": ServiceRow.status,
 }
 _RETRIES = 8
+_INSERT_SERVICE = insert(ServiceRow.metadata.tables["services"]).returning(
+    ServiceRow.metadata.tables["services"].c.id
+)
+_INSERT_EVENT = insert(EventRow.metadata.tables["service_events"])
 
 
 def new_token() -> str:
@@ -128,6 +132,8 @@ class Services:
         stored, custom_token = split_token(spec)
         stored = _owned(stored, stored.metadata.instance)
         token = custom_token or new_token()
+        if stored.metadata.group is None:
+            return self._insert(stored, token, custom_token is not None), token
         for _ in range(2):  # a concurrent first member may make the same group: once more
             row = ServiceRow(
                 uid=_uid(),
@@ -161,6 +167,64 @@ class Services:
                     if store.token_taken(s, self.cluster, row.token_sha256):
                         raise TokenInUse() from e  # a concurrent create with the same token
         raise Conflict(f"group {spec.metadata.group!r} is being created concurrently: try again")
+
+    def _insert(self, stored: StoredSpec, token: str, custom_token: bool) -> ServiceRow:
+        """A service outside any group, written with Core statements (a create touches no
+        other row); the row answered is the one stored, detached."""
+        now = utcnow()
+        instance = stored.metadata.instance
+        values: dict[str, Any] = {
+            "uid": _uid(),
+            "cluster": self.cluster,
+            "name": stored.name,
+            "spec": stored,
+            "token": self.sealer.seal(token),
+            "token_sha256": token_digest(token),
+            "generation": 1,
+            "observed_generation": 0,
+            "stopped": False,
+            "deleting": False,
+            "status": "Creating",
+            "reason": "",
+            "message": "",
+            "total_instances": instance,
+            "pending_instances": instance,
+            "running_instances": 0,
+            "group_name": None,
+            "template_hash": "",
+            "route_version": 0,
+            "replicas": [],
+            "created_at": now,
+            "updated_at": now,
+            "version": 1,
+        }
+        event = {
+            "created_at": now,
+            "type": "Normal",
+            "reason": "Created",
+            "message": f"service created with {instance} instance(s)",
+        }
+        with self._sessions() as s:
+            _check_mirror(s, self.cluster, stored, None)
+            if custom_token and store.token_taken(s, self.cluster, values["token_sha256"]):
+                raise TokenInUse()
+            try:
+                row_id = s.execute(_INSERT_SERVICE, values).scalar_one()
+                s.execute(_INSERT_EVENT, {"service_id": row_id, **event})
+                values["route_version"] = route_feed.stamp(s, [row_id])
+                service_watch.written(s)
+                s.commit()
+            except IntegrityError as e:
+                s.rollback()
+                if store.find(s, self.cluster, stored.name) is not None:
+                    raise ServiceExists(
+                        f"a service named {stored.name!r} already exists: pick another name, "
+                        f"or change it with 'eascmd modify {stored.name} -s <file>'"
+                    ) from e
+                if store.token_taken(s, self.cluster, values["token_sha256"]):
+                    raise TokenInUse() from e  # a concurrent create with the same token
+                raise
+        return ServiceRow(id=row_id, **values)
 
     def update(
         self, cluster: str, name: str, patch: dict[str, Any], if_match: int | None = None

@@ -12,7 +12,7 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, Select, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane import route_feed, sealing
+from controlplane import route_feed, sealing, service_watch
 from controlplane.commits import commit_watch
 from controlplane.desired import ServiceState
 from controlplane.models import (
@@ -262,6 +262,7 @@ class ReconcileStore:
             if events:
                 s.execute(insert(EventRow.metadata.tables["service_events"]), events)
             route_feed.stamp(s, routed)
+            service_watch.written(s)
             s.commit()
             return changed
 

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from contract.progress import Progress
-from controlplane import route_feed
+from controlplane import route_feed, service_watch
 from controlplane.db import make_engine, make_sessions
 from controlplane.reconciler import BATCH, Reconciler
 from controlplane.runtime.base import (
@@ -538,7 +538,9 @@ async def test_a_status_write_for_a_changed_service_is_redone(harness: Harness) 
     stopped = Status("Stopped", "", "", 0, 0, 0)
     writes = [StatusWrite(state, stopped, []) for state, _ in states.values()]
     harness.services.scale("local", "a", 1)  # a new generation of "a"
+    commits = service_watch.SERVICE_COMMITS.count
     assert store.write_statuses(writes) == {"a"}
+    assert service_watch.SERVICE_COMMITS.count > commits  # describe's long-polls wake
     assert (harness.row("a").status, harness.row("b").status) == ("Creating", "Stopped")
     assert store.write_statuses(writes) == {"a"}  # "b" unchanged: nothing written
     version = harness.row("b").version
