@@ -188,12 +188,15 @@ class Reconciler:
             await route_feed.CHANGED.wait(self.poll_seconds)
 
     async def _resync(self) -> None:
-        """A safety net under the runtime's notifications: one query and one runtime
-        listing, then only the services that drifted (orphans included) are reconciled."""
+        """A safety net under the runtime's notifications: one runtime listing and one
+        query of the rows it can concern (those with replicas, asked for or running, and
+        those the runtime names), then only the services that drifted (orphans included)
+        are reconciled. The listing comes first: a row is made before its replicas, so a
+        service created between the two is never taken for an orphan."""
         while True:
             assert self.runtime is not None
-            stored = await asyncio.to_thread(self.store.summaries)
             observed = await self.runtime.summary()
+            stored = await asyncio.to_thread(self.store.summaries, observed)
             await self._judge_orphans(resync.orphans(stored, observed), len(observed))
             for name in resync.drifted(stored, observed):
                 self._enqueue(name)

@@ -189,8 +189,12 @@ class ReconcileStore:
         with self._sessions() as s:
             return list(s.scalars(pending(self.cluster)))
 
-    def summaries(self) -> list[StoredSummary]:
-        """Every service as the last reconcile left it: one query, no JSON columns."""
+    def summaries(self, observed: Iterable[str] | None = None) -> list[StoredSummary]:
+        """Services as the last reconcile left them: one query, no JSON columns. With
+        ``observed`` (the names the runtime runs), only the rows a resync can find drifted
+        or orphaned: those named, and those that asked for or had replicas. A row at zero
+        that the runtime does not run matches it already, so services at zero (most of a
+        large installation) cost the resync nothing."""
         pending = or_(ServiceRow.generation > ServiceRow.observed_generation, ServiceRow.deleting)
         query = select(
             ServiceRow.name,
@@ -199,6 +203,14 @@ class ReconcileStore:
             ServiceRow.running_instances,
             ServiceRow.template_hash,
         ).where(ServiceRow.cluster == self.cluster)
+        if observed is not None:
+            query = query.where(
+                or_(
+                    ServiceRow.total_instances > 0,
+                    ServiceRow.running_instances > 0,
+                    ServiceRow.name.in_(list(observed)),
+                )
+            )
         with self._sessions() as s:
             return [StoredSummary(*row) for row in s.execute(query)]
 

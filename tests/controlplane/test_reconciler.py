@@ -555,3 +555,18 @@ async def test_a_status_write_for_a_changed_service_is_redone(harness: Harness) 
     assert store.write_statuses([StatusWrite(again, running, [])]) == {"b"}
     assert store.write_statuses([StatusWrite(fresh, stopped, [])]) == set()
     assert harness.row("b").observed_generation == fresh.generation
+
+
+async def test_the_resync_reads_only_rows_with_replicas_or_named_by_the_runtime(
+    harness: Harness,
+) -> None:
+    """Services at zero that the runtime does not run cannot drift: the resync's query
+    leaves them out, so its cost follows the services with replicas, not all of them."""
+    store = ReconcileStore(harness.sessions, "local")
+    harness.services.create(seed_spec(name="one", metadata={"instance": 1}))
+    for name in ("zero", "zero_running", "zero_idle"):
+        harness.services.create(seed_spec(name=name, metadata={"instance": 0}))
+    everything = {s.name for s in store.summaries()}
+    assert everything == {"one", "zero", "zero_running", "zero_idle"}
+    scoped = {s.name for s in store.summaries(["zero_running", "ghost"])}
+    assert scoped == {"one", "zero_running"}
