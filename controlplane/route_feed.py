@@ -22,7 +22,7 @@ import contextlib
 import weakref
 from typing import Any
 
-from sqlalchemy import delete, event, insert, inspect, select, update
+from sqlalchemy import bindparam, delete, event, insert, inspect, select, update
 from sqlalchemy.orm import InstanceState, Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -38,8 +38,18 @@ _ROUTING_FIELDS = ("token_sha256", "status", "spec", "deleting", "stopped")
 _GROUP_ROUTING_FIELDS = ("token_sha256", "traffic_mode")
 
 
+_VERSION = select(CounterRow.value).where(CounterRow.name == bindparam("counter"))
+_VERSIONS = select(CounterRow.name, CounterRow.value).where(CounterRow.name.in_((COUNTER, FLOOR)))
+
+
 def version(session: Session, counter: str = COUNTER) -> int:
-    return session.scalar(select(CounterRow.value).where(CounterRow.name == counter)) or 0
+    return session.scalar(_VERSION, {"counter": counter}) or 0
+
+
+def _versions(session: Session) -> tuple[int, int]:
+    """The route counter and the removals' floor, in one read."""
+    values = dict(session.execute(_VERSIONS).tuples().all())
+    return values.get(COUNTER, 0), values.get(FLOOR, 0)
 
 
 def table(
@@ -48,8 +58,9 @@ def table(
     """The changes after version ``after``, or the whole table when the caller has none
     (``after`` < 0), is too far behind (removals pruned) or ahead (a new database)."""
     with sessions() as s:
-        current = version(s)  # read first: a change after this shows up as a newer version
-        if after < version(s, FLOOR) or after > current:
+        # Read first: a change after this shows up as a newer version.
+        current, floor = _versions(s)
+        if after < floor or after > current:
             routes = [_route(r, default_timeout_ms) for r in store.routable(s, cluster)]
             groups = [_group(g) for g in store.groups_changed_after(s, cluster, -1)]
             return RouteTable(version=current, routes=routes, groups=groups)
@@ -264,20 +275,33 @@ def stamp(session: Session, service_ids: list[int]) -> int | None:
     return new
 
 
-def _next_version(session: Session) -> int:
-    new = session.scalar(
-        update(CounterRow)
-        .where(CounterRow.name == COUNTER)
-        .values(value=CounterRow.value + 1)
-        .returning(CounterRow.value)
+# Core statements, built once: every create and routing change runs both.
+_COUNTERS = CounterRow.metadata.tables["counters"]
+_NEXT_VERSION = (
+    update(_COUNTERS)
+    .where(_COUNTERS.c.name == COUNTER)
+    .values(value=_COUNTERS.c.value + 1)
+    .returning(_COUNTERS.c.value)
+)
+_STAMPS = {
+    model: update(table)
+    .where(table.c.id.in_(bindparam("ids", expanding=True)))
+    .values(route_version=bindparam("new_version"))
+    for model, table in (
+        (ServiceRow, ServiceRow.metadata.tables["services"]),
+        (GroupRow, GroupRow.metadata.tables["service_groups"]),
     )
+}
+
+
+def _next_version(session: Session) -> int:
+    new = session.connection().scalar(_NEXT_VERSION)
     assert new is not None, "the routes counter is missing: run 'openeas migrate'"
     return int(new)
 
 
 def _stamp(session: Session, model: type[Routed], ids: list[int], new: int) -> None:
-    stamp = update(model).where(model.id.in_(ids)).values(route_version=new)
-    session.execute(stamp, execution_options={"synchronize_session": False})
+    session.connection().execute(_STAMPS[model], {"ids": ids, "new_version": new})
 
 
 def _forget(session: Session) -> None:

@@ -209,8 +209,9 @@ class Services:
             if custom_token and store.token_taken(s, self.cluster, values["token_sha256"]):
                 raise TokenInUse()
             try:
-                row_id = s.execute(_INSERT_SERVICE, values).scalar_one()
-                s.execute(_INSERT_EVENT, {"service_id": row_id, **event})
+                conn = s.connection()  # Core statements on the session's transaction
+                row_id = conn.execute(_INSERT_SERVICE, values).scalar_one()
+                conn.execute(_INSERT_EVENT, {"service_id": row_id, **event})
                 values["route_version"] = route_feed.stamp(s, [row_id])
                 service_watch.written(s)
                 s.commit()

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import CursorResult, Select, bindparam, insert, or_, select, update
+from sqlalchemy import Select, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import route_feed, sealing, service_watch
@@ -57,29 +57,35 @@ def routable(s: Session, cluster: str) -> Sequence[ServiceRow]:
     ).all()
 
 
+# The route feed's delta, asked by every gateway's long-poll after each routing change:
+# statements built once, bound per call.
+_CHANGED_ROUTES = select(ServiceRow).where(
+    ServiceRow.cluster == bindparam("cluster"), ServiceRow.route_version > bindparam("after")
+)
+_REMOVED = select(RouteRemovalRow.kind, RouteRemovalRow.name).where(
+    RouteRemovalRow.cluster == bindparam("cluster"), RouteRemovalRow.version > bindparam("after")
+)
+_CHANGED_GROUPS = select(GroupRow).where(
+    GroupRow.cluster == bindparam("cluster"), GroupRow.route_version > bindparam("after")
+)
+
+
 def routes_changed_after(s: Session, cluster: str, version: int) -> Sequence[ServiceRow]:
     """Services whose route changed after ``version`` (those being deleted included)."""
-    return s.scalars(
-        select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.route_version > version)
-    ).all()
+    return s.scalars(_CHANGED_ROUTES, {"cluster": cluster, "after": version}).all()
 
 
 def removed_after(s: Session, cluster: str, version: int) -> dict[str, list[str]]:
     """Services and groups deleted after ``version``, by kind."""
-    query = select(RouteRemovalRow.kind, RouteRemovalRow.name).where(
-        RouteRemovalRow.cluster == cluster, RouteRemovalRow.version > version
-    )
     out: dict[str, list[str]] = {}
-    for kind, name in s.execute(query):
+    for kind, name in s.execute(_REMOVED, {"cluster": cluster, "after": version}):
         out.setdefault(kind, []).append(name)
     return out
 
 
 def groups_changed_after(s: Session, cluster: str, version: int) -> Sequence[GroupRow]:
     """Groups whose routing (token, traffic mode) changed after ``version`` (-1: all)."""
-    return s.scalars(
-        select(GroupRow).where(GroupRow.cluster == cluster, GroupRow.route_version > version)
-    ).all()
+    return s.scalars(_CHANGED_GROUPS, {"cluster": cluster, "after": version}).all()
 
 
 def pending(cluster: str) -> Select[str]:
@@ -138,6 +144,7 @@ _STATUS_FIELDS = (
 )
 _SERVICES = ServiceRow.metadata.tables["services"]
 _services = _SERVICES.c
+_INSERT_EVENTS = insert(EventRow.metadata.tables["service_events"])
 # One statement for a batch of status writes; the row's version is checked and bumped as
 # the ORM's optimistic concurrency does, so a concurrent API write is never overwritten.
 _WRITE_STATUS = (
@@ -267,12 +274,13 @@ class ReconcileStore:
                 updates[-1].update(values)
             if not updates:
                 return changed
-            done = cast(CursorResult[Any], s.execute(_WRITE_STATUS, updates)).rowcount
+            conn = s.connection()  # Core statements on the session's transaction
+            done = conn.execute(_WRITE_STATUS, updates).rowcount
             if done != len(updates):  # the API wrote some meanwhile: all again, afresh
                 s.rollback()
                 return set(by_name)
             if events:
-                s.execute(insert(EventRow.metadata.tables["service_events"]), events)
+                conn.execute(_INSERT_EVENTS, events)
             route_feed.stamp(s, routed)
             service_watch.written(s)
             s.commit()
