@@ -48,7 +48,7 @@ def version(session: Session, counter: str = COUNTER) -> int:
 
 def _versions(session: Session) -> tuple[int, int]:
     """The route counter and the removals' floor, in one read."""
-    values = dict(session.execute(_VERSIONS).tuples().all())
+    values: dict[str, int] = {name: value for name, value in session.execute(_VERSIONS)}
     return values.get(COUNTER, 0), values.get(FLOOR, 0)
 
 
