@@ -125,6 +125,7 @@ class ReconcileStore:
                 spec=row.spec,
                 stopped=row.stopped,
                 deleting=row.deleting,
+                restarts=row.restarts,
             )
             return state, row.status
 

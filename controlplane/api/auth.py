@@ -1,5 +1,6 @@
-"""Admin authentication of the control-plane API: ``Authorization: Bearer <admin token>``
-compared in constant time. The token is never logged."""
+"""Admin authentication of the control-plane API: ``Authorization: Bearer <admin token>``,
+or the EAS SDK's bearer credential ``x-acs-bearer-token: <admin token>``, compared in
+constant time. The token is never logged."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ class AdminAuth:
         header = request.headers.get("authorization", "")
         scheme, _, presented = header.partition(" ")
         if scheme.lower() != "bearer" or not presented:
+            # The SDK's Config(type="bearer", bearer_token=...) sends it in its own header.
+            scheme, presented = "bearer", request.headers.get("x-acs-bearer-token", "")
+        if not presented:
             raise HTTPException(
                 401,
                 "missing admin credential: send 'Authorization: Bearer <admin token>' "
