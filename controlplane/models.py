@@ -129,6 +129,7 @@ class ServiceRow(Base):
     cron_scaler: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     # The version (ServiceVersionRow.version) whose spec the service runs.
     current_version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    latest_version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     # Restarts asked for: part of the replica template once above 0, so each one rolls.
     restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 

@@ -177,10 +177,15 @@ class Services:
         raise Conflict(f"group {spec.metadata.group!r} is being created concurrently: try again")
 
     def update(
-        self, cluster: str, name: str, patch: dict[str, Any], if_match: int | None = None
+        self,
+        cluster: str,
+        name: str,
+        patch: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]],
+        if_match: int | None = None,
     ) -> ServiceRow:
-        """Apply an RFC 7386 merge patch to the spec; the result is validated whole."""
-        if "name" in patch and patch["name"] != name:
+        """Apply an RFC 7386 merge patch (or a function of the spec) to the spec; the result
+        is validated whole."""
+        if isinstance(patch, dict) and "name" in patch and patch["name"] != name:
             raise InvalidSpec(
                 [FieldProblem("name", "a service cannot be renamed", f"use {name!r} or omit it")]
             )
@@ -563,10 +568,8 @@ def _owned(spec: StoredSpec, instance: int) -> StoredSpec:
 
 def _new_version(s: Session, row: ServiceRow) -> None:
     """Record the row's spec as its next version, and run it."""
-    latest = s.scalar(
-        select(func.max(ServiceVersionRow.version)).where(ServiceVersionRow.service_id == row.id)
-    )
-    row.current_version = (latest or 0) + 1
+    row.latest_version += 1
+    row.current_version = row.latest_version
     s.add(ServiceVersionRow(service_id=row.id, version=row.current_version, spec=row.spec.public()))
 
 

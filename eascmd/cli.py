@@ -263,7 +263,7 @@ def _cmd_autoscale(args: argparse.Namespace, client: Client) -> int:
     path = client.service_path(args.name, "autoscaler")
     if args.off:
         svc = client.call("DELETE", path)
-        instance = svc["ServiceConfig"]["metadata"]["instance"]
+        instance = render.config(svc)["metadata"]["instance"]
         print(f"[OK] Autoscaler of {args.name} removed; instances stay at {instance}")
         return 0
     if args.min is None or args.max is None or not args.strategy:

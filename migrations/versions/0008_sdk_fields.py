@@ -30,6 +30,10 @@ def upgrade() -> None:
         sa.Column("current_version", sa.Integer(), nullable=False, server_default="1"),
     )
     op.add_column(
+        "services",
+        sa.Column("latest_version", sa.Integer(), nullable=False, server_default="1"),
+    )
+    op.add_column(
         "services", sa.Column("restarts", sa.Integer(), nullable=False, server_default="0")
     )
     op.create_table(
@@ -54,5 +58,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("service_versions")
-    for column in ("restarts", "current_version", "cron_scaler", "safety_lock", "labels"):
+    columns = ("restarts", "latest_version", "current_version", "cron_scaler", "safety_lock")
+    for column in (*columns, "labels"):
         op.drop_column("services", column)
