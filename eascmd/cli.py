@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from contract.configfile import ConfigFileError, ConfigSyntaxError, parse, repaired
 from contract.configfile import read_config as _read
 from contract.merge import merge_patch
-from eascmd import completion, groups, mirror, render
+from eascmd import completion, cronscale, groups, mirror, render
 from eascmd.live import LiveLine
 from eascmd.profile import NoProfile, Profile, load, save
 
@@ -433,6 +433,7 @@ def parser() -> argparse.ArgumentParser:
 
     groups.add_parsers(sub)
     mirror.add_parsers(sub)
+    cronscale.add_parsers(sub)
 
     c = sub.add_parser(
         "lint",
