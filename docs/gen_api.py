@@ -25,16 +25,39 @@ HEADER = """\
 
 Generated from the control plane's OpenAPI document by `python docs/gen_api.py`; do not edit.
 The live document is served at `/openapi.json` (and browsable at `/docs`). Every call except
-the health checks needs `Authorization: Bearer <admin token>`; errors are
+the health checks needs `Authorization: Bearer <admin token>` (or the EAS SDK's
+`x-acs-bearer-token: <admin token>`); errors are
 `application/problem+json` (`type`, `title`, `status`, `detail`, and `errors` for invalid
 specs). A body that is not JSON gets `400` with `errors` naming `line`, `column` and the
 line as it should read, and `corrected`: the whole text with every fixable line corrected
 (typographic quotes, a dash for `--`, trailing commas), as `eascmd` reports a config file.
 `{cluster}` is the control plane's `OPENEAS_CLUSTER_ID`.
+
+## With EAS's own SDK
+
+The API is EAS's: the official `alibabacloud-eas20210701` SDK calls it unchanged, and
+reads every answer with its own models (`ServiceConfig` is a JSON string, `Labels` a list of
+`{LabelKey, LabelValue}`, ...). The SDK's `region_id` and every call's `ClusterId` are the
+cluster id (`DescribeRegions` answers it):
+
+```python
+from alibabacloud_eas20210701.client import Client
+from alibabacloud_eas20210701 import models
+from alibabacloud_tea_openapi.models import Config
+
+eas = Client(Config(endpoint="127.0.0.1:8080", protocol="http", region_id="local",
+                    type="bearer", bearer_token="<admin token>"))
+eas.create_service(models.CreateServiceRequest(body=open("triton.config").read()))
+print(eas.describe_service("local", "triton_test").body.status)
+```
+
+Each route is named after the SDK action it serves:
 """
 
 
 def openapi() -> Schema:
+    """The app's OpenAPI document, each operation marked with its SDK action
+    (``x-sdk-action``: the route's name)."""
     if str(ROOT) not in sys.path:  # run as a script from anywhere
         sys.path.insert(0, str(ROOT))
     from sqlalchemy import create_engine
@@ -42,12 +65,37 @@ def openapi() -> Schema:
     from controlplane.api.app import create_app
     from controlplane.settings import Settings
 
+    from fastapi.routing import APIRoute
+
     app = create_app(Settings(admin_token="unused"), create_engine("sqlite://"))
-    return app.openapi()
+    document = app.openapi()
+    for route in _routes(app.routes):
+        if isinstance(route, APIRoute) and route.path in document["paths"]:
+            for method in route.methods:
+                op = document["paths"][route.path].get(method.lower())
+                if op is not None:
+                    op["x-sdk-action"] = route.name
+    return document
+
+
+def _routes(routes: list[Any]) -> list[Any]:
+    """Every route, through included routers (kept as routers of their own)."""
+    found = []
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        found += _routes(inner.routes) if inner is not None else [route]
+    return found
 
 
 def render(document: Schema) -> str:
-    lines = [HEADER]
+    lines = [HEADER, "| SDK action | method | path |", "|---|---|---|"]
+    actions = sorted(
+        (op["x-sdk-action"], method.upper(), path)
+        for path, method, op in _operations(document, None)
+        if path.startswith("/api/v2/") and "x-sdk-action" in op
+    )
+    lines += [f"| `{a}` | {m} | `{p}` |" for a, m, p in actions]
+    lines.append("")
     for tag in _tags(document):
         lines.append(f"## {tag.capitalize()}\n")
         for path, method, op in _operations(document, tag):
@@ -78,7 +126,8 @@ def _operations(document: Schema, tag: str | None) -> list[tuple[str, str, Schem
 
 def _operation(path: str, method: str, op: Schema) -> list[str]:
     text = " ".join((op.get("description") or op.get("summary", "")).split())
-    lines = [f"### `{method.upper()} {path}`\n", text.rstrip(".") + ".", ""]
+    action = f" — `{op['x-sdk-action']}`" if "x-sdk-action" in op else ""
+    lines = [f"### `{method.upper()} {path}`{action}\n", text.rstrip(".") + ".", ""]
     params = op.get("parameters", [])
     if params:
         lines += ["| parameter | in | type | required |", "|---|---|---|---|"]
