@@ -60,12 +60,11 @@ def openapi() -> Schema:
     (``x-sdk-action``: the route's name)."""
     if str(ROOT) not in sys.path:  # run as a script from anywhere
         sys.path.insert(0, str(ROOT))
+    from fastapi.routing import APIRoute
     from sqlalchemy import create_engine
 
     from controlplane.api.app import create_app
     from controlplane.settings import Settings
-
-    from fastapi.routing import APIRoute
 
     app = create_app(Settings(admin_token="unused"), create_engine("sqlite://"))
     document = app.openapi()

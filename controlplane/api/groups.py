@@ -127,7 +127,8 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
 
     @api.get("/api/v2/groups/{cluster}/{group}/token", name="DescribeGroupToken")
     def show_token(cluster: str, group: str) -> schemas.GroupToken:
-        """The group token (opens /api/predict/<group>); never in describe or list."""
+        """The group token (opens /api/predict/<group>); DescribeGroup shows it too, to
+        admin and developer callers; a list never does."""
         found, token = groups.token(cluster, group)
         return schemas.GroupToken(RequestId=_request_id(), GroupName=found.row.name, Token=token)
 

@@ -211,7 +211,8 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
 
     @api.get("/{cluster}/{name}/token", name="DescribeServiceToken")
     def show_token(cluster: str, name: str) -> schemas.TokenPublic:
-        """The explicit admin call that reveals a service's token (never in describe/list)."""
+        """The service token alone (DescribeService shows it too, to admin and developer
+        callers, as EAS does; a list never does)."""
         row, token = services.token(cluster, name)
         return schemas.TokenPublic(RequestId=_request_id(), ServiceName=row.name, Token=token)
 
