@@ -45,8 +45,15 @@ from alibabacloud_eas20210701.client import Client
 from alibabacloud_eas20210701 import models
 from alibabacloud_tea_openapi.models import Config
 
-eas = Client(Config(endpoint="127.0.0.1:8080", protocol="http", region_id="local",
-                    type="bearer", bearer_token="<admin token>"))
+eas = Client(
+    Config(
+        endpoint="127.0.0.1:8080",
+        protocol="http",
+        region_id="local",
+        type="bearer",
+        bearer_token="<admin token>",
+    )
+)
 eas.create_service(models.CreateServiceRequest(body=open("triton.config").read()))
 print(eas.describe_service("local", "triton_test").body.status)
 ```
