@@ -5,8 +5,9 @@ Pure: the API validates a body with :func:`parse` (every problem named by its fi
 keeps the result as given; :class:`controlplane.cronscaling.CronScaling` asks
 :func:`fired` which job, if any, fired in the seconds since it last looked.
 
-Beside an autoscaler, a job does not set the instance count: it sets the autoscaler's
-``min`` to its ``TargetSize`` (within ``max``), and the autoscaler scales from there.
+Beside an autoscaler, a job does not set the instance count but the autoscaler's range,
+as Alibaba's CronHPA does to an HPA: ``min`` becomes ``TargetSize``, and ``max`` too when
+below it; the count moves into the new range, and the autoscaler scales from there.
 
 Cron fields: ``second minute hour day-of-month month day-of-week`` (0 or 7 is Sunday);
 each ``*``, ``?``, a number, ``a-b``, a list ``a,b``, and steps ``*/n`` or ``a-b/n``.

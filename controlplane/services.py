@@ -311,17 +311,18 @@ class Services:
         return written
 
     def cron_scale(self, cluster: str, name: str, job: str, target: int, at: str) -> None:
-        """A scheduled job fired: the instance count becomes ``target``, or, beside an
-        autoscaler, the autoscaler's ``min`` does (within its ``max``). The job's last run
-        is kept with the scheduled scaler for DescribeServiceCronScaler."""
+        """A scheduled job fired: the instance count becomes ``target``; beside an
+        autoscaler, its range does instead (as Alibaba's CronHPA does to an HPA): ``min``
+        becomes ``target``, and ``max`` too when below it; the count moves into the new
+        range and the autoscaler scales from there. The job's last run is kept with the
+        scheduled scaler for DescribeServiceCronScaler."""
 
         def change(s: Session, row: ServiceRow) -> None:
             spec, auto = row.spec, row.spec.autoscaler
             if auto is not None:
-                low = min(target, auto.max)
-                auto = auto.model_copy(update={"min": low})
+                auto = auto.model_copy(update={"min": target, "max": max(auto.max, target, 1)})
                 spec = spec.model_copy(update={"autoscaler": auto})
-                what = f"autoscaler min set to {low} by scheduled job {job!r}"
+                what = f"autoscaler range set to [{auto.min}, {auto.max}] by scheduled job {job!r}"
             else:
                 what = f"instances set to {target} by scheduled job {job!r}"
             instance = auto.clamp(spec.metadata.instance) if auto else target

@@ -64,8 +64,8 @@ def add_parsers(sub: Any) -> None:
         'ExcludeDates are 6-field cron expressions, seconds first ("0 0 8 * * 1-5": 08:00 '
         "on weekdays), read in the job's TimeZone (IANA name, default UTC). At its time a "
         "job sets the instance count to TargetSize; beside an autoscaler it sets the "
-        "autoscaler's min instead (within max). Without -s or --off, shows the jobs and "
-        "their last runs.",
+        "autoscaler's min instead (and its max when below). Without -s or --off, shows the "
+        "jobs and their last runs.",
     )
     c.add_argument("name", help="service name (or <region>/<service>, as EAS's eascmd)")
     c.add_argument(

@@ -145,7 +145,8 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         "Set the scheduled scaler: ``ScaleJobs`` [{Name, Schedule (6-field cron, seconds "
         "first), TargetSize, TimeZone (IANA, default UTC)}] and ``ExcludeDates`` (cron "
         "expressions of times no job runs). A job sets the instance count, or beside an "
-        "autoscaler its ``min`` (within ``max``). Replaces what was set."
+        "autoscaler its range: ``min`` becomes TargetSize (``max`` too when below it). "
+        "Replaces what was set."
     )
 
     @api.post("/cronscaler", name="CreateServiceCronScaler", description=cron_doc)

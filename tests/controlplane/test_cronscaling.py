@@ -58,15 +58,33 @@ def test_a_job_sets_the_instance_count(services: Services) -> None:
     assert [e.reason for e in services.events("local", "svc")][-1] == "CronScaled"
 
 
-def test_beside_an_autoscaler_a_job_sets_its_min(services: Services) -> None:
-    auto = {"min": 1, "max": 2, "scaleStrategies": [{"metricName": "qps", "threshold": 10}]}
-    make(services, JOB, autoscaler=auto)
+@pytest.mark.parametrize(
+    ("low", "high", "instance", "target", "after"),
+    [
+        (1, 10, 5, 3, (3, 10, 5)),  # min lowered, the count stays (the autoscaler decides)
+        (1, 10, 1, 3, (3, 10, 3)),  # min raised past the count: the count follows
+        (1, 2, 1, 3, (3, 3, 3)),  # past max: max follows
+    ],
+)
+def test_beside_an_autoscaler_a_job_sets_its_range(
+    services: Services,
+    low: int,
+    high: int,
+    instance: int,
+    target: int,
+    after: tuple[int, int, int],
+) -> None:
+    auto = {"min": low, "max": high, "scaleStrategies": [{"metricName": "qps", "threshold": 10}]}
+    job = {"ScaleJobs": [{"Name": "j", "Schedule": "0 0 8 * * *", "TargetSize": target}]}
+    make(services, job, autoscaler=auto)
+    services.autoscale(
+        "local", "svc", services.get("local", "svc").spec.metadata.instance, instance, "test"
+    )
     scaling(services).tick(*around(EIGHT))
     row = services.get("local", "svc")
     assert row.spec.autoscaler is not None
-    # TargetSize 3 is past max 2: min goes to max, and the count into the new range.
-    assert (row.spec.autoscaler.min, row.spec.autoscaler.max) == (2, 2)
-    assert row.spec.metadata.instance == 2
+    got = (row.spec.autoscaler.min, row.spec.autoscaler.max, row.spec.metadata.instance)
+    assert got == after
 
 
 def test_excluded_dates_and_removed_scalers_do_not_fire(services: Services) -> None:
