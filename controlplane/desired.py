@@ -22,6 +22,7 @@ class ServiceState:
     stopped: bool
     deleting: bool
     restarts: int = 0  # RestartService: each one rolls every replica
+    retire: tuple[str, ...] = ()  # DeleteServiceInstances: these replicas are replaced
 
     @property
     def wakeable(self) -> bool:
@@ -60,6 +61,7 @@ def desired(state: ServiceState) -> DesiredReplicaSet:
         resources=resources,
         template_hash=_hash(template),
         warm_up=spec.warm_up_data_path,
+        retire=frozenset(state.retire),
     )
 
 

@@ -132,6 +132,8 @@ class ServiceRow(Base):
     latest_version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     # Restarts asked for: part of the replica template once above 0, so each one rolls.
     restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Replicas DeleteServiceInstances last asked to replace (names never come back).
+    retired_instances: Mapped[list[str] | None] = mapped_column(JSON, default=None)
 
     # Write-only: adding an event never loads the (unbounded) history.
     events: WriteOnlyMapped[EventRow] = relationship(

@@ -358,14 +358,23 @@ class Services:
             cluster, name, change, action="StopService" if stopped else "StartService"
         )
 
-    def restart(self, cluster: str, name: str, action: str = "RestartService") -> ServiceRow:
+    def restart(self, cluster: str, name: str) -> ServiceRow:
         """Roll every replica (a new one up before an old one goes, as an update)."""
 
         def change(s: Session, row: ServiceRow) -> None:
             row.restarts += 1
             _bump(row, "Restarting", "restart requested")
 
-        return self._write(cluster, name, change, action=action)
+        return self._write(cluster, name, change, action="RestartService")
+
+    def restart_instances(self, cluster: str, name: str, instances: list[str]) -> ServiceRow:
+        """Replace these replicas (a new one up before each goes, as an update)."""
+
+        def change(s: Session, row: ServiceRow) -> None:
+            row.retired_instances = sorted(set(instances))
+            _bump(row, "InstancesRestarting", "restart requested: " + ", ".join(instances))
+
+        return self._write(cluster, name, change, action="DeleteServiceInstances")
 
     def set_labels(self, cluster: str, name: str, labels: dict[str, str]) -> ServiceRow:
         """Add or replace these labels; the others stay."""

@@ -126,6 +126,7 @@ class ReconcileStore:
                 stopped=row.stopped,
                 deleting=row.deleting,
                 restarts=row.restarts,
+                retire=tuple(row.retired_instances or ()),
             )
             return state, row.status
 

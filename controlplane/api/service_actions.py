@@ -113,8 +113,8 @@ def router(services: Services, settings: Settings) -> APIRouter:
         name: str,
         instance_list: Annotated[str | None, Query(alias="InstanceList", max_length=8192)] = None,
     ) -> dict[str, str]:
-        """Restart the named instances (``InstanceList``, comma-separated): the service's
-        replicas are rolled, a new one up before an old one goes."""
+        """Restart the named instances (``InstanceList``, comma-separated): each is replaced
+        as an update replaces replicas, a new one up before the old one goes."""
         wanted = sdk_query.names(instance_list, "InstanceList")
         if not wanted:
             raise InvalidSpec(
@@ -134,7 +134,7 @@ def router(services: Services, settings: Settings) -> APIRouter:
                 f"service {name!r} has no instance {', '.join(unknown)}: it has "
                 f"{', '.join(sorted(known)) or 'none'} (ListServiceInstances)"
             )
-        services.restart(cluster, name, action="DeleteServiceInstances")
+        services.restart_instances(cluster, name, wanted)
         return _done(f"instance(s) {', '.join(wanted)} of service {name!r} are restarting")
 
     @api.get("/diagnosis", name="DescribeServiceDiagnosis")

@@ -1,7 +1,7 @@
 """What the EAS SDK's service actions keep beside the spec: labels, the safety lock, the
-scheduled scaler (CronHPA), restarts asked for (RestartService), and the spec of every
-version (ListServiceVersions, UpdateServiceVersion). Existing services get their current
-spec as version 1.
+scheduled scaler (CronHPA), restarts asked for (RestartService, DeleteServiceInstances),
+and the spec of every version (ListServiceVersions, UpdateServiceVersion). Existing
+services get their current spec as version 1.
 
 Revision ID: 0008
 Revises: 0005
@@ -36,6 +36,7 @@ def upgrade() -> None:
     op.add_column(
         "services", sa.Column("restarts", sa.Integer(), nullable=False, server_default="0")
     )
+    op.add_column("services", sa.Column("retired_instances", sa.JSON(), nullable=True))
     op.create_table(
         "service_versions",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
@@ -58,6 +59,13 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("service_versions")
-    columns = ("restarts", "latest_version", "current_version", "cron_scaler", "safety_lock")
+    columns = (
+        "retired_instances",
+        "restarts",
+        "latest_version",
+        "current_version",
+        "cron_scaler",
+        "safety_lock",
+    )
     for column in (*columns, "labels"):
         op.drop_column("services", column)

@@ -371,10 +371,15 @@ def instances(sdk: Client, name: str) -> list[Any]:
 
 def test_instances_logs_restarts_and_diagnosis_with_real_replicas(plane: Client) -> None:
     sdk = plane
-    spec = {"name": "fake_svc", "processor": "fake", "processor_params": ["serve"]}
+    spec = {
+        "name": "fake_svc",
+        "processor": "fake",
+        "processor_params": ["serve"],
+        "metadata": {"instance": 2},
+    }
     sdk.create_service(m.CreateServiceRequest(body=json.dumps(spec)))
-    wait_until(lambda: [i.status for i in instances(sdk, "fake_svc")] == ["Running"], 30)
-    (first,) = instances(sdk, "fake_svc")
+    wait_until(lambda: [i.status for i in instances(sdk, "fake_svc")] == ["Running"] * 2, 30)
+    first, second = instances(sdk, "fake_svc")
     assert first.ready_processes == 1 and first.inner_ip == "127.0.0.1" and first.instance_port
     assert sdk.describe_service("local", "fake_svc").body.status == "Running"
     assert sdk.describe_service_diagnosis("local", "fake_svc").body.diagnosis_list == []
@@ -397,12 +402,26 @@ def test_instances_logs_restarts_and_diagnosis_with_real_replicas(plane: Client)
     request = m.DeleteServiceInstancesRequest(instance_list=first.instance_name)
     check(sdk.delete_service_instances("local", "fake_svc", request).body)
 
-    def restarted() -> bool:
-        now = instances(sdk, "fake_svc")
-        names = [i.instance_name for i in now if i.status == "Running"]
-        return len(now) == 1 and names != [] and names != [first.instance_name]
+    def replaced() -> bool:
+        now = {i.instance_name: i.status for i in instances(sdk, "fake_svc")}
+        return (
+            len(now) == 2
+            and set(now.values()) == {"Running"}
+            and first.instance_name not in now
+            and second.instance_name in now  # the other one is left alone
+        )
 
-    wait_until(restarted, 30)
+    wait_until(replaced, 30)
+
+    check(sdk.restart_service("local", "fake_svc").body)  # every replica
+
+    def rolled() -> bool:
+        now = {i.instance_name: i.status for i in instances(sdk, "fake_svc")}
+        return (
+            len(now) == 2 and set(now.values()) == {"Running"} and second.instance_name not in now
+        )
+
+    wait_until(rolled, 30)
 
     broken = {"name": "broken", "processor": "fake", "processor_params": ["exit:3"]}
     sdk.create_service(m.CreateServiceRequest(body=json.dumps(broken)))
