@@ -96,6 +96,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         sdk_page_number: Annotated[int | None, Query(alias="PageNumber", ge=1)] = None,
         sdk_page_size: Annotated[int | None, Query(alias="PageSize", ge=1, le=100)] = None,
         sdk_name: Annotated[str | None, Query(alias="ServiceName", max_length=63)] = None,
+        sdk_filter: Annotated[str | None, Query(alias="Filter", max_length=63)] = None,
         sdk_status: Annotated[str | None, Query(alias="ServiceStatus", max_length=16)] = None,
         sdk_sort: Annotated[str | None, Query(alias="Sort", max_length=32)] = None,
         sdk_order: Annotated[str | None, Query(alias="Order", max_length=8)] = None,
@@ -105,7 +106,8 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         """Services of this cluster, paged, filtered by name substring and status. Pages by
         ``pageNumber``, or by ``pageToken`` (the previous page's ``NextPageToken``): the
         latter stays stable while services are created and costs the same at any depth.
-        The SDK's spellings work too: ``PageNumber``, ``PageSize``, ``ServiceName``,
+        The SDK's spellings work too: ``PageNumber``, ``PageSize``, ``ServiceName`` or
+        ``Filter`` (a part of the name),
         ``ServiceStatus``, ``Sort`` (``CreateTime``...), ``Order``, ``Label`` (a JSON object:
         services with all of these labels) and ``GroupName``."""
         page_number = sdk_page_number or page_number
@@ -113,7 +115,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         rows, total, next_token = services.page(
             page=page_number,
             size=page_size,
-            name=sdk_name or name,
+            name=sdk_name or sdk_filter or name,
             status=sdk_status or status,
             sort=sdk_query.sort_key(sdk_sort) if sdk_sort else sort,
             order=sdk_query.order(sdk_order) if sdk_order else order,

@@ -123,6 +123,7 @@ def test_create_describe_list_and_delete(sdk: Client) -> None:
     assert names(label={"team": "search"}) == ["svc_a"]
     assert names(label={"team": "nobody"}) == []
     assert names(service_name="svc_b") == ["svc_b"]
+    assert names(filter="_a") == ["svc_a"]
     assert names(group_name="g") == ["svc_a"]
     assert names(sort="CreateTime", order="asc") == ["svc_a", "svc_b"]
     assert names(sort="CreateTime", order="desc", page_number=2, page_size=1) == ["svc_a"]
