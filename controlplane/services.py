@@ -368,10 +368,13 @@ class Services:
         return self._write(cluster, name, change, action="RestartService")
 
     def restart_instances(self, cluster: str, name: str, instances: list[str]) -> ServiceRow:
-        """Replace these replicas (a new one up before each goes, as an update)."""
+        """Replace these replicas (a new one up before each goes, as an update). Names asked
+        for before stay while their replicas are still seen (not replaced yet)."""
 
         def change(s: Session, row: ServiceRow) -> None:
-            row.retired_instances = sorted(set(instances))
+            seen = {r.get("name") for r in row.replicas or []}
+            pending = {n for n in row.retired_instances or () if n in seen}
+            row.retired_instances = sorted(pending | set(instances))
             _bump(row, "InstancesRestarting", "restart requested: " + ", ".join(instances))
 
         return self._write(cluster, name, change, action="DeleteServiceInstances")

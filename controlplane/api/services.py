@@ -107,9 +107,9 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         ``pageNumber``, or by ``pageToken`` (the previous page's ``NextPageToken``): the
         latter stays stable while services are created and costs the same at any depth.
         The SDK's spellings work too: ``PageNumber``, ``PageSize``, ``ServiceName`` or
-        ``Filter`` (a part of the name),
-        ``ServiceStatus``, ``Sort`` (``CreateTime``...), ``Order``, ``Label`` (a JSON object:
-        services with all of these labels) and ``GroupName``."""
+        ``Filter`` (a part of the name), ``ServiceStatus``, ``Sort`` (``CreateTime``...),
+        ``Order``, ``Label`` (a JSON object: services with all of these labels) and
+        ``GroupName``."""
         page_number = sdk_page_number or page_number
         page_size = sdk_page_size or page_size
         rows, total, next_token = services.page(
