@@ -4,6 +4,7 @@ tested as tables."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Literal
 
 from controlplane.errors import FieldProblem, InvalidSpec
@@ -111,3 +112,16 @@ def names(value: str | None, field: str) -> list[str]:
             raise InvalidSpec([FieldProblem(field, "expected a JSON array of strings", "")])
         return items
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def time(value: str | None, field: str) -> datetime | None:
+    """A time as the SDK's callers write it: ``2026-01-02 15:04:05`` (UTC) or ISO 8601."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidSpec(
+            [FieldProblem(field, f"{value!r} is not a time", "write 2026-01-02 15:04:05 (UTC)")]
+        ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

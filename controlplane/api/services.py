@@ -225,10 +225,24 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         page_num: Annotated[int, Query(alias="PageNum", ge=1)] = 1,
         page_size: Annotated[int, Query(alias="PageSize", ge=1, le=200)] = 200,
         event_type: Annotated[str | None, Query(alias="EventType", max_length=16)] = None,
+        start_time: Annotated[str | None, Query(alias="StartTime", max_length=40)] = None,
+        end_time: Annotated[str | None, Query(alias="EndTime", max_length=40)] = None,
+        instance: Annotated[str | None, Query(alias="InstanceName", max_length=128)] = None,
     ) -> schemas.EventList:
         """The service's recent events (the last 200), oldest first; ``PageNum`` and
-        ``PageSize`` page them, ``EventType`` (Normal, Warning) filters them."""
-        rows = [e for e in services.events(cluster, name) if event_type in (None, e.type)]
+        ``PageSize`` page them; ``EventType`` (Normal, Warning), ``StartTime`` and
+        ``EndTime`` (UTC, ``2026-01-02 15:04:05`` or ISO 8601) and ``InstanceName`` (events
+        that name it) filter them."""
+        since = sdk_query.time(start_time, "StartTime")
+        until = sdk_query.time(end_time, "EndTime")
+        rows = [
+            e
+            for e in services.events(cluster, name)
+            if event_type in (None, e.type)
+            and (since is None or e.created_at >= since)
+            and (until is None or e.created_at <= until)
+            and (instance is None or instance in e.message)
+        ]
         start = (page_num - 1) * page_size
         return schemas.EventList(
             RequestId=_request_id(),

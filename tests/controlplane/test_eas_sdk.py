@@ -176,6 +176,10 @@ def test_update_versions_start_stop_restart_events_and_diagnosis(sdk: Client) ->
     reasons = [e.reason for e in events.events]
     assert {"Created", "Updated", "VersionChanged", "Restarting", "Stopping"} <= set(reasons)
     assert events.total_count == len(reasons) and events.total_page_num == 1
+    later = m.DescribeServiceEventRequest(start_time="2100-01-01 00:00:00")
+    assert sdk.describe_service_event("local", "svc", later).body.events == []
+    warnings = m.DescribeServiceEventRequest(event_type="Warning")
+    assert sdk.describe_service_event("local", "svc", warnings).body.events == []
     found = check(sdk.describe_service_diagnosis("local", "svc").body)
     assert found.diagnosis_list[0].error == "ServiceStopped"
     assert "eascmd start svc" in found.diagnosis_list[0].advices[0]

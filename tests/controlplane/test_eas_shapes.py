@@ -374,3 +374,22 @@ def test_service_fields_are_the_sdks() -> None:
         2,
         3,
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "parsed"),
+    [
+        (None, None),
+        ("2026-01-02 15:04:05", datetime(2026, 1, 2, 15, 4, 5, tzinfo=UTC)),
+        ("2026-01-02T15:04:05Z", datetime(2026, 1, 2, 15, 4, 5, tzinfo=UTC)),
+        ("2026-01-02T23:04:05+08:00", datetime(2026, 1, 2, 15, 4, 5, tzinfo=UTC)),
+    ],
+)
+def test_times(given: str | None, parsed: datetime | None) -> None:
+    assert sdk_query.time(given, "StartTime") == parsed
+
+
+def test_a_bad_time_names_the_field() -> None:
+    with pytest.raises(InvalidSpec) as e:
+        sdk_query.time("yesterday", "EndTime")
+    assert e.value.problems[0].field == "EndTime"
