@@ -11,11 +11,12 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.api import eas_shapes, schemas
-from controlplane.api.auth import AdminAuth
+from controlplane.api.auth import authorize
 from controlplane.api.visibility import sees_token
 from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.groups import Group, Groups, TrafficMode
 from controlplane.models import ServiceRow
+from controlplane.roles import Principal
 from controlplane.services import Services
 from controlplane.settings import Settings
 
@@ -65,7 +66,7 @@ def _request_id() -> str:
 
 
 def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
-    api = APIRouter(tags=["groups"], dependencies=[Depends(AdminAuth(settings.admin_token))])
+    api = APIRouter(tags=["groups"], dependencies=[Depends(authorize)])
 
     def group_ends(request: Request, name: str) -> schemas.Endpoints:
         own = str(request.base_url).rstrip("/")
@@ -77,13 +78,17 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
     @api.get("/api/v2/groups", name="ListGroups")
     def list_groups(
         request: Request,
+        principal: Annotated[Principal, Depends(authorize)],
         page_number: Annotated[int, Query(alias="PageNumber", ge=1)] = 1,
         page_size: Annotated[int, Query(alias="PageSize", ge=1, le=100)] = 100,
         name: Annotated[str | None, Query(alias="Filter", max_length=63)] = None,
     ) -> schemas.GroupList:
-        """The groups of this cluster with their members (tokens are never shown here);
-        ``Filter``: a part of the name."""
+        """The groups of this cluster with their members (tokens are never shown here); for
+        an AccessKey with ``Services``, the groups they match; ``Filter``: a part of the
+        name."""
         found = [g for g in groups.list() if not name or name in g.row.name]
+        if principal.role != "admin":
+            found = [g for g in found if principal.covers(g.row.name)]
         start = (page_number - 1) * page_size
         return schemas.GroupList(
             RequestId=_request_id(),

@@ -1,4 +1,4 @@
-"""Internal, admin-authenticated endpoints: the route table the gateway watches, its load
+"""Internal endpoints: the route table the gateway watches, its load
 reports and wake-ups (these three also open with the gateway's route-reader token), and
 replica logs (from the runtime's log source, so any control-plane replica answers)."""
 
@@ -24,7 +24,7 @@ from contract.wire import (
     WakeRequest,
 )
 from controlplane import route_feed
-from controlplane.api.auth import AdminAuth
+from controlplane.api.auth import authorize
 from controlplane.autoscaling import Autoscaling, NotWakeable
 from controlplane.runtime.base import LogSource, RuntimeError_
 from controlplane.services import Services
@@ -61,8 +61,8 @@ def router(
     scaling: Autoscaling,
 ) -> APIRouter:
     api = APIRouter()
-    admin = [Depends(AdminAuth(settings.admin_token))]
-    route_reader = [Depends(AdminAuth(settings.admin_token, also=settings.routes_token))]
+    # The route-reader token opens the gateway's three calls only (controlplane.roles).
+    admin = route_reader = [Depends(authorize)]
 
     watch = route_feed.VersionWatch(sessions, POLL_SECONDS)
 
@@ -71,7 +71,7 @@ def router(
         tags=["internal"],
         response_model=None,
         dependencies=route_reader,
-        name="DescribeRouteTable",
+        name="GetRouteTable",
     )
     async def route_table(
         request: Request,

@@ -8,12 +8,12 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from controlplane.api.auth import AdminAuth
+from controlplane.api.auth import authorize
 from controlplane.settings import Settings
 
 
 def router(settings: Settings) -> APIRouter:
-    api = APIRouter(tags=["regions"], dependencies=[Depends(AdminAuth(settings.admin_token))])
+    api = APIRouter(tags=["regions"], dependencies=[Depends(authorize)])
 
     @api.get("/api/v2/regions", name="DescribeRegions")
     def regions() -> dict[str, Any]:

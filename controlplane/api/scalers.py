@@ -17,7 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from controlplane import cronscaler
 from controlplane.api import eas_shapes, schemas
-from controlplane.api.auth import AdminAuth
+from controlplane.api.auth import authorize
 from controlplane.api.problems import json_body
 from controlplane.autoscaling import Autoscaling
 from controlplane.errors import FieldProblem, InvalidSpec, ServiceNotFound
@@ -64,7 +64,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
     api = APIRouter(
         prefix=PREFIX,
         tags=["services"],
-        dependencies=[Depends(AdminAuth(settings.admin_token))],
+        dependencies=[Depends(authorize)],
     )
 
     def ends(request: Request, name: str) -> schemas.Endpoints:

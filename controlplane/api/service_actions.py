@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from contract.merge import merge_patch
 from controlplane import safety_lock
 from controlplane.api import eas_shapes, schemas, sdk_query
-from controlplane.api.auth import AdminAuth
+from controlplane.api.auth import authorize
 from controlplane.api.problems import json_body
 from controlplane.api.visibility import sees_token
 from controlplane.errors import FieldProblem, InvalidSpec, ServiceNotFound
@@ -53,7 +53,7 @@ def router(services: Services, settings: Settings) -> APIRouter:
     api = APIRouter(
         prefix=PREFIX,
         tags=["services"],
-        dependencies=[Depends(AdminAuth(settings.admin_token))],
+        dependencies=[Depends(authorize)],
     )
 
     def ends(request: Request, name: str) -> schemas.Endpoints:

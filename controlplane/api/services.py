@@ -17,12 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane import service_watch
 from controlplane.api import eas_shapes, schemas, sdk_query
-from controlplane.api.auth import AdminAuth
+from controlplane.api.auth import authorize
 from controlplane.api.problems import json_body
 from controlplane.api.visibility import sees_token
 from controlplane.autoscaling import Autoscaling
 from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.models import ServiceRow
+from controlplane.roles import Principal
 from controlplane.services import Services, SortKey
 from controlplane.settings import Settings
 
@@ -48,7 +49,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
     api = APIRouter(
         prefix="/api/v2/services",
         tags=["services"],
-        dependencies=[Depends(AdminAuth(settings.admin_token))],
+        dependencies=[Depends(authorize)],
     )
 
     def ends(request: Request, name: str) -> schemas.Endpoints:
@@ -86,6 +87,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
     @api.get("", name="ListServices")
     def list_services(
         request: Request,
+        principal: Annotated[Principal, Depends(authorize)],
         page_number: Annotated[int, Query(alias="pageNumber", ge=1)] = 1,
         page_size: Annotated[int, Query(alias="pageSize", ge=1, le=100)] = 20,
         name: Annotated[str | None, Query(max_length=63)] = None,
@@ -109,7 +111,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         The SDK's spellings work too: ``PageNumber``, ``PageSize``, ``ServiceName`` or
         ``Filter`` (a part of the name), ``ServiceStatus``, ``Sort`` (``CreateTime``...),
         ``Order``, ``Label`` (a JSON object: services with all of these labels) and
-        ``GroupName``."""
+        ``GroupName``. An AccessKey with ``Services`` lists only the names its globs match."""
         page_number = sdk_page_number or page_number
         page_size = sdk_page_size or page_size
         rows, total, next_token = services.page(
@@ -122,6 +124,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
             page_token=page_token,
             group=group,
             labels=sdk_query.label_filter(label),
+            globs=principal.services if principal.role != "admin" else None,
         )
         return schemas.ServiceList(
             RequestId=_request_id(),

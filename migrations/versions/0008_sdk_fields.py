@@ -4,7 +4,7 @@ and the spec of every version (ListServiceVersions, UpdateServiceVersion). Exist
 services get their current spec as version 1.
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-07
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from alibabacloud_eas20210701 import models as m
 from alibabacloud_eas20210701.client import Client
@@ -436,3 +437,30 @@ def test_instances_logs_restarts_and_diagnosis_with_real_replicas(plane: Client)
 
     wait_until(lambda: any("model pull failed" in str(d.causes) for d in diagnosed()), 30)
     check(sdk.describe_service_diagnosis("local", "broken").body)
+
+
+def test_access_token_shown_to_admin_and_developer_not_to_viewer(
+    sdk: Client, live_api: LiveServer, settings: Settings
+) -> None:
+    create(sdk, "svc")
+
+    def key(role: str) -> Client:
+        made = httpx.post(
+            f"{live_api.url}/api/v2/accesskeys",
+            json={"Role": role},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+        )
+        assert made.status_code == 200, made.text
+        pair = made.json()
+        return sdk_client(
+            live_api.port, "local", f"{pair['AccessKeyId']}:{pair['AccessKeySecret']}"
+        )
+
+    token = sdk.describe_service("local", "svc").body.access_token
+    assert token
+    assert key("developer").describe_service("local", "svc").body.access_token == token
+    viewer = key("viewer")
+    shown = viewer.describe_service("local", "svc").body
+    assert shown.service_name == "svc" and shown.access_token is None
+    assert viewer.describe_service_endpoints("local", "svc").body.access_token is None
+    assert refused(viewer.restart_service, "local", "svc").status_code == 403
