@@ -155,7 +155,7 @@ def serve_gateway(grpc_port: int, http_upstream: str, grpc_upstream: str, token:
     from contract.wire import Route, RouteTable, token_digest
     from gateway.app import start_gateway
     from gateway.cli import run
-    from gateway.grpc_server import start_grpc
+    from gateway.grpc.server import start_grpc
     from gateway.route_source import StaticRouteSource
     from gateway.settings import GatewaySettings
 

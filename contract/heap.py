@@ -4,7 +4,7 @@ A full collection walks every tracked object: about 48,000 in the gateway after 
 23–31 ms of CPU on this project's test machine, during which every call in flight waits.
 What brings one is garbage in reference cycles that lived long enough to be old: closed
 client connections made it every 6 s under 1,850 new connections a second until they stopped
-leaving cycles (``gateway.server.HttpConnection.connection_lost``); a closed replica
+leaving cycles (``gateway.http.server.HttpConnection.connection_lost``); a closed replica
 connection, a call on the coroutine path, a replaced route table still may. Frozen, the
 start-up objects are skipped: the pass walks what came since (1.1–1.9 ms there)."""
 

@@ -1,7 +1,7 @@
 """The gateway: request dispatch, lifecycle and the embeddable entry point.
 
 ``openeas gateway`` (:mod:`gateway.cli`) and ``openeas up`` both call
-:func:`start_gateway`. It runs in the caller's event loop (on :mod:`gateway.server`'s
+:func:`start_gateway`. It runs in the caller's event loop (on :mod:`gateway.http.server`'s
 HTTP/1.1 protocol, not a web framework: see there why), so ``openeas up`` can run it beside
 uvicorn and pass ``fallback_upstream`` to put the control-plane API behind the same port.
 
@@ -23,19 +23,19 @@ from typing import Any
 
 from contract.wire import RouteTable
 from gateway import snapshot
-from gateway.balancer import EndpointPool
-from gateway.forwarding import FallbackProxy
-from gateway.limits import Activity
-from gateway.listener import HttpServer
+from gateway.http.forwarding import FallbackProxy
+from gateway.http.listener import HttpServer
+from gateway.http.pool import UpstreamPool
+from gateway.http.proxy import PredictProxy
+from gateway.http.router import Router
+from gateway.http.server import Request
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
-from gateway.pool import UpstreamPool
-from gateway.proxy import PredictProxy
 from gateway.reporter import LoadReporter
 from gateway.route_source import ControlPlaneRouteSource, Health, RouteSource, iso_time
-from gateway.route_table import RouteChange, RouteState
-from gateway.router import Router
-from gateway.server import Request
+from gateway.routing.balancer import EndpointPool
+from gateway.routing.limits import Activity
+from gateway.routing.route_table import RouteChange, RouteState
 from gateway.settings import GatewaySettings
 from gateway.wake import ControlPlaneWake, Waking
 from gateway.workers import WorkerPeers
@@ -262,7 +262,7 @@ class Gateway:
         return self._current_metrics().render(others)
 
     def handle(self, request: Request) -> Coroutine[Any, Any, None] | None:
-        """The server's handler (after :meth:`start`; see :class:`gateway.router.Router`)."""
+        """The server's handler (after :meth:`start`; see :class:`gateway.http.router.Router`)."""
         assert self.router is not None, "Gateway.start() was not awaited"
         return self.router.handle(request)
 

@@ -1,6 +1,6 @@
 """``openeas gateway [--host H] [--port P] [--grpc-port G] [--workers N]``: the gateway as its
 own deployable (``--grpc-port`` opens the gRPC door beside the HTTP one, see
-:mod:`gateway.grpc_server`).
+:mod:`gateway.grpc.server`).
 
 Settings come from ``OPENEAS_*`` environment variables (:class:`GatewaySettings`); flags
 override them. The route table is long-polled from ``OPENEAS_CONTROLPLANE_URL`` with
@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from contract.heap import freeze_startup_heap
 from contract.helptext import settings_epilog
 from gateway.app import start_gateway
-from gateway.grpc_server import start_grpc
+from gateway.grpc.server import start_grpc
 from gateway.route_source import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
 from gateway.workers import WorkerPeers

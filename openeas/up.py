@@ -22,7 +22,7 @@ from controlplane.settings import Settings, ensure_admin_token
 from eascmd import profile
 from gateway import cli as gateway_cli
 from gateway.app import start_gateway
-from gateway.grpc_server import start_grpc
+from gateway.grpc.server import start_grpc
 from gateway.route_source import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
 

@@ -319,7 +319,7 @@ class LocalRuntime:
                 env=env,
                 # No orphan even if we are SIGKILLed. Its own process group, so that stopping
                 # it stops tritonserver too; but our session: a new one would be a scheduler
-                # autogroup of its own, and the gateway's sched_yield (gateway/yielding.py)
+                # autogroup of its own, and the gateway's sched_yield (gateway/http/yielding.py)
                 # does not cede the core across autogroups.
                 preexec_fn=die_with(os.getpid(), own_group=True),
             )

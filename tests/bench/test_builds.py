@@ -21,10 +21,10 @@ SO = ".cpython-311-x86_64-linux-gnu.so"
 @pytest.mark.parametrize(
     ("member", "kept"),
     [
-        (f"gateway/server{SO}", True),
+        (f"gateway/http/server{SO}", True),
         (f"9b02a299150c10e1f75e__mypyc{SO}", True),  # the modules' shared runtime, at the root
         ("gateway/compiled.txt", True),  # what they were compiled from: without it, not loaded
-        ("gateway/server.py", False),  # the checkout's own sources stay as they are
+        ("gateway/http/server.py", False),  # the checkout's own sources stay as they are
         ("controlplane/compiled.txt", False),
         ("openeas-0.1.0.dist-info/RECORD", False),
     ],
@@ -38,12 +38,12 @@ def test_a_wheels_build_lands_beside_the_sources_it_came_from(tmp_path: Path) ->
     (tree / "gateway").mkdir(parents=True)
     (tree / "gateway" / "server.py").write_text("# the checkout's source\n")
     with zipfile.ZipFile(wheel, "w") as z:
-        z.writestr(f"gateway/server{SO}", b"ELF")
+        z.writestr(f"gateway/http/server{SO}", b"ELF")
         z.writestr("gateway/compiled.txt", "server 0123\n")
-        z.writestr("gateway/server.py", "# the wheel's copy\n")
+        z.writestr("gateway/http/server.py", "# the wheel's copy\n")
         z.writestr(f"abc__mypyc{SO}", b"ELF")
     assert sorted(unpack_build(wheel, tree)) == sorted(
-        [f"gateway/server{SO}", "gateway/compiled.txt", f"abc__mypyc{SO}"]
+        [f"gateway/http/server{SO}", "gateway/compiled.txt", f"abc__mypyc{SO}"]
     )
     assert (tree / "gateway" / f"server{SO}").read_bytes() == b"ELF"
     assert (tree / f"abc__mypyc{SO}").exists()

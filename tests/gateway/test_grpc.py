@@ -25,8 +25,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from contract.wire import GroupRoute, Route, RouteTable, token_digest
-from gateway import h2wire as h2
-from gateway.grpc_server import GrpcRunner, start_grpc
+from gateway.grpc import h2wire as h2
+from gateway.grpc.server import GrpcRunner, start_grpc
 from testing.waiting import wait_until
 from tests.fixtures_triton import TritonServer, free_port, launch_triton
 from tests.gateway.conftest import GatewayFactory
@@ -476,7 +476,7 @@ def test_a_busy_door_yields_the_cpu_and_a_lone_call_never_does(
     same core answers several before the next read); one call at a time, or
     ``grpc_yield_at=0``, never does."""
     yields: list[int] = []
-    monkeypatch.setattr("gateway.grpc_relay._sched_yield", lambda: yields.append(1))
+    monkeypatch.setattr("gateway.grpc.relay._sched_yield", lambda: yields.append(1))
     door = open_door(table(grpc_route(triton_server)), grpc_yield_at=yield_at)
     client = door.client()
     try:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.auth import token_digest_of
-from gateway.grpc_rules import (
+from gateway.grpc.rules import (
     ADMIN_METHODS,
     TENANT_METHODS,
     admin_refusal,
@@ -17,6 +16,7 @@ from gateway.grpc_rules import (
     malformed_head,
     service_for,
 )
+from gateway.routing.auth import token_digest_of
 
 
 def test_tenant_and_admin_methods_cover_triton_service_apart() -> None:

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from gateway.app import Gateway
-from gateway.forwarding import read_body
-from gateway.listener import HttpServer
+from gateway.http.forwarding import read_body
+from gateway.http.listener import HttpServer
+from gateway.http.server import SHARED_HEAD_BYTES, SHARED_HEADS, HttpConnection, Request
 from gateway.route_source import StaticRouteSource
-from gateway.server import SHARED_HEAD_BYTES, SHARED_HEADS, HttpConnection, Request
 from gateway.settings import GatewaySettings
 from testing.waiting import wait_until, wait_until_async
 from tests.gateway.conftest import GatewayFactory

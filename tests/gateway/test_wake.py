@@ -239,7 +239,7 @@ def test_grpc_calls_wake_the_service_and_are_answered(
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
-    from gateway.grpc_server import start_grpc
+    from gateway.grpc.server import start_grpc
 
     gw = gateway(wake_queue=4)
     door = lt.run(start_grpc(gw.runner.gateway, host="127.0.0.1", port=0))

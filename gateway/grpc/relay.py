@@ -4,8 +4,8 @@ shared HTTP/2 connections to the chosen replicas, frame by frame.
 Why a relay and not a gRPC server: a call's messages never need decoding, and grpcio's
 server and channel cost several times what Triton spends on a small call. Here a call
 costs its few frames: DATA passes with its stream id rewritten, header blocks are decoded
-once per distinct block (:mod:`gateway.hpack_codec`) and re-encoded without HPACK state
-(:mod:`gateway.h2wire`), so they are cached too.
+once per distinct block (:mod:`gateway.grpc.hpack_codec`) and re-encoded without HPACK state
+(:mod:`gateway.grpc.h2wire`), so they are cached too.
 
 Flow control, per direction: the relay grants a sender credit for a stream's bytes only
 once it has passed them on to the other side (what the receiver's window allowed), so a
@@ -21,7 +21,7 @@ sent no more streams at once on a connection than its SETTINGS allow: a full con
 retired and calls go on a new one (:meth:`Relay.upstream`).
 
 Admission (which service, its token, its limits) and the balancer are the HTTP door's, in
-:mod:`gateway.grpc_server`, through the :class:`Admission` interface.
+:mod:`gateway.grpc.server`, through the :class:`Admission` interface.
 """
 
 from __future__ import annotations
@@ -34,15 +34,15 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, cast
 
-from gateway import h2wire as h2
-from gateway.balancer import Endpoint
-from gateway.grpc_rules import CallHead, Refusal, call_head, deadline_s
-from gateway.h2wire import Bytes
-from gateway.hpack_codec import BlockDecoder, Fields
-from gateway.route_table import Asleep, ServiceRoute
-from gateway.writes import write_parts
-from gateway.yielding import cedes_cpu
-from gateway.yielding import sched_yield as _sched_yield  # (a name tests replace)
+from gateway.grpc import h2wire as h2
+from gateway.grpc.h2wire import Bytes
+from gateway.grpc.hpack_codec import BlockDecoder, Fields
+from gateway.grpc.rules import CallHead, Refusal, call_head, deadline_s
+from gateway.http.writes import write_parts
+from gateway.http.yielding import cedes_cpu
+from gateway.http.yielding import sched_yield as _sched_yield  # (a name tests replace)
+from gateway.routing.balancer import Endpoint
+from gateway.routing.route_table import Asleep, ServiceRoute
 
 STREAM_WINDOW = 4 * 1024 * 1024  # per stream, each way: a 1 MB tensor never waits on credit
 CONN_WINDOW = 1 << 30
@@ -75,7 +75,7 @@ _UPSTREAM_SETTINGS = (
 
 
 class Admission(Protocol):
-    """What the relay asks of the gateway per call (:class:`gateway.grpc_server.GrpcDoor`)."""
+    """What the relay asks of the gateway per call (:class:`gateway.grpc.server.GrpcDoor`)."""
 
     max_message_bytes: int
 

@@ -1,9 +1,9 @@
 """The proxies' coroutine path: what cannot finish in callbacks. :class:`SlowPath` is
-:class:`gateway.proxy.PredictProxy`'s for calls that must connect first, skip replicas
+:class:`gateway.http.proxy.PredictProxy`'s for calls that must connect first, skip replicas
 that refuse, read a chunked body whole, record a mirror's copy or wait for a service at
 zero to wake; :class:`FallbackProxy` sends everything that is not a predict call to the
 control plane (in ``openeas up``). Admission and the fast path stay in
-:mod:`gateway.proxy`, compiled; coroutines stay interpreted (``docs/architecture.md``,
+:mod:`gateway.http.proxy`, compiled; coroutines stay interpreted (``docs/architecture.md``,
 "Compiled hot path").
 """
 
@@ -13,21 +13,21 @@ import asyncio
 import time
 from typing import Protocol
 
-from gateway.balancer import Endpoint, EndpointPool, split_base_url
-from gateway.headers import REQUEST_REPLACED, forward_request_headers, predict_upstream_headers
-from gateway.limits import Activity
+from gateway.http.headers import REQUEST_REPLACED, forward_request_headers, predict_upstream_headers
+from gateway.http.pool import UpstreamPool
+from gateway.http.problems import Problem, write_problem
+from gateway.http.server import Body, BodyTooLarge, ClientGone, Request
+from gateway.http.upstream import Exchange, UpstreamConnection, UpstreamError, request_head
+from gateway.http.writes import Chunk
 from gateway.metrics import GatewayMetrics
-from gateway.mirror import Copy, RecordingExchange
-from gateway.paths import Target
-from gateway.pool import UpstreamPool
-from gateway.problems import Problem, write_problem
-from gateway.route_table import Asleep, ServiceRoute
-from gateway.server import Body, BodyTooLarge, ClientGone, Request
+from gateway.mirroring.mirror import Copy, RecordingExchange
+from gateway.mirroring.shadows import Mirrors
+from gateway.routing.balancer import Endpoint, EndpointPool, split_base_url
+from gateway.routing.limits import Activity
+from gateway.routing.paths import Target
+from gateway.routing.route_table import Asleep, ServiceRoute
 from gateway.settings import GatewaySettings
-from gateway.shadows import Mirrors
-from gateway.upstream import Exchange, UpstreamConnection, UpstreamError, request_head
 from gateway.wake import NotWakeable, QueueFull, WakeTimeout, Waking, queue_bound
-from gateway.writes import Chunk
 
 # EAS's answer when a service's queue is full; the request was not processed: retry.
 QUEUE_FULL = 450
@@ -102,7 +102,7 @@ def upstream_problem(entry: ServiceRoute, error: UpstreamError) -> Problem:
 
 
 class Admission(Protocol):
-    """What the slow path shares with the fast one (:class:`gateway.proxy.PredictProxy`)."""
+    """What the slow path shares with the fast one (:class:`gateway.http.proxy.PredictProxy`)."""
 
     settings: GatewaySettings
     metrics: GatewayMetrics
@@ -129,7 +129,7 @@ class Admission(Protocol):
 
 
 class SlowPath:
-    """The coroutine half of a :class:`gateway.proxy.PredictProxy`."""
+    """The coroutine half of a :class:`gateway.http.proxy.PredictProxy`."""
 
     def __init__(self, proxy: Admission) -> None:
         self.proxy = proxy

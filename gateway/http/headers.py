@@ -61,7 +61,7 @@ def forward_request_headers(
     """Request fields for the upstream as ready-to-join header lines: without hop-by-hop
     fields, ``Proxy-*``, the fields ``Connection`` names and ``drop``; with
     ``X-Forwarded-For`` extended by ``peer`` and ``X-Forwarded-Proto``/``-Host`` set unless
-    the client sent them. ``headers`` names are lower-case (as :mod:`gateway.server`
+    the client sent them. ``headers`` names are lower-case (as :mod:`gateway.http.server`
     stores them)."""
     out: list[bytes] = []
     xff: bytes | None = None

@@ -247,11 +247,11 @@ def _write_py(fd: int, data: bytes | memoryview) -> int:
 
 
 # A relay's reads and writes: -1 when the socket has nothing yet (or no room), OSError on an
-# error. gateway/_nowait.c's when built: they hold the GIL and raise nothing for the common
+# error. gateway/http/_nowait.c's when built: they hold the GIL and raise nothing for the common
 # "not now" (each exception and GIL release cost more than a relay's wakeup saves otherwise).
 try:
-    from gateway._nowait import readinto as _readinto
-    from gateway._nowait import write as _write
+    from gateway.http._nowait import readinto as _readinto
+    from gateway.http._nowait import write as _write
 except ImportError:  # built without C (OPENEAS_PURE_PYTHON=1)
     _readinto, _write = _readinto_py, _write_py
 

@@ -1,6 +1,6 @@
 """What the gateway's gRPC door lets through, as pure decisions: which methods of Triton's
 ``inference.GRPCInferenceService`` a tenant may call, which service a call is for, and which
-status refuses it. :mod:`gateway.grpc_server` asks these per call and does the I/O.
+status refuses it. :mod:`gateway.grpc.server` asks these per call and does the I/O.
 
 Refusals carry gRPC status code *names* (``"UNAUTHENTICATED"``), so this module needs no
 gRPC library and its tables are tested as data.
@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway.auth import presented_token, token_digest_of
-from gateway.h2wire import block, parse_grpc_timeout
+from gateway.grpc.h2wire import block, parse_grpc_timeout
+from gateway.routing.auth import presented_token, token_digest_of
 
 SERVICE = "inference.GRPCInferenceService"
 

@@ -1,5 +1,5 @@
 """Giving up the CPU after a read the gateway passed on, in both doors (HTTP/1.1 replica
-connections, :mod:`gateway.upstream`; the gRPC relay, :mod:`gateway.grpc_relay`).
+connections, :mod:`gateway.http.upstream`; the gRPC relay, :mod:`gateway.grpc.relay`).
 
 A replica on the same core answers each call as it gets it, and a gateway that reads each
 answer at once pays a wake-up, a read and a write per call, each in caches the replica

@@ -1,5 +1,5 @@
 """HTTP/1.1 pieces both sides of the gateway share: the client-facing server
-(:mod:`gateway.server`) and the replica connections (:mod:`gateway.upstream`)."""
+(:mod:`gateway.http.server`) and the replica connections (:mod:`gateway.http.upstream`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import os
 from http import HTTPStatus
 
-from gateway.writes import socket_fd
+from gateway.http.writes import socket_fd
 
 CRLF = b"\r\n"
 
@@ -23,7 +23,7 @@ class ReadPausable(asyncio.Protocol):
 
     def watched_fd(self) -> int:
         """A duplicate of the connection's socket for the event loop to watch (uvloop
-        refuses a transport's own: ``gateway.splice``), made once and kept until
+        refuses a transport's own: ``gateway.http.splice``), made once and kept until
         :meth:`close_watched`; -1 without a socket."""
         if self._watched < 0 and self.transport is not None:
             fd = socket_fd(self.transport)

@@ -1,11 +1,11 @@
 """Keep-alive connections to replicas by address (``host:port``, see
-:func:`gateway.balancer.address`), and the one timer that checks the deadlines of the
+:func:`gateway.routing.balancer.address`), and the one timer that checks the deadlines of the
 exchanges in flight. The proxies take an idle connection per call
 (:meth:`UpstreamPool.idle`, or :meth:`UpstreamPool.acquire` to connect) and hand it back
 when the exchange ends (:meth:`UpstreamPool.release`).
 
 Compiled with the proxy (``gateway/native.py``): its timers are loop callbacks, and the one
-coroutine, connecting, is :func:`gateway.connect.connect` (interpreted).
+coroutine, connecting, is :func:`gateway.http.connect.connect` (interpreted).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
-from gateway.balancer import address
-from gateway.connect import connect
-from gateway.upstream import Pool, UpstreamConnection, Watched
+from gateway.http.connect import connect
+from gateway.http.upstream import Pool, UpstreamConnection, Watched
+from gateway.routing.balancer import address
 
 TICK_S = 0.05  # resolution of upstream timeouts
 
@@ -140,7 +140,7 @@ class UpstreamPool(Pool):
         self._arm_ticker()
 
     def idle(self, addr: str) -> UpstreamConnection | None:
-        """An idle keep-alive connection to ``addr`` (:func:`gateway.balancer.address`),
+        """An idle keep-alive connection to ``addr`` (:func:`gateway.routing.balancer.address`),
         if there is one."""
         idle = self._stack(addr, False)
         if idle is None:

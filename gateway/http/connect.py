@@ -1,4 +1,4 @@
-"""Opening a connection to a replica: the coroutine of :class:`gateway.pool.UpstreamPool`,
+"""Opening a connection to a replica: the coroutine of :class:`gateway.http.pool.UpstreamPool`,
 apart from it because the pool is compiled and coroutines stay interpreted
 (``gateway/native.py``).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from gateway.upstream import Pool, UpstreamConnection, UpstreamError
+from gateway.http.upstream import Pool, UpstreamConnection, UpstreamError
 
 
 async def connect(pool: Pool, key: tuple[str, int], timeout_s: float) -> UpstreamConnection:

@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 
 import hpack
 
-from gateway.h2wire import ProtocolError, state_neutral
+from gateway.grpc.h2wire import ProtocolError, state_neutral
 
 T = TypeVar("T")
 

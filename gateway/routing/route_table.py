@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract.wire import GroupRoute, Route, RouteTable
-from gateway.auth import digest_bytes, token_digest_of
-from gateway.balancer import Endpoint, EndpointPool
-from gateway.limits import Activity, InFlight, OverLimit, TokenBucket
-from gateway.traffic import MirrorState, SmoothWeighted
+from gateway.routing.auth import digest_bytes, token_digest_of
+from gateway.routing.balancer import Endpoint, EndpointPool
+from gateway.routing.limits import Activity, InFlight, OverLimit, TokenBucket
+from gateway.routing.traffic import MirrorState, SmoothWeighted
 
 
 @dataclass(slots=True)

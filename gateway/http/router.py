@@ -9,10 +9,10 @@ from collections.abc import Coroutine
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
-from gateway.paths import BadTarget, Target, parse_target
-from gateway.problems import Problem, write_problem
-from gateway.proxy import PredictProxy
-from gateway.server import Request, RequestHandler
+from gateway.http.problems import Problem, write_problem
+from gateway.http.proxy import PredictProxy
+from gateway.http.server import Request, RequestHandler
+from gateway.routing.paths import BadTarget, Target, parse_target
 
 
 class Pages(Protocol):
@@ -45,7 +45,7 @@ class Router(RequestHandler):
 
     def handle(self, request: Request) -> Coroutine[Any, Any, None] | None:
         """Answer now (and finish), or return the coroutine that will (see
-        :mod:`gateway.server`)."""
+        :mod:`gateway.http.server`)."""
         raw = request.target
         if raw[:1] != "/":
             if raw.startswith(("http://", "https://")):  # absolute-form (RFC 9112 §3.2.2)

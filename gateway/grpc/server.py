@@ -3,8 +3,8 @@ each call relayed to a ready replica's gRPC port. ``openeas gateway --grpc-port`
 ``openeas up`` call :func:`start_grpc` beside :func:`gateway.app.start_gateway`, on the same
 route state, balancer, limits, load reports and metrics as the HTTP door.
 
-The HTTP/2 work is :mod:`gateway.grpc_relay` (messages pass as bytes, never decoded); what
-a call may do is decided in :mod:`gateway.grpc_rules`. This module admits calls:
+The HTTP/2 work is :mod:`gateway.grpc.relay` (messages pass as bytes, never decoded); what
+a call may do is decided in :mod:`gateway.grpc.rules`. This module admits calls:
 
 A call names its service by its ``:authority`` (``<service>.<domain>`` when
 ``OPENEAS_GATEWAY_DOMAIN`` is set, as EAS's per-service domains do; its token must then be
@@ -28,9 +28,8 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-from gateway.balancer import Endpoint
-from gateway.grpc_relay import Call, ClientConn, Relay
-from gateway.grpc_rules import (
+from gateway.grpc.relay import Call, ClientConn, Relay
+from gateway.grpc.rules import (
     ADMIN_METHODS,
     TENANT_METHODS,
     CallHead,
@@ -38,7 +37,8 @@ from gateway.grpc_rules import (
     admin_refusal,
     service_for,
 )
-from gateway.route_table import Asleep, GroupEntry, RouteChange, ServiceRoute
+from gateway.routing.balancer import Endpoint
+from gateway.routing.route_table import Asleep, GroupEntry, RouteChange, ServiceRoute
 from gateway.wake import NotWakeable, QueueFull, WakeTimeout, queue_bound
 
 if TYPE_CHECKING:

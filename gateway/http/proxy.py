@@ -1,5 +1,5 @@
 """The predict proxy: calls to a service's replicas. :mod:`gateway.app` calls ``dispatch``
-once per request; the byte-level work is in :mod:`gateway.upstream`.
+once per request; the byte-level work is in :mod:`gateway.http.upstream`.
 
 A predict call is refused, in this order, with: 404 unknown service · 401 missing/wrong
 token · 403 Triton admin path · 413 body over the limit · 503 no ready replica · 429 over
@@ -14,7 +14,7 @@ failure after the head cuts the client connection, since the status is already o
 Two paths share that logic. The *fast path* — whole small body already read, an idle
 keep-alive connection to the chosen replica — runs entirely in callbacks, here (compiled).
 Everything else (connecting, skipping refusing replicas, reading a chunked body, mirrors,
-waking) runs as a coroutine, in :mod:`gateway.forwarding` (interpreted).
+waking) runs as a coroutine, in :mod:`gateway.http.forwarding` (interpreted).
 """
 
 from __future__ import annotations
@@ -25,20 +25,20 @@ from typing import Any, Final, cast
 
 from mypy_extensions import mypyc_attr
 
-from gateway.auth import presented_token, token_matches
-from gateway.balancer import Endpoint, EndpointPool
-from gateway.forwarding import CLIENT_CLOSED, SlowPath, upstream_problem
-from gateway.headers import predict_upstream_headers
-from gateway.limits import Activity
+from gateway.http.forwarding import CLIENT_CLOSED, SlowPath, upstream_problem
+from gateway.http.headers import predict_upstream_headers
+from gateway.http.pool import UpstreamPool
+from gateway.http.problems import Problem, unauthorized, write_problem
+from gateway.http.server import Head, Request
+from gateway.http.upstream import Exchange, UpstreamConnection, request_head
 from gateway.metrics import GatewayMetrics
-from gateway.paths import Target
-from gateway.pool import UpstreamPool
-from gateway.problems import Problem, unauthorized, write_problem
-from gateway.route_table import Asleep, GroupEntry, RouteState, ServiceRoute
-from gateway.server import Head, Request
+from gateway.mirroring.shadows import Mirrors
+from gateway.routing.auth import presented_token, token_matches
+from gateway.routing.balancer import Endpoint, EndpointPool
+from gateway.routing.limits import Activity
+from gateway.routing.paths import Target
+from gateway.routing.route_table import Asleep, GroupEntry, RouteState, ServiceRoute
 from gateway.settings import GatewaySettings
-from gateway.shadows import Mirrors
-from gateway.upstream import Exchange, UpstreamConnection, request_head
 from gateway.wake import Push, Waking
 
 
@@ -46,7 +46,7 @@ def same_credential(head: Head, presented: bytes, accepted: bytes) -> bool:
     """Whether ``presented`` (``head``'s Authorization value) is the one that passed last:
     the same object, or equal in constant time — then ``head`` keeps the accepted object
     instead. A client repeats its head with its header values (see
-    :class:`gateway.server.Head`), so its next calls are the same object, whichever of the
+    :class:`gateway.http.server.Head`), so its next calls are the same object, whichever of the
     connections passed first."""
     if presented is accepted:
         return True

@@ -1,13 +1,14 @@
 """Mirroring: a share of a service's requests also goes to other services (its mirror's
 targets), off the caller's path, and their answers are compared with the primary's.
 
-:class:`gateway.proxy.PredictProxy` asks :meth:`gateway.shadows.Mirrors.copy` for each
-request of a service that has a mirror whether this one is mirrored (exactly ``ratio`` % of
-them, by :class:`gateway.traffic.RatioPicker`); a mirrored one goes the coroutine path with
-a :class:`RecordingExchange`, which relays the primary's answer as usual while keeping a
-copy. When the caller has its answer, :meth:`gateway.shadows.Mirrors.launch` sends the same
-request to a ready replica of each target in a background task (:class:`ShadowCall`, on
-the gateway's own keep-alive pools, with the target's timeout) and counts the result: ``match``,
+:class:`gateway.http.proxy.PredictProxy` asks :meth:`gateway.mirroring.shadows.Mirrors.copy`
+for each request of a service that has a mirror whether this one is mirrored (exactly
+``ratio`` % of them, by :class:`gateway.routing.traffic.RatioPicker`); a mirrored one goes
+the coroutine path with a :class:`RecordingExchange`, which relays the primary's answer as
+usual while keeping a copy. When the caller has its answer,
+:meth:`gateway.mirroring.shadows.Mirrors.launch` sends the same request to a ready replica of
+each target in a background task (:class:`ShadowCall`, on the gateway's own keep-alive
+pools, with the target's timeout) and counts the result: ``match``,
 ``mismatch``, ``error`` (no ready replica, refused, timed out, broke) or ``skipped`` — not
 comparable (a streamed request body, a primary answer over the copy limit or failed) or over
 the bound of shadows in flight per target. So a slow or dead shadow costs the caller
@@ -20,16 +21,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from gateway.compare import Answer
-from gateway.server import Request
-from gateway.traffic import MirrorState
-from gateway.upstream import (
+from gateway.http.server import Request
+from gateway.http.upstream import (
     Exchange,
     Receiver,
     ResponseHead,
     UpstreamConnection,
     UpstreamError,
 )
+from gateway.mirroring.compare import Answer
+from gateway.routing.traffic import MirrorState
 
 MAX_IN_FLIGHT = 16  # shadows per (service, target) per gateway process
 MAX_ANSWER_BYTES = 4 * 1024 * 1024  # an answer kept for comparison, primary's or shadow's
@@ -140,7 +141,7 @@ class RecordingExchange(Exchange):
 
 class ShadowCall(Receiver):
     """One request to a target's replica whose answer is kept, not relayed: the
-    :class:`gateway.upstream.Receiver` of its connection until it ends."""
+    :class:`gateway.http.upstream.Receiver` of its connection until it ends."""
 
     __slots__ = ("_done", "_timeout_s", "answer", "deadline", "error", "finished", "upstream")
 
@@ -162,7 +163,7 @@ class ShadowCall(Receiver):
         self.upstream.pool.watch(self)
         return self._done
 
-    # -- fed by the upstream connection (gateway.upstream.Receiver) ----------------------
+    # -- fed by the upstream connection (gateway.http.upstream.Receiver) ----------------------
 
     def on_head(self, head: ResponseHead) -> None:
         if head.status >= 200:

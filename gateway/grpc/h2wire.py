@@ -2,7 +2,7 @@
 headers, the control frames, and a header-block encoder that never touches the peer's HPACK
 dynamic table, so blocks it makes can be cached and mixed into any connection.
 
-Nothing here does I/O; :mod:`gateway.grpc_relay` reads and writes with these.
+Nothing here does I/O; :mod:`gateway.grpc.relay` reads and writes with these.
 """
 
 from __future__ import annotations

@@ -43,10 +43,10 @@ from typing import Protocol as TypingProtocol
 import httptools
 from mypy_extensions import mypyc_attr
 
-from gateway.http1 import CRLF, ReadPausable, request_line_refusal, status_line
-from gateway.splice import AVAILABLE as SPLICE_AVAILABLE
-from gateway.splice import RELAY_MIN, BodyMove, BodyRelay, BodySplice
-from gateway.writes import Chunk, Sender
+from gateway.http.http1 import CRLF, ReadPausable, request_line_refusal, status_line
+from gateway.http.splice import AVAILABLE as SPLICE_AVAILABLE
+from gateway.http.splice import RELAY_MIN, BodyMove, BodyRelay, BodySplice
+from gateway.http.writes import Chunk, Sender
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +82,12 @@ class BodySink(TypingProtocol):
 
     def splice_target(self) -> tuple[int, Callable[[], int]] | None:
         """The socket the rest of a body may be spliced into, and how many bytes the sink
-        still holds for it (they go first); None: not a socket (see :mod:`gateway.splice`)."""
+        still holds for it (they go first); None: not a socket (see :mod:`gateway.http.splice`)."""
         ...
 
 
 class Listener(TypingProtocol):
-    """What accepted a connection (:class:`gateway.listener.HttpServer`)."""
+    """What accepted a connection (:class:`gateway.http.listener.HttpServer`)."""
 
     loop: asyncio.AbstractEventLoop
     buffer_bytes: int
@@ -211,7 +211,7 @@ class Body:
 
     def waiter(self) -> asyncio.Future[None]:
         """Done when more of the body arrived, the message is complete or the client left
-        (see :func:`gateway.forwarding.read_body`)."""
+        (see :func:`gateway.http.forwarding.read_body`)."""
         self._waiter = self._conn.loop.create_future()
         return self._waiter
 
@@ -312,7 +312,7 @@ class Head:
         # mostly: compared by identity).
         self.last_endpoint: object = None
         self.last_made = b""
-        self.parsed: object = None  # the router's reading of ``target`` (gateway.paths)
+        self.parsed: object = None  # the router's reading of ``target`` (gateway.routing.paths)
         self.resolved: object = None
         self.resolved_at = -1
 
@@ -451,7 +451,7 @@ class HttpConnection(ReadPausable):
         self._handler = server.handler
         self.responding = False  # bytes of the active request's response went out
         self.loop = server.loop
-        self.time = monotonic  # the proxy's clock, as the upstream pool's (gateway.upstream)
+        self.time = monotonic  # the proxy's clock, as the upstream pool's (gateway.http.upstream)
         self.buffer_bytes = server.buffer_bytes
         # Bodies dispatched whole must fit before reading pauses, or they never complete.
         self.pause_bytes = max(BUFFER_HIGH, self.buffer_bytes)
@@ -650,7 +650,7 @@ class HttpConnection(ReadPausable):
             self._parser_in_body = False
             self.parser = httptools.HttpRequestParser(self)
 
-    # -- the rest of a large body, spliced or relayed (gateway.splice) ----------------------
+    # -- the rest of a large body, spliced or relayed (gateway.http.splice) ----------------------
 
     def _try_splice(self) -> None:
         """Move the rest of the body being read from socket to socket if enough of it is

@@ -1,4 +1,4 @@
-/* send() on a non-blocking socket with the GIL held: what gateway/writes.py's Sender calls
+/* send() on a non-blocking socket with the GIL held: what gateway/http/writes.py's Sender calls
  * to write a small message on a connection's socket. os.write and socket.send release the
  * GIL around the call, which costs more than the call itself here: a non-blocking send
  * never waits, so there is nothing to release it for (libuv's own writes hold it too).
@@ -9,7 +9,7 @@
  * sendv(fd, head, body) -> int: the same for head then body, in one call (sendmsg), so a
  * message's two parts need not be joined into a new object first.
  * readinto(fd, buffer) and write(fd, data): see below.
- * Built by setup.py; gateway/writes.py has the same functions in Python for a build
+ * Built by setup.py; gateway/http/writes.py has the same functions in Python for a build
  * without C (OPENEAS_PURE_PYTHON=1). */
 
 #define PY_SSIZE_T_CLEAN
@@ -119,7 +119,7 @@ static PyObject *count_or_raise(ssize_t n, int err) {
     return PyErr_SetFromErrno(PyExc_OSError);
 }
 
-/* For a relay's own loop (gateway/splice.py's BodyRelay), where "the socket is full" or "has
+/* For a relay's own loop (gateway/http/splice.py's BodyRelay), where "the socket is full" or "has
  * nothing yet" is the common answer: -1 then, rather than an exception to raise and catch,
  * and an OSError for a real error, which ends the relay. */
 static PyObject *nowait_readinto(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -161,7 +161,7 @@ static PyMethodDef nowait_methods[] = {
 };
 
 static struct PyModuleDef nowait_module = {
-    PyModuleDef_HEAD_INIT, "gateway._nowait", NULL, 0, nowait_methods,
+    PyModuleDef_HEAD_INIT, "gateway.http._nowait", NULL, 0, nowait_methods,
 };
 
 PyMODINIT_FUNC PyInit__nowait(void) { return PyModule_Create(&nowait_module); }

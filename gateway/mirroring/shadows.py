@@ -1,6 +1,6 @@
 """The shadows of mirrored requests: which requests are mirrored, sending each copy to a
 ready replica of every target off the caller's path, and counting what they answered (see
-:mod:`gateway.mirror` for the whole picture). Apart from it because these are coroutines
+:mod:`gateway.mirroring.mirror` for the whole picture). Apart from it because these are coroutines
 and tasks; the callbacks there are compiled (``docs/architecture.md``, "Compiled hot
 path").
 """
@@ -10,16 +10,16 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway.balancer import EndpointPool
-from gateway.compare import Answer, same
+from gateway.http.pool import UpstreamPool
+from gateway.http.server import Request
+from gateway.http.upstream import UpstreamError, request_head
 from gateway.metrics import GatewayMetrics
-from gateway.mirror import MAX_ANSWER_BYTES, MAX_IN_FLIGHT, Collected, Copy, ShadowCall
-from gateway.paths import Target
-from gateway.pool import UpstreamPool
-from gateway.route_table import RouteState, ServiceRoute
-from gateway.server import Request
-from gateway.traffic import MirrorState
-from gateway.upstream import UpstreamError, request_head
+from gateway.mirroring.compare import Answer, same
+from gateway.mirroring.mirror import MAX_ANSWER_BYTES, MAX_IN_FLIGHT, Collected, Copy, ShadowCall
+from gateway.routing.balancer import EndpointPool
+from gateway.routing.paths import Target
+from gateway.routing.route_table import RouteState, ServiceRoute
+from gateway.routing.traffic import MirrorState
 
 
 class Mirrors:

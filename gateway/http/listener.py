@@ -1,8 +1,8 @@
 """The listening side of the client-facing server: accepts connections (one
-:class:`gateway.server.HttpConnection` each), runs the coroutines handlers return, and
+:class:`gateway.http.server.HttpConnection` each), runs the coroutines handlers return, and
 closes idle keep-alive connections, slow heads and stalled bodies.
 
-Apart from :mod:`gateway.server` because it holds coroutines: the per-request callbacks
+Apart from :mod:`gateway.http.server` because it holds coroutines: the per-request callbacks
 there are compiled, coroutines stay interpreted (``docs/architecture.md``, "Compiled hot
 path").
 """
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from gateway.server import (
+from gateway.http.server import (
     BUFFER_HIGH,
     CallingHandler,
     Handler,
@@ -26,7 +26,7 @@ from gateway.server import (
     Request,
     RequestHandler,
 )
-from gateway.splice import SPLICE_MIN
+from gateway.http.splice import SPLICE_MIN
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class HttpServer:
         try:
             while self.connections:
                 await asyncio.sleep(interval)
-                now = time.monotonic()  # the connections' clock (gateway.server)
+                now = time.monotonic()  # the connections' clock (gateway.http.server)
                 for conn in list(self.connections):
                     if conn.body_stalled(now, self.body_timeout_s):
                         conn._protocol_error(408, "request body timed out")

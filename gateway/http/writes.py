@@ -3,11 +3,11 @@ in one system call, and that call made at once, on the socket, when nothing wait
 
 uvloop's ``transport.write`` costs about 1,000 instructions a call before its system call
 (``bench/hotpath.py --callgrind``), and a predict call makes two; ``os.write`` costs about as
-much, because it releases the GIL around the call (``gateway/_nowait.c`` does not: about 230).
+much, because it releases the GIL around the call (``gateway/http/_nowait.c`` does not: about 230).
 :class:`Sender` writes a small message straight to the connection's socket when
 the transport holds nothing unsent and is not closing — what uvloop's own write would do
 then — and hands the transport whatever the socket does not take, or an error, so it keeps
-the order and reports the error as always. (The body splice, :mod:`gateway.splice`, writes
+the order and reports the error as always. (The body splice, :mod:`gateway.http.splice`, writes
 on the socket under the same condition.)
 """
 
@@ -48,7 +48,7 @@ def write_parts(transport: asyncio.WriteTransport, parts: Sequence[Chunk]) -> No
 def send_nowait(fd: int, data: Chunk) -> int:
     """The bytes of ``data`` the non-blocking socket ``fd`` did not take: 0 when it took
     all, all of them when it took none (full, or an error its transport meets on its own
-    write). ``gateway/_nowait.c`` when built: it holds the GIL, which ``os.write`` releases
+    write). ``gateway/http/_nowait.c`` when built: it holds the GIL, which ``os.write`` releases
     at a cost above the call's, and its 0 is a cached int where a count would be a new one."""
     try:
         return len(data) - os.write(fd, data)
@@ -67,7 +67,7 @@ def sendv_nowait(fd: int, head: bytes, body: Chunk) -> int:
 
 def _native() -> tuple[Callable[[int, Chunk], int], Callable[[int, bytes, Chunk], int]]:
     try:
-        from gateway._nowait import send, sendv
+        from gateway.http._nowait import send, sendv
     except ImportError:  # built without C (OPENEAS_PURE_PYTHON=1)
         return send_nowait, sendv_nowait
     return send, sendv

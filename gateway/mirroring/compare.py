@@ -1,4 +1,4 @@
-"""Whether a shadow answered as the primary did: pure logic, used by :mod:`gateway.mirror`
+"""Whether a shadow answered as the primary did: pure logic, used by :mod:`gateway.mirroring.mirror`
 once both answers are in.
 
 Equal status and byte-equal bodies match. With a tolerance, Triton's answers are compared

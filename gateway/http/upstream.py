@@ -2,7 +2,7 @@
 relays one request/response between a client connection and a replica.
 
 Written on ``asyncio.Protocol`` + ``httptools`` for the same reason as
-:mod:`gateway.server`: aiohttp's client alone cost several times nginx's whole per-request
+:mod:`gateway.http.server`: aiohttp's client alone cost several times nginx's whole per-request
 CPU in ``bench/gateway.py``, and httpx's pool collapses under concurrency (encode/httpx#3215).
 It never adds ``Accept-Encoding``, never decompresses, never follows redirects: the
 response's status, end-to-end headers and body bytes reach the client as the replica sent
@@ -25,12 +25,12 @@ from typing import Final, cast
 import httptools
 from mypy_extensions import mypyc_attr
 
-from gateway.balancer import address
-from gateway.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_fields
-from gateway.http1 import CRLF, ReadPausable, status_line
-from gateway.server import Request
-from gateway.writes import Chunk, Sender
-from gateway.yielding import cedes_cpu, sched_yield
+from gateway.http.headers import HOP_BY_HOP_BYTES, connection_listed_bytes, without_fields
+from gateway.http.http1 import CRLF, ReadPausable, status_line
+from gateway.http.server import Request
+from gateway.http.writes import Chunk, Sender
+from gateway.http.yielding import cedes_cpu, sched_yield
+from gateway.routing.balancer import address
 
 _NO_BODY_STATUS = frozenset({204, 304})
 # Response fields the proxy sets itself or that are hop-by-hop (RFC 9110 §7.6.1).
@@ -113,7 +113,7 @@ class Watched(ABC):
 
 class Receiver(Watched):
     """What a connection feeds while it carries one exchange: an :class:`Exchange` (relays to
-    a client) or a mirror's shadow call (keeps the answer, see :mod:`gateway.mirror`).
+    a client) or a mirror's shadow call (keeps the answer, see :mod:`gateway.mirroring.mirror`).
     ``status`` is 0 until a final response head arrived. An abstract base class, not a
     protocol: compiled, the connection's calls into it are direct calls, not attribute
     lookups."""
@@ -167,7 +167,7 @@ class Receiver(Watched):
 
 
 class Pool(ABC):
-    """Where a connection returns when its exchange ends: :class:`gateway.pool.UpstreamPool`.
+    """Where a connection returns when its exchange ends: :class:`gateway.http.pool.UpstreamPool`.
     An abstract base class, not a protocol (and not the pool itself, which imports this
     module): compiled, the calls of connections and exchanges into it are direct calls."""
 
@@ -178,7 +178,7 @@ class Pool(ABC):
         self.time = monotonic
         self.exchanges = 0  # in flight, on all of its connections
         # With this many in flight, a replica's read passed on gives up the CPU (see
-        # gateway.yielding); ``cede`` does (an attribute: tests count its calls).
+        # gateway.http.yielding); ``cede`` does (an attribute: tests count its calls).
         self.yield_at = yield_at
         self.cede: Callable[[], None] = sched_yield
 

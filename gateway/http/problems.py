@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from http import HTTPStatus
 
-from gateway.server import Request
+from gateway.http.server import Request
 
 PROBLEM_CONTENT_TYPE = b"application/problem+json"
 
