@@ -23,6 +23,8 @@ from typing import Any
 
 from contract.wire import RouteTable
 from gateway import snapshot
+from gateway.admission import Admission
+from gateway.grpc.server import GrpcDoor
 from gateway.http.forwarding import FallbackProxy
 from gateway.http.listener import HttpServer
 from gateway.http.pool import UpstreamPool
@@ -88,6 +90,15 @@ class Gateway:
         # Services at zero are woken with the same credential (without one, held requests
         # wait for a replica to appear on its own, or time out).
         self._wake = ControlPlaneWake(settings.controlplane_url, token) if token else None
+        # Calls held for services at zero, and who is admitted: both doors'.
+        self.waking = Waking(self.routes, self.metrics, self._wake)
+        self.admission = Admission(
+            self.routes,
+            self.activity,
+            max_body_bytes=settings.max_body_bytes,
+            retry_after_s=settings.retry_after_s,
+            wake_queue=settings.wake_queue,
+        )
 
     def _on_table(self, change: RouteChange) -> None:
         self.metrics.route_version.set((), change.table.version)
@@ -104,12 +115,11 @@ class Gateway:
         )
         self._predict = PredictProxy(
             self.settings,
-            self.routes,
+            self.admission,
             self.balancer,
             self.metrics,
             self._upstreams,
-            self.activity,
-            self._wake,
+            self.waking,
         )
         if self.fallback_upstream:
             self._fallback = FallbackProxy(
@@ -212,7 +222,7 @@ class Gateway:
             snapshot.save(*save)
         if self._predict is not None:
             await self._predict.mirrors.close()  # shadows in flight are dropped, not awaited
-            await self._predict.waking.close()
+        await self.waking.close()
         if self._wake is not None:
             await self._wake.close()
         if self._upstreams is not None:
@@ -288,11 +298,10 @@ class Gateway:
         body = await self.render_all_metrics()
         request.conn.write_response(200, [(b"content-type", METRICS_CONTENT_TYPE.encode())], body)
 
-    @property
-    def waking(self) -> Waking:
-        """Calls held for services at zero (either door's); after :meth:`start`."""
-        assert self._predict is not None, "the gateway is not started"
-        return self._predict.waking
+    def grpc_door(self) -> GrpcDoor:
+        """The gRPC door on this gateway's admission, balancer, metrics and held calls
+        (:func:`gateway.grpc.server.start_grpc` serves it)."""
+        return GrpcDoor(self.settings, self.admission, self.balancer, self.metrics, self.waking)
 
 
 class GatewayRunner:

@@ -84,7 +84,7 @@ async def serve(
     door = None
     if settings.grpc_port is not None:
         try:
-            door = await start_grpc(runner.gateway, reuse_port=reuse_port)
+            door = await start_grpc(runner.gateway.grpc_door(), reuse_port=reuse_port)
         except BaseException:
             await runner.close(0)
             raise

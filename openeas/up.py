@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
             gateway_settings, source, sock=public_sock, fallback_upstream=internal
         )
         try:
-            door = await start_grpc(gateway.gateway, host=args.host)
+            door = await start_grpc(gateway.gateway.grpc_door(), host=args.host)
         except BaseException as e:
             await gateway.close(0)
             plane.stop()

@@ -20,8 +20,9 @@ its transport's high-water mark (the relay then stops reading that peer too). A 
 sent no more streams at once on a connection than its SETTINGS allow: a full connection is
 retired and calls go on a new one (:meth:`Relay.upstream`).
 
-Admission (which service, its token, its limits) and the balancer are the HTTP door's, in
-:mod:`gateway.grpc.server`, through the :class:`Admission` interface.
+Which calls pass (service, token, limits: :mod:`gateway.admission`, shared with the HTTP
+door) and which replica takes them is the door's, :mod:`gateway.grpc.server`, asked through
+the :class:`Door` interface.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ _UPSTREAM_SETTINGS = (
 )
 
 
-class Admission(Protocol):
+class Door(Protocol):
     """What the relay asks of the gateway per call (:class:`gateway.grpc.server.GrpcDoor`)."""
 
     max_message_bytes: int
@@ -595,8 +596,8 @@ class ClientConn(Conn):
             leg.ended_in = True
         if call.finished or (call.up is None and call.held is None):
             return
-        if data and call.over_limit(data, relay.admission.max_message_bytes):
-            limit = relay.admission.max_message_bytes
+        if data and call.over_limit(data, relay.door.max_message_bytes):
+            limit = relay.door.max_message_bytes
             relay.end(call, "RESOURCE_EXHAUSTED", f"a request message is over {limit} bytes")
             return
         if call.up is None:  # held: its stream window bounds what waits here
@@ -696,7 +697,7 @@ class UpstreamConn(Conn):
         for call in lost:
             self.relay.end(call, "UNAVAILABLE", "the replica closed the connection")
         if lost:
-            self.relay.admission.unreachable(self.endpoint)
+            self.relay.door.unreachable(self.endpoint)
         self.relay.flush()
 
     def fail(self, why: str) -> None:
@@ -760,10 +761,8 @@ class Deadlines:
 class Relay:
     """The door's connections and calls; one per gateway process."""
 
-    def __init__(
-        self, admission: Admission, connect_timeout_s: float, *, yield_at: int = 0
-    ) -> None:
-        self.admission = admission
+    def __init__(self, door: Door, connect_timeout_s: float, *, yield_at: int = 0) -> None:
+        self.door = door
         self.connect_timeout_s = connect_timeout_s
         self.yield_at = yield_at  # see cedes_cpu
         self.clients: set[ClientConn] = set()
@@ -789,7 +788,7 @@ class Relay:
         try:
             if head.problem:
                 raise Refusal("INVALID_ARGUMENT", head.problem)
-            entry = self.admission.admit(head)
+            entry = self.door.admit(head)
         except Refusal as refusal:
             call = self._track(Call(client, sid, None, refusal.service), end)
             self.end(call, refusal.code, refusal.details)
@@ -805,8 +804,8 @@ class Relay:
         """Hold ``call`` until its service has a ready replica, then admit it again and
         send on what the caller sent meanwhile."""
         try:
-            await self.admission.wake(asleep)
-            entry = self.admission.admit(head)
+            await self.door.wake(asleep)
+            entry = self.door.admit(head)
         except Refusal as refusal:
             self.end(call, refusal.code, refusal.details)
         except Asleep:
@@ -825,7 +824,7 @@ class Relay:
 
     def _splice(self, call: Call, head: CallHead, entry: ServiceRoute) -> None:
         """Send an admitted call on to a replica of ``entry``."""
-        endpoint = call.endpoint = self.admission.choose(entry)
+        endpoint = call.endpoint = self.door.choose(entry)
         endpoint.outstanding += 1
         timeout, ours = deadline_s(entry.timeout_s, head.timeout_s)
         call.timeout_s, call.ours = timeout, ours
@@ -886,7 +885,7 @@ class Relay:
                 self._close_if_done(up.conn)
         if call.endpoint is not None:
             call.endpoint.outstanding -= 1
-        self.admission.ended(call, code)
+        self.door.ended(call, code)
         self.calls -= 1
         if not self.calls:
             self.idle.set()
@@ -928,7 +927,7 @@ class Relay:
             for leg in list(conn.legs.values()):
                 message = f"cannot connect to the replica {endpoint.base_url}"
                 self.end(leg.call, "UNAVAILABLE", message)
-            self.admission.unreachable(endpoint)
+            self.door.unreachable(endpoint)
             self.flush()
 
     def retire(self, conn: UpstreamConn) -> None:

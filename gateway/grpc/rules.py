@@ -64,15 +64,6 @@ class Refusal(Exception):
         self.service = service
 
 
-def admin_refusal(method: str, service: str) -> Refusal:
-    return Refusal(
-        "PERMISSION_DENIED",
-        f"{method} is part of Triton's admin API (model repository, shared memory, trace, "
-        "logging), which is not available through the gateway",
-        service,
-    )
-
-
 def credential(fields: Iterable[tuple[bytes, bytes]]) -> bytes | None:
     """The token in the call's ``authorization`` metadata (``Bearer <token>`` or bare),
     None when absent or empty."""

@@ -1,7 +1,8 @@
 """The gateway's gRPC door: Triton's ``inference.GRPCInferenceService`` on its own port,
 each call relayed to a ready replica's gRPC port. ``openeas gateway --grpc-port`` and
-``openeas up`` call :func:`start_grpc` beside :func:`gateway.app.start_gateway`, on the same
-route state, balancer, limits, load reports and metrics as the HTTP door.
+``openeas up`` call :func:`start_grpc` with :meth:`gateway.app.Gateway.grpc_door`, beside
+:func:`gateway.app.start_gateway`: the same admission, balancer, load reports and metrics as
+the HTTP door.
 
 The HTTP/2 work is :mod:`gateway.grpc.relay` (messages pass as bytes, never decoded); what
 a call may do is decided in :mod:`gateway.grpc.rules`. This module admits calls:
@@ -12,12 +13,15 @@ that service's) or, for clients that only have an address, by its token alone (t
 unique per cluster; the route table keeps a digest → service index). Service groups work
 as on the HTTP door: ``<group>.<domain>``, or the group's token alone, reaches the member
 its traffic split picks (the group's token or any member's opens it), and
-``<group>.<service>.<domain>`` one member. Refusals:
-UNAUTHENTICATED (no or unknown token), NOT_FOUND (no service of that host name),
+``<group>.<service>.<domain>`` one member. Who is refused, and why, is
+:mod:`gateway.admission`'s, as on the HTTP door; :data:`GRPC_CODE` answers each kind of
+refusal: UNAUTHENTICATED (no or unknown token), NOT_FOUND (no service of that host name),
 PERMISSION_DENIED (admin API), UNAVAILABLE (no ready replica), RESOURCE_EXHAUSTED (rate
-limit, max in flight, message over the body limit, the wake queue full), DEADLINE_EXCEEDED
-(the route's timeout). A call for a service its autoscaler took to zero is held until a
-replica is ready, as on the HTTP door. A replica's own status passes unchanged.
+limit, max in flight, the wake queue full), DEADLINE_EXCEEDED (no replica woke within the
+route's timeout); an unknown method is UNIMPLEMENTED, a message over the body limit
+RESOURCE_EXHAUSTED (:mod:`gateway.grpc.relay`). A call for a service its autoscaler took to
+zero is held until a replica is ready, as on the HTTP door. A replica's own status passes
+unchanged.
 """
 
 from __future__ import annotations
@@ -26,40 +30,57 @@ import asyncio
 import hmac
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import Final
 
+from gateway import admission
+from gateway.admission import Admission, Refused
 from gateway.grpc.relay import Call, ClientConn, Relay
-from gateway.grpc.rules import (
-    ADMIN_METHODS,
-    TENANT_METHODS,
-    CallHead,
-    Refusal,
-    admin_refusal,
-    service_for,
-)
-from gateway.routing.balancer import Endpoint
-from gateway.routing.route_table import Asleep, GroupEntry, RouteChange, ServiceRoute
-from gateway.wake import NotWakeable, QueueFull, WakeTimeout, queue_bound
+from gateway.grpc.rules import ADMIN_METHODS, TENANT_METHODS, CallHead, Refusal, service_for
+from gateway.metrics import GatewayMetrics
+from gateway.routing.balancer import Endpoint, EndpointPool
+from gateway.routing.route_table import GroupEntry, RouteChange, ServiceRoute
+from gateway.settings import GatewaySettings
+from gateway.wake import NotWakeable, QueueFull, WakeTimeout, Waking
 
-if TYPE_CHECKING:
-    from gateway.app import Gateway
+# Each kind of refusal (gateway.admission) as this door's status.
+GRPC_CODE: Final = {
+    admission.NOT_FOUND: "NOT_FOUND",
+    admission.UNAUTHENTICATED: "UNAUTHENTICATED",
+    admission.FORBIDDEN: "PERMISSION_DENIED",
+    admission.TOO_LARGE: "RESOURCE_EXHAUSTED",
+    admission.UNAVAILABLE: "UNAVAILABLE",
+    admission.OVER_LIMIT: "RESOURCE_EXHAUSTED",
+    admission.QUEUE_FULL: "RESOURCE_EXHAUSTED",
+    admission.WAKE_TIMEOUT: "DEADLINE_EXCEEDED",
+}
+
+
+def refusal(refused: Refused) -> Refusal:
+    """``refused`` as this door answers it."""
+    return Refusal(GRPC_CODE[refused.kind], refused.detail, refused.service)
 
 
 class GrpcDoor:
-    """Admission of gRPC calls under the gateway's routes; one per gateway."""
+    """Admission of gRPC calls under the gateway's routes; one per gateway, beside the HTTP
+    door on the same :class:`Admission`, balancer, metrics and held calls."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self.settings = gateway.settings
-        self.routes = gateway.routes
-        self.balancer = gateway.balancer
-        self.metrics = gateway.metrics
-        self.activity = gateway.activity
-        self.waking = gateway.waking
-        self.max_message_bytes = gateway.settings.max_body_bytes
-        self.relay = Relay(
-            self, gateway.settings.connect_timeout_s, yield_at=gateway.settings.grpc_yield_at
-        )
-        gateway.routes.listeners.append(self._on_change)
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        admission: Admission,
+        balancer: EndpointPool,
+        metrics: GatewayMetrics,
+        waking: Waking,
+    ) -> None:
+        self.settings = settings
+        self.admission = admission
+        self.routes = admission.routes
+        self.balancer = balancer
+        self.metrics = metrics
+        self.waking = waking
+        self.max_message_bytes = settings.max_body_bytes
+        self.relay = Relay(self, settings.connect_timeout_s, yield_at=settings.grpc_yield_at)
+        self.routes.listeners.append(self._on_change)
 
     def _on_change(self, change: RouteChange) -> None:
         self.relay.release(list(change.released))
@@ -74,9 +95,9 @@ class GrpcDoor:
         if isinstance(found, GroupEntry):
             wrong = f"the token matches neither group {named!r} nor its members"
             self._authenticate(head, self.routes.group_tokens(found), named, wrong)
-            return self._member(found)
+            return self.admission.member(found, grpc=True)
         if found is None:
-            raise Refusal("NOT_FOUND", f"no service {named!r} behind this gateway")
+            raise self.admission.unknown(named)
         entry, group = found
         tokens = [entry.digest] if group is None else [entry.digest, group.digest]
         name = entry.route.service
@@ -86,16 +107,16 @@ class GrpcDoor:
     @staticmethod
     def _authenticate(head: CallHead, digests: list[bytes], name: str, wrong: str) -> None:
         if head.digest is None:
-            raise Refusal("UNAUTHENTICATED", f"missing authorization metadata for {name!r}", name)
+            raise Admission.unauthenticated(name, f"missing authorization metadata for {name!r}")
         if not any(hmac.compare_digest(head.digest, d) for d in digests):
-            raise Refusal("UNAUTHENTICATED", wrong, name)
+            raise Admission.unauthenticated(name, wrong)
 
     def _by_token(self, head: CallHead) -> ServiceRoute:
         """For callers that only have the gateway's address: the service, or the group
         (a member is picked), whose token the call carries."""
         if head.digest is None:
-            raise Refusal(
-                "UNAUTHENTICATED", "missing authorization metadata with the service token"
+            raise Admission.unauthenticated(
+                "", "missing authorization metadata with the service token"
             )
         routes = self.routes
         name = routes.by_digest.get(head.digest)
@@ -105,68 +126,29 @@ class GrpcDoor:
         group_name = routes.group_by_digest.get(head.digest)
         group = None if group_name is None else routes.groups.get(group_name)
         if group is None:
-            raise Refusal("UNAUTHENTICATED", "the token matches no service or group")
-        return self._member(group)
-
-    def _member(self, group: GroupEntry) -> ServiceRoute:
-        """The member that takes this call of ``group`` (its traffic split, as on HTTP)."""
-        entry = self.routes.member(group, grpc=True)
-        if entry is not None:
-            return entry
-        name = group.route.group
-        raise Refusal(
-            "UNAVAILABLE",
-            f"group {name!r} has no member taking group traffic with a ready gRPC replica",
-            name,
-        )
+            raise Admission.unauthenticated("", "the token matches no service or group")
+        return self.admission.member(group, grpc=True)
 
     def admit(self, head: CallHead) -> ServiceRoute:
         method = head.method
         if method not in TENANT_METHODS and method not in ADMIN_METHODS:
             raise Refusal("UNIMPLEMENTED", f"unknown method {method or 'path'!r}")
-        entry = self._service(head)
-        name = entry.route.service
-        if method in ADMIN_METHODS:
-            raise admin_refusal(method, name)
-        if not entry.grpc_endpoints:
-            if entry.route.wakeable:
-                raise Asleep(entry)
-            raise Refusal(
-                "UNAVAILABLE",
-                f"service {name!r} has no ready replica with a gRPC port "
-                f"(status: {entry.route.status})",
-                name,
-            )
-        over = entry.take_place(self.activity, time.monotonic())
-        if over is not None:
-            raise Refusal("RESOURCE_EXHAUSTED", over.detail, name)
+        try:
+            entry = self._service(head)
+            admin = f"{method}, part of {admission.ADMIN_API}," if method in ADMIN_METHODS else None
+            self.admission.admit(entry, grpc=True, admin=admin, length=None, now=time.monotonic())
+        except Refused as e:
+            raise refusal(e) from None
         return entry
 
     async def wake(self, entry: ServiceRoute) -> None:
         """Hold a call for a service at zero as the HTTP door does (:mod:`gateway.wake`),
         with its answers as gRPC statuses."""
-        name = entry.route.service
         try:
-            await self.waking.hold_call(entry, self.activity, self.settings.wake_queue)
-        except QueueFull:
-            bound = queue_bound(entry, self.settings.wake_queue)
-            raise Refusal(
-                "RESOURCE_EXHAUSTED",
-                f"service {name!r} is waking up from zero and already holds {bound} calls: "
-                "this one was not processed, retry in a moment",
-                name,
-            ) from None
-        except WakeTimeout:
-            raise Refusal(
-                "DEADLINE_EXCEEDED",
-                f"service {name!r} was scaled to zero and no replica was ready within "
-                f"{entry.timeout_s * 1000:.0f} ms (its timeout)",
-                name,
-            ) from None
-        except NotWakeable as e:
-            raise Refusal(
-                "UNAVAILABLE", f"service {name!r} has no ready replica: {e}", name
-            ) from None
+            await self.waking.hold_call(entry, self.admission.activity, self.settings.wake_queue)
+        except (QueueFull, WakeTimeout, NotWakeable) as e:
+            refused = self.admission.not_woken(e, entry)
+            raise refusal(refused) from None
 
     def choose(self, entry: ServiceRoute) -> Endpoint:
         endpoint = self.balancer.choose(entry.grpc_endpoints)
@@ -206,16 +188,20 @@ class GrpcRunner:
 
 
 async def start_grpc(
-    gateway: Gateway, *, host: str | None = None, port: int | None = None, reuse_port: bool = False
+    door: GrpcDoor,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    reuse_port: bool = False,
 ) -> GrpcRunner:
-    """Serve ``gateway``'s routes over gRPC on ``host:port`` (default: the settings';
-    ``port=0`` picks a free one). ``reuse_port`` lets forked workers share the port."""
-    settings = gateway.settings
+    """Serve ``door`` (:meth:`gateway.app.Gateway.grpc_door`) on ``host:port`` (default: the
+    settings'; ``port=0`` picks a free one). ``reuse_port`` lets forked workers share the
+    port."""
+    settings = door.settings
     host = settings.host if host is None else host
     port = settings.grpc_port if port is None else port
     if port is None:
         raise ValueError("no gRPC port: set OPENEAS_GATEWAY_GRPC_PORT or --grpc-port")
-    door = GrpcDoor(gateway)
     loop = asyncio.get_running_loop()
     try:
         server = await loop.create_server(

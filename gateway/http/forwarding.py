@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
+from collections.abc import Callable
 
+from gateway.admission import Admission, Refused
 from gateway.http.headers import REQUEST_REPLACED, forward_request_headers, predict_upstream_headers
 from gateway.http.pool import UpstreamPool
-from gateway.http.problems import Problem, write_problem
+from gateway.http.problems import Problem, refused_problem, write_problem
 from gateway.http.server import Body, BodyTooLarge, ClientGone, Request
 from gateway.http.upstream import Exchange, UpstreamConnection, UpstreamError, request_head
 from gateway.http.writes import Chunk
@@ -23,14 +24,10 @@ from gateway.metrics import GatewayMetrics
 from gateway.mirroring.mirror import Copy, RecordingExchange
 from gateway.mirroring.shadows import Mirrors
 from gateway.routing.balancer import Endpoint, EndpointPool, split_base_url
-from gateway.routing.limits import Activity
 from gateway.routing.paths import Target
 from gateway.routing.route_table import Asleep, ServiceRoute
 from gateway.settings import GatewaySettings
-from gateway.wake import NotWakeable, QueueFull, WakeTimeout, Waking, queue_bound
-
-# EAS's answer when a service's queue is full; the request was not processed: retry.
-QUEUE_FULL = 450
+from gateway.wake import NotWakeable, QueueFull, WakeTimeout, Waking
 
 # What a client that stops waiting is counted as (nginx's convention), for metrics only.
 CLIENT_CLOSED = 499
@@ -101,46 +98,35 @@ def upstream_problem(entry: ServiceRoute, error: UpstreamError) -> Problem:
     return Problem(502, f"the replica failed: {error}", service=name)
 
 
-class Admission(Protocol):
-    """What the slow path shares with the fast one (:class:`gateway.http.proxy.PredictProxy`)."""
-
-    settings: GatewaySettings
-    metrics: GatewayMetrics
-    balancer: EndpointPool
-    upstreams: UpstreamPool
-    mirrors: Mirrors
-    waking: Waking
-    activity: Activity
-
-    def resolve(self, request: Request, target: Target) -> tuple[ServiceRoute, bool]: ...
-
-    def admit(
-        self,
-        request: Request,
-        target: Target,
-        entry: ServiceRoute,
-        authenticated: bool,
-        now: float,
-    ) -> None: ...
-
-    def count(self, label: str, code: int, started: float) -> None: ...
-
-    def unavailable(self, name: str, detail: str) -> Problem: ...
-
-
 class SlowPath:
-    """The coroutine half of a :class:`gateway.http.proxy.PredictProxy`."""
+    """The coroutine half of a :class:`gateway.http.proxy.PredictProxy`: the same
+    admission, balancer, pools and metrics; ``readmit`` resolves and admits a call again
+    (once its service woke), ``count`` counts a call's answer."""
 
-    def __init__(self, proxy: Admission) -> None:
-        self.proxy = proxy
-        self.settings = proxy.settings
-        self.metrics = proxy.metrics
-        self.balancer = proxy.balancer
-        self.upstreams = proxy.upstreams
-        self.mirrors = proxy.mirrors
-        self.waking = proxy.waking
-        self.activity = proxy.activity
-        self.connect_timeout_s = proxy.settings.connect_timeout_s
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        admission: Admission,
+        metrics: GatewayMetrics,
+        balancer: EndpointPool,
+        upstreams: UpstreamPool,
+        mirrors: Mirrors,
+        waking: Waking,
+        *,
+        readmit: Callable[[Request, Target, float], ServiceRoute],
+        count: Callable[[str, int, float], None],
+    ) -> None:
+        self.settings = settings
+        self.admission = admission
+        self.metrics = metrics
+        self.balancer = balancer
+        self.upstreams = upstreams
+        self.mirrors = mirrors
+        self.waking = waking
+        self.activity = admission.activity
+        self.readmit = readmit
+        self.count = count
+        self.connect_timeout_s = settings.connect_timeout_s
 
     async def held(
         self, request: Request, target: Target, asleep: ServiceRoute, started: float
@@ -148,44 +134,19 @@ class SlowPath:
         """Hold an authenticated call for a service at zero until a replica is ready, then
         admit it again (the route changed) and forward it."""
         name = asleep.route.service
-        bound = queue_bound(asleep, self.settings.wake_queue)
         try:
             await self.waking.hold_call(asleep, self.activity, self.settings.wake_queue)
-            entry, authenticated = self.proxy.resolve(request, target)
-            self.proxy.admit(request, target, entry, authenticated, time.monotonic())
-        except (Problem, QueueFull, WakeTimeout, NotWakeable, Asleep) as e:
-            p = self._not_woken(e, asleep, bound)
-            self.proxy.count(name, p.status, started)
+            entry = self.readmit(request, target, time.monotonic())
+        except (Refused, QueueFull, WakeTimeout, NotWakeable, Asleep) as e:
+            p = refused_problem(self.admission.not_woken(e, asleep))
+            self.count(name, p.status, started)
             write_problem(request, p)
             return
         except asyncio.CancelledError:
-            self.proxy.count(name, CLIENT_CLOSED, started)
+            self.count(name, CLIENT_CLOSED, started)
             raise
         copy = self.mirrors.copy(request, target, entry) if entry.mirror else None
         await self.run(request, target, entry, started, copy)
-
-    def _not_woken(self, e: Exception, asleep: ServiceRoute, bound: int) -> Problem:
-        name = asleep.route.service
-        if isinstance(e, Problem):
-            return e
-        if isinstance(e, QueueFull):
-            return Problem(
-                QUEUE_FULL,
-                f"service {name!r} is waking up from zero and already holds {bound} requests: "
-                "this one was not processed, retry in a moment",
-                title="Queue Full",
-                service=name,
-                headers={"Retry-After": str(max(1, self.settings.retry_after_s))},
-            )
-        if isinstance(e, WakeTimeout):
-            return Problem(
-                504,
-                f"service {name!r} was scaled to zero and no replica was ready within "
-                f"{asleep.timeout_s * 1000:.0f} ms (its timeout)",
-                service=name,
-            )
-        why = str(e) if isinstance(e, NotWakeable) else "none ready yet"
-        return self.proxy.unavailable(name, f"service {name!r} has no ready replica: {why}")
 
     async def run(
         self,
@@ -211,7 +172,7 @@ class SlowPath:
             raise
         finally:
             entry.in_flight.leave()
-            self.proxy.count(name, code, started)
+            self.count(name, code, started)
             if copy is not None:
                 self.mirrors.launch(copy)  # the caller has its answer: now the shadows
 
@@ -253,8 +214,10 @@ class SlowPath:
             if endpoint is None:
                 endpoint = self.balancer.choose(entry.endpoints, tried)
             if endpoint is None:
-                raise self.proxy.unavailable(
-                    name, f"no replica of service {name!r} accepted the connection"
+                raise refused_problem(
+                    self.admission.unavailable(
+                        name, f"no replica of service {name!r} accepted the connection"
+                    )
                 )
             endpoint.outstanding += 1
             try:

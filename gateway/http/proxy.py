@@ -1,12 +1,14 @@
 """The predict proxy: calls to a service's replicas. :mod:`gateway.app` calls ``dispatch``
 once per request; the byte-level work is in :mod:`gateway.http.upstream`.
 
-A predict call is refused, in this order, with: 404 unknown service · 401 missing/wrong
-token · 403 Triton admin path · 413 body over the limit · 503 no ready replica · 429 over
-the rate limit or queue size. A service at zero that its autoscaler wakes is not a 503: the
-call is held (:mod:`gateway.wake`) until a replica is ready, then admitted again — 450 when
-too many are held already, 504 when none is ready within the service's timeout.
-Then it goes to the replica with the fewest requests in flight; one that refuses the
+Who is refused, and why, is :mod:`gateway.admission`'s (the gRPC door's too); this door
+reads the service from the path and the token from ``Authorization``, and answers each kind
+of refusal with its status (:data:`gateway.http.problems.HTTP_STATUS`): 404 unknown service
+· 401 missing/wrong token · 403 Triton admin path · 413 body over the limit · 503 no ready
+replica · 429 over the rate limit or queue size. A service at zero that its autoscaler wakes
+is not a 503: the call is held (:mod:`gateway.wake`) until a replica is ready, then admitted
+again — 450 when too many are held already, 504 when none is ready within the service's
+timeout. Then it goes to the replica with the fewest requests in flight; one that refuses the
 connection is skipped (nothing was sent to it). Past that point: 504 if the replica does
 not answer within the service's timeout, 502 if it fails before its response head; a
 failure after the head cuts the client connection, since the status is already out.
@@ -25,21 +27,21 @@ from typing import Any, Final, cast
 
 from mypy_extensions import mypyc_attr
 
+from gateway.admission import ADMIN_API, Admission, Refused
 from gateway.http.forwarding import CLIENT_CLOSED, SlowPath, upstream_problem
 from gateway.http.headers import predict_upstream_headers
 from gateway.http.pool import UpstreamPool
-from gateway.http.problems import Problem, unauthorized, write_problem
+from gateway.http.problems import refused_problem, write_problem
 from gateway.http.server import Head, Request
 from gateway.http.upstream import Exchange, UpstreamConnection, request_head
 from gateway.metrics import GatewayMetrics
 from gateway.mirroring.shadows import Mirrors
 from gateway.routing.auth import presented_token, token_matches
 from gateway.routing.balancer import Endpoint, EndpointPool
-from gateway.routing.limits import Activity
 from gateway.routing.paths import Target
-from gateway.routing.route_table import Asleep, GroupEntry, RouteState, ServiceRoute
+from gateway.routing.route_table import Asleep, GroupEntry, ServiceRoute
 from gateway.settings import GatewaySettings
-from gateway.wake import Push, Waking
+from gateway.wake import Waking
 
 
 def same_credential(head: Head, presented: bytes, accepted: bytes) -> bool:
@@ -65,30 +67,37 @@ class PredictProxy:
     def __init__(
         self,
         settings: GatewaySettings,
-        routes: RouteState,
+        admission: Admission,
         balancer: EndpointPool,
         metrics: GatewayMetrics,
         upstreams: UpstreamPool,
-        activity: Activity | None = None,
-        wake: Push | None = None,
+        waking: Waking,
     ) -> None:
         self.settings = settings
-        self.routes = routes
+        self.admission = admission
+        self.routes = admission.routes
         self.balancer = balancer
         self.metrics = metrics
         self.upstreams = upstreams
-        self.activity = activity if activity is not None else Activity()
-        self._connect_s = settings.connect_timeout_s
-        self._max_body = settings.max_body_bytes  # (the settings are not compiled)
         # The in-flight counts' clock (time.monotonic), the upstream pool's: a call reads it
         # once when admitted and once when it ends. (An attribute: a module global is a dict
         # lookup per call.)
         self._clock = upstreams.time
         self.mirrors = Mirrors(
-            routes, balancer, upstreams, metrics, connect_timeout_s=settings.connect_timeout_s
+            self.routes, balancer, upstreams, metrics, connect_timeout_s=settings.connect_timeout_s
         )
-        self.waking = Waking(routes, metrics, wake)
-        self.slow = SlowPath(self)
+        self.waking = waking
+        self.slow = SlowPath(
+            settings,
+            admission,
+            metrics,
+            balancer,
+            upstreams,
+            self.mirrors,
+            waking,
+            readmit=self.readmit,
+            count=self.count,
+        )
 
     # -- admission (shared) ---------------------------------------------------------------
 
@@ -102,14 +111,9 @@ class PredictProxy:
         found = routes.named(name)
         if isinstance(found, GroupEntry):
             self._authenticate_group(request, found)
-            entry = routes.member(found)
-            if entry is None:
-                raise self.unavailable(
-                    name, f"group {name!r} has no member taking group traffic with a ready replica"
-                )
-            return entry, True
+            return self.admission.member(found), True
         if found is None:
-            raise Problem(404, f"no service named {name!r}")
+            raise self.admission.unknown(name)
         entry, group = found
         if group is None:
             head = request.head
@@ -126,8 +130,12 @@ class PredictProxy:
         name = group.route.group
         if not self._accepts(request, lambda: self.routes.group_tokens(group), group):
             if presented_token(request.head.authorization) is None:
-                raise unauthorized(name, "missing Authorization header with the group token")
-            raise unauthorized(name, "the token matches neither this group nor its members")
+                raise Admission.unauthenticated(
+                    name, "missing Authorization header with the group token"
+                )
+            raise Admission.unauthenticated(
+                name, "the token matches neither this group nor its members"
+            )
 
     @staticmethod
     def _accepts(
@@ -157,8 +165,10 @@ class PredictProxy:
         authenticated: bool,
         now: float,
     ) -> None:
-        """Raise the :class:`Problem` that refuses this call, or take its place in the
-        service's in-flight count at ``now`` (the caller must ``entry.in_flight.leave()``)."""
+        """The token step (unless a group token ``authenticated`` the call already), then
+        :meth:`gateway.admission.Admission.admit`: raises :class:`Refused` or
+        :class:`Asleep`, or takes the call's place in the service's in-flight count at
+        ``now`` (the caller must ``entry.in_flight.leave()``)."""
         name = entry.service
         auth = request.head.authorization
         accepted = entry.accepted
@@ -167,38 +177,25 @@ class PredictProxy:
         ):
             token = presented_token(auth)
             if token is None:
-                raise unauthorized(name, "missing Authorization header with the service token")
+                raise Admission.unauthenticated(
+                    name, "missing Authorization header with the service token"
+                )
             if not token_matches(token, entry.digest):
-                raise unauthorized(name, "the token does not match this service")
+                raise Admission.unauthenticated(name, "the token does not match this service")
             entry.accepted = auth
-        if target.admin:
-            raise Problem(
-                403,
-                "Triton's admin API (model repository, shared memory, trace, logging) "
-                "is not available through the gateway",
-                service=name,
-            )
-        length = request.content_length
-        limit = self._max_body
-        if length is not None and length > limit:
-            raise Problem(
-                413, f"request body of {length} bytes exceeds the limit of {limit}", service=name
-            )
-        if not entry.endpoints:
-            if entry.route.wakeable:
-                raise Asleep(entry)
-            raise self.unavailable(
-                name, f"service {name!r} has no ready replica (status: {entry.route.status})"
-            )
-        over = entry.take_place(self.activity, now)
-        if over is not None:
-            headers = {"Retry-After": str(over.retry_after_s)}
-            raise Problem(429, over.detail, service=name, headers=headers)
+        self.admission.admit(
+            entry,
+            grpc=False,
+            admin=ADMIN_API if target.admin else None,
+            length=request.content_length,
+            now=now,
+        )
 
-    def unavailable(self, name: str, detail: str) -> Problem:
-        """A 503 the caller may retry after a moment (replicas come and go)."""
-        headers = {"Retry-After": str(self.settings.retry_after_s)}
-        return Problem(503, detail, service=name, headers=headers)
+    def readmit(self, request: Request, target: Target, now: float) -> ServiceRoute:
+        """Resolve and admit a call again (a held one, once its service woke)."""
+        entry, authenticated = self.resolve(request, target)
+        self.admit(request, target, entry, authenticated, now)
+        return entry
 
     def count(self, label: str, code: int, started: float) -> None:
         series = self.metrics.series(label)
@@ -221,7 +218,8 @@ class PredictProxy:
                 self.admit(request, target, entry, authenticated, started)
         except Asleep as a:
             return self.slow.held(request, target, a.entry, started)
-        except Problem as p:
+        except Refused as r:
+            p = refused_problem(r)
             self.count(entry.service if entry is not None else "", p.status, started)
             write_problem(request, p, close=p.status == 413)
             request.finish()

@@ -68,7 +68,7 @@ def open_door(make_gateway: GatewayFactory, lt: LoopThread) -> Iterator[Any]:
 
     def factory(routes: RouteTable, **settings: Any) -> Door:
         gw = make_gateway(routes, **settings)
-        runner = lt.run(start_grpc(gw.runner.gateway, host="127.0.0.1", port=0))
+        runner = lt.run(start_grpc(gw.runner.gateway.grpc_door(), host="127.0.0.1", port=0))
         opened.append(runner)
         return Door(gw, runner)
 
