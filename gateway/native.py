@@ -31,6 +31,7 @@ from types import ModuleType
 # Modules under gateway/ built with mypyc, dotted below it: synchronous code only.
 COMPILED = (
     "admission",
+    "http.derived",
     "http.headers",
     "http.http1",
     "http.pool",

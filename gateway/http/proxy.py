@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable
 from hmac import compare_digest
-from typing import Any, Final, cast
+from typing import Any
 
 from mypy_extensions import mypyc_attr
 
 from gateway.admission import ADMIN_API, Admission, Refused
+from gateway.http.derived import MAX_UPSTREAM_HEADS
 from gateway.http.forwarding import CLIENT_CLOSED, SlowPath, upstream_problem
 from gateway.http.headers import predict_upstream_headers
 from gateway.http.pool import UpstreamPool
@@ -56,9 +57,6 @@ def same_credential(head: Head, presented: bytes, accepted: bytes) -> bool:
         return False
     head.authorization = head.hmap[b"authorization"] = accepted  # the same bytes
     return True
-
-
-MEMO_ENDPOINTS: Final = 16  # upstream heads kept per client head (one per replica it went to)
 
 
 class PredictProxy:
@@ -116,10 +114,11 @@ class PredictProxy:
             raise self.admission.unknown(name)
         entry, group = found
         if group is None:
-            head = request.head
-            if head.parsed is target:  # the head's own target: its repeats skip the lookup
-                head.resolved = entry
-                head.resolved_at = routes.generation
+            derived = request.head.derived
+            if derived is not None and derived.target is target:
+                # The head's own target: its repeats skip the lookup.
+                derived.entry = entry
+                derived.entry_at = routes.generation
             return entry, False
         if self._accepts(request, lambda: (group.digest,), group):
             return entry, True
@@ -207,11 +206,16 @@ class PredictProxy:
     def dispatch(self, request: Request, target: Target) -> Coroutine[Any, Any, None] | None:
         started = self._clock()
         entry: ServiceRoute | None = None
-        head = request.head
+        derived = request.head.derived
         try:
-            if head.resolved_at == self.routes.generation and head.parsed is target:
+            if (
+                derived is not None
+                and derived.entry_at == self.routes.generation
+                and derived.target is target
+                and derived.entry is not None
+            ):
                 # A repeated head naming a service (no group), and no table since.
-                entry = cast(ServiceRoute, head.resolved)
+                entry = derived.entry
                 self.admit(request, target, entry, False, started)
             else:
                 entry, authenticated = self.resolve(request, target)
@@ -253,22 +257,24 @@ class PredictProxy:
         body = request.body.take() if request.has_body else None  # sent with the head
         # The body has the head's length, so the upstream head follows from the head, the
         # connection and the replica: made once while a client repeats its head.
-        client = request.head
-        if client.last_endpoint is endpoint:
-            head = client.last_made
+        derived = request.head.derived
+        if derived is not None and derived.last_endpoint is endpoint:
+            head = derived.last_head
         else:
-            memo = client.memo
-            found = memo.get(endpoint)
-            if found is None:
+            made = None if derived is None else derived.upstream_heads.get(endpoint)
+            if made is None:
                 headers = predict_upstream_headers(
                     request.headers, request.peer, request.content_length
                 )
-                found = request_head(request.method, target.path_qs, endpoint.host_header, headers)
-                if len(memo) >= MEMO_ENDPOINTS:
-                    memo.clear()
-                memo[endpoint] = found
-            head = client.last_made = found
-            client.last_endpoint = endpoint
+                made = request_head(request.method, target.path_qs, endpoint.host_header, headers)
+                if derived is not None:
+                    if len(derived.upstream_heads) >= MAX_UPSTREAM_HEADS:
+                        derived.upstream_heads.clear()
+                    derived.upstream_heads[endpoint] = made
+            head = made
+            if derived is not None:
+                derived.last_head = made
+                derived.last_endpoint = endpoint
         endpoint.outstanding += 1
         ex = ProxiedExchange(self, request, conn, entry, endpoint, started)
         ex.send(head, body, started)  # its deadline runs from admission, microseconds ago

@@ -6,13 +6,14 @@ Called once per request, so compiled with the proxy (``gateway/native.py``).
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from gateway.http.derived import Derived
 from gateway.http.problems import Problem, write_problem
 from gateway.http.proxy import PredictProxy
 from gateway.http.server import Request, RequestHandler
-from gateway.routing.paths import BadTarget, Target, parse_target
+from gateway.routing.paths import BadTarget, parse_target
 
 
 class Pages(Protocol):
@@ -62,8 +63,9 @@ class Router(RequestHandler):
             return None
         head = request.head
         own = raw is head.target  # (not rewritten above): what is read is kept with the head
-        if own and head.parsed is not None:
-            target: Target | None = cast(Target, head.parsed)  # a repeated head, read before
+        derived = head.derived
+        if own and derived is not None:
+            target = derived.target  # a repeated head, read before
         else:
             try:
                 target = parse_target(raw)
@@ -71,7 +73,7 @@ class Router(RequestHandler):
                 _answer(request, Problem(400, str(e)))
                 return None
             if own:
-                head.parsed = target
+                head.derived = Derived(target)
         if target is not None:
             return self.predict.dispatch(request, target)
         path = request.path

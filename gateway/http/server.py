@@ -43,6 +43,7 @@ from typing import Protocol as TypingProtocol
 import httptools
 from mypy_extensions import mypyc_attr
 
+from gateway.http.derived import Derived
 from gateway.http.http1 import CRLF, ReadPausable, request_line_refusal, status_line
 from gateway.http.splice import AVAILABLE as SPLICE_AVAILABLE
 from gateway.http.splice import RELAY_MIN, BodyMove, BodyRelay, BodySplice
@@ -248,15 +249,13 @@ class Head:
     """A parsed request head (header names lower-case bytes). A connection keeps its last
     one with the bytes it was parsed from (``raw``): clients repeat their heads byte for
     byte (same model, tensor shapes and token), and a head equal to the last is not parsed
-    again (see :meth:`HttpConnection.data_received`). ``memo`` holds what a handler derives
-    from the head and the connection alone (the proxy's upstream head per replica),
-    ``parsed`` what the router read from its target, ``resolved`` what the handler found
-    for that reading (the proxy's service entry) while its table's generation is still
-    ``resolved_at``."""
+    again (see :meth:`HttpConnection.data_received`). ``derived`` holds what the router and
+    the proxy derive from the head (:mod:`gateway.http.derived`), kept with it."""
 
     __slots__ = (
         "authorization",
         "content_length",
+        "derived",
         "expect_continue",
         "has_body",
         "head_only",
@@ -264,14 +263,8 @@ class Head:
         "hmap",
         "http11",
         "keep_alive",
-        "last_endpoint",
-        "last_made",
-        "memo",
         "method",
-        "parsed",
         "raw",
-        "resolved",
-        "resolved_at",
         "target",
         "upgrade",
         "version",
@@ -307,14 +300,7 @@ class Head:
             expect is not None and expect.lower() == b"100-continue" and version == "1.1"
         )
         self.raw = b""  # the bytes it was parsed from, once known to be all of them
-        self.memo: dict[object, bytes] = {}
-        # The last key asked for in ``memo`` and its value, before the dict (one replica
-        # mostly: compared by identity).
-        self.last_endpoint: object = None
-        self.last_made = b""
-        self.parsed: object = None  # the router's reading of ``target`` (gateway.routing.paths)
-        self.resolved: object = None
-        self.resolved_at = -1
+        self.derived: Derived | None = None  # filled by the router and the proxy
 
     @property
     def repeatable(self) -> bool:
@@ -339,6 +325,7 @@ class Request:
         "body",
         "conn",
         "content_length",
+        "derived",
         "expect_continue",
         "has_body",
         "head",
