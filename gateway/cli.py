@@ -28,13 +28,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from contract.heap import freeze_startup_heap
-from contract.helptext import settings_epilog
 from gateway.app import start_gateway
 from gateway.grpc.server import start_grpc
 from gateway.route_source import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
 from gateway.workers import WorkerPeers
+from startup.heap import freeze_startup_heap
+from startup.helptext import settings_epilog
 
 log = logging.getLogger("gateway")
 
@@ -110,7 +110,7 @@ async def serve(
 def run(main: Coroutine[Any, Any, None]) -> None:
     """Run ``main`` on uvloop when it is installed (it roughly halves the event loop's
     share of the gateway's CPU per request), else on asyncio's default loop; with what the
-    imports built frozen first (:mod:`contract.heap`)."""
+    imports built frozen first (:mod:`startup.heap`)."""
     freeze_startup_heap()
     try:
         import uvloop

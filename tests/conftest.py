@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def unfrozen_heap() -> Iterator[None]:
-    """For a test of a server's start-up freeze (contract.heap): the suite's own heap is not
+    """For a test of a server's start-up freeze (startup.heap): the suite's own heap is not
     a server's start-up, so it is unfrozen again after."""
     gc.unfreeze()
     yield

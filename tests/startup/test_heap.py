@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from contract.heap import freeze_startup_heap
+from startup.heap import freeze_startup_heap
 
 
 class Node:

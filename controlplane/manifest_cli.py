@@ -2,10 +2,10 @@
 
 A dry run users can read, diff and ``kubectl apply``: the spec goes through the API's own
 checks (:func:`controlplane.spec.validate_spec`, the resource groups) and the objects come
-from :func:`.manifests.desired_objects` with the runtime's settings (``OPENEAS_K8S_*``), so
-they are exactly what the kubernetes runtime would apply. Only the service's uid and
-generation, which exist once it is stored, are placeholders. Errors are one clear message,
-never a traceback.
+from :func:`controlplane.runtime.kubernetes.manifests.desired_objects` with the runtime's
+settings (``OPENEAS_K8S_*``), so they are exactly what the kubernetes runtime would apply.
+Only the service's uid and generation, which exist once it is stored, are placeholders.
+Errors are one clear message, never a traceback.
 """
 
 from __future__ import annotations
