@@ -2,8 +2,8 @@
 
 The per-request path of the gateway — the callbacks of :mod:`gateway.http.server`,
 :mod:`gateway.http.upstream` and :mod:`gateway.http.proxy` and what they call — is compiled to C
-by mypyc when the package is built (``setup.py``): the same typed Python, at about half
-the instructions per call (``bench/hotpath.py --callgrind``). Coroutines are never in
+by mypyc when the package is built (``setup.py``): the same typed Python, fewer
+instructions per call (docs/performance.md). Coroutines are never in
 these modules: they stay interpreted (mypyc's coroutines are where its bugs have been).
 
 The build records the digest of each source it compiled (``RECORD``, written by

@@ -1,12 +1,12 @@
 """A long-running process's start-up heap kept out of the cyclic collector's full passes.
 
-A full collection walks every tracked object: about 48,000 in the gateway after its imports,
-23–31 ms of CPU on this project's test machine, during which every call in flight waits.
-What brings one is garbage in reference cycles that lived long enough to be old: closed
-client connections made it every 6 s under 1,850 new connections a second until they stopped
-leaving cycles (``gateway.http.server.HttpConnection.connection_lost``); a closed replica
+A full collection walks every tracked object, during which every call in flight waits;
+a server's imports make most of them. What brings one is garbage in reference cycles that
+lived long enough to be old: closed client connections did until they stopped leaving
+cycles (``gateway.http.server.HttpConnection.connection_lost``); a closed replica
 connection, a call on the coroutine path, a replaced route table still may. Frozen, the
-start-up objects are skipped: the pass walks what came since (1.1–1.9 ms there)."""
+start-up objects are skipped: a pass walks only what came since. Call it once, after the
+imports and before serving (the figures: docs/performance.md)."""
 
 from __future__ import annotations
 

@@ -2,10 +2,8 @@
 by ``httptools`` (llhttp).
 
 Why not aiohttp.web or an ASGI server: the gateway shares a core with Triton and its CPU
-per request is throughput Triton loses (``bench/gateway.py``). aiohttp.web + its client
-spent ~640 µs of CPU per proxied request here, nginx ~50-90 µs; a Python proxy that only
-parses and relays costs ~35 µs of user CPU. So this module does only what a proxy needs,
-with as few Python calls per request as possible:
+per request is throughput Triton loses (the figures: docs/performance.md). So this module
+does only what a proxy needs, with as few Python calls per request as possible:
 
 - ``handler(request)`` is called synchronously once per request — for a request with a
   small body (up to ``buffer_bytes``) or none, once the whole message is in, so the common
@@ -631,8 +629,8 @@ class HttpConnection(ReadPausable):
 
     def _parser_between_messages(self) -> None:
         """At the end of a body that bypassed the parser: a new parser if it saw the head
-        (it would take the next bytes for that body), else the one it is (a repeated head's
-        message never reached it: replacing it cost a relayed call 4,100 instructions)."""
+        (it would take the next bytes for that body), else the one it is: a repeated head's
+        message never reached it, and a parser is replaced only when it has seen a head."""
         if self._parser_in_body:
             self._parser_in_body = False
             self.parser = httptools.HttpRequestParser(self)
@@ -731,8 +729,8 @@ class HttpConnection(ReadPausable):
         self._queue.clear()
         # What refers back to this connection goes (its parser's callbacks are its bound
         # methods, its requests name it), so that it is freed once dropped rather than left
-        # in cycles to the collector's passes: 15 % of a call's instructions when every call
-        # comes on a new connection (docs/architecture.md).
+        # in cycles to the collector's passes (startup/heap.py says why those must stay
+        # rare). Invariant: nothing made per connection refers back to it once closed.
         self.parser = _CLOSED_PARSER
         self.active = self._parsing = self._done = None
 

@@ -8,10 +8,9 @@ socket, into a new ``bytes`` by uvloop, into the replica's socket. :class:`BodyR
 the two copies nginx makes, out of one socket into a kept buffer and from it into the other,
 and hands Python no read: it is the default for a body with at least ``RELAY_MIN`` bytes still
 to come. Splicing moves the socket's pages into a pipe and from it; from
-``GatewaySettings.splice_min_bytes`` still to come (0, the default, turns it off): with 1 MB
-bodies it halves the gateway's CPU per call in front of a canned replica
-(``bench/hotpath.py --model inception_graphdef``), but a replica on the same host then reads
-spliced pages at more cost than the gateway saves (docs/architecture.md), so it is opt-in.
+``GatewaySettings.splice_min_bytes`` still to come (0, the default, turns it off): it saves
+the gateway's copies, but a replica on the same host then reads spliced pages at more cost
+than the gateway saves (docs/performance.md), so it is opt-in.
 Either is only used for a body of known length
 that goes to one replica connection, after what that connection's transport still holds: the
 bytes arrive in order and exactly the body is taken from the client, so what follows it (a
@@ -96,8 +95,7 @@ class BodyMove(ABC):
     def start(self) -> None:
         """Move at once what the client's socket already holds (often the whole rest: the
         loop then watches nothing, and the client's transport is never paused), then wait
-        for more if it must (moving at once took the latency a splice first added at one
-        connection, 0.19 ms per 1 MB, to none)."""
+        for more if it must: a body already in the socket adds no wait for the loop."""
         while self._read():
             if not self._flush() or not self.left:
                 break
@@ -259,8 +257,8 @@ except ImportError:  # built without C (OPENEAS_PURE_PYTHON=1)
 class BodyRelay(BodyMove):
     """Through one buffer of ours (``read`` into it, ``write`` from it: the kernel's two
     copies, which nginx makes too), refilled once the replica's socket took all of it. The
-    buffer is an anonymous mapping, so it starts on a page (the kernel copies into and out
-    of a buffer 16 bytes past one took 1.5x as long: processors/storage/buffers.py)."""
+    buffer is an anonymous mapping, so it starts on a page (the kernel's copies into and
+    out of a buffer off a page boundary are slower: docs/performance.md)."""
 
     def _open(self) -> None:
         self.buffer = _buffers.pop() if _buffers else memoryview(mmap.mmap(-1, RELAY_BYTES))

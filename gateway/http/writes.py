@@ -1,14 +1,15 @@
 """A connection's writes, shared by both doors' connections: several pieces of one message
 in one system call, and that call made at once, on the socket, when nothing waits.
 
-uvloop's ``transport.write`` costs about 1,000 instructions a call before its system call
-(``bench/hotpath.py --callgrind``), and a predict call makes two; ``os.write`` costs about as
-much, because it releases the GIL around the call (``gateway/http/_nowait.c`` does not: about 230).
-:class:`Sender` writes a small message straight to the connection's socket when
-the transport holds nothing unsent and is not closing — what uvloop's own write would do
-then — and hands the transport whatever the socket does not take, or an error, so it keeps
-the order and reports the error as always. (The body splice, :mod:`gateway.http.splice`, writes
-on the socket under the same condition.)
+uvloop's ``transport.write`` and ``os.write`` (which releases the GIL around the call) each
+cost a predict call more than its own work (docs/performance.md); ``gateway/http/_nowait.c``
+writes holding the GIL. :class:`Sender` writes a small message straight to the connection's
+socket when the transport holds nothing unsent and is not closing — what uvloop's own write
+would do then — and hands the transport whatever the socket does not take, or an error, so
+it keeps the order and reports the error as always. (The body splice,
+:mod:`gateway.http.splice`, writes on the socket under the same condition.) Invariant: a
+write goes on the socket itself only when the transport holds nothing unsent, so the order
+of bytes is the order of writes.
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ sched_yield: Final[Callable[[], None]] = getattr(os, "sched_yield", _no_yield)
 
 def cedes_cpu(calls: int, yield_at: int) -> bool:
     """Whether to give up the CPU after a read, with ``calls`` in flight (besides any that
-    read ended): from ``yield_at`` on, never when it is 0. Measured on a core shared with
-    Triton: the gRPC door's CPU per call halved at 64 calls (``bench/grpc.py``); see
-    docs/architecture.md for the HTTP door's figures."""
+    read ended): from ``yield_at`` on, never when it is 0; a lone call never yields (what
+    it saves, on a core shared with Triton: docs/performance.md)."""
     return 0 < yield_at <= calls

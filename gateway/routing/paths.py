@@ -92,7 +92,7 @@ def _needs_normalizing(raw_path: str) -> bool:
     )
 
 
-@functools.lru_cache(maxsize=4096)  # clients repeat a handful of targets; a hit is ~0.1 µs
+@functools.lru_cache(maxsize=4096)  # clients repeat a handful of targets: bounded memory
 def parse_target(raw_target: str) -> Target | None:
     """Map a raw request-target to a :class:`Target`; ``None`` when it is not under
     ``/api/predict/<service>``. Raises :class:`BadTarget` for a malformed predict path."""
