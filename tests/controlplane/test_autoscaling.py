@@ -15,6 +15,7 @@ from controlplane.reconciler import Reconciler
 from controlplane.signals import Signals
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
+from tests.tasks import stop
 
 
 class Clock:
@@ -65,8 +66,7 @@ async def leader(harness: Harness) -> AsyncIterator[tuple[Harness, Autoscaling]]
     task = asyncio.create_task(reconciler.run())
     await harness.until(lambda: scaling.signals.leading)
     yield harness, scaling
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    await stop(task)
     assert not scaling.signals.leading
 
 

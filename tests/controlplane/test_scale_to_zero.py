@@ -30,6 +30,7 @@ from controlplane.settings import Settings
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_autoscaling import report
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
+from tests.tasks import stop
 
 
 def to_zero(grace: int = 1, activation: int = 1, window: int = 0) -> dict[str, Any]:
@@ -54,8 +55,7 @@ async def leader(harness: Harness) -> AsyncIterator[tuple[Harness, Autoscaling]]
     task = asyncio.create_task(reconciler.run())
     await harness.until(lambda: scaling.signals.leading)
     yield harness, scaling
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    await stop(task)
 
 
 def instances(h: Harness, name: str = "triton_test") -> Any:
@@ -146,8 +146,7 @@ async def test_a_read_of_the_wake_up_during_its_write_does_not_scale_it_back(
         assert events(h, "Autoscaled") == ["to zero"]
     finally:
         go_on.set()
-        loop.cancel()
-        await asyncio.gather(loop, return_exceptions=True)
+        await stop(loop)
 
 
 async def test_the_grace_period_counts_from_the_wake_up_and_requests(

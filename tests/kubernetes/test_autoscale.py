@@ -17,6 +17,7 @@ from testing.k8s_server import ApiStandIn
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_autoscaling import report
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
+from tests.tasks import stop
 
 NAME = "triton_test"
 AUTO = {
@@ -80,8 +81,7 @@ async def test_deployment_replicas_follow_the_autoscaler(
         assert "scaled 1→4: qps 330.0 > 100 × 1" in messages
         assert "scaled 4→1: qps 0.0 < 100 × 4" in messages
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)
 
 
 async def test_cpu_comes_from_the_metrics_api(
@@ -115,8 +115,7 @@ async def test_cpu_comes_from_the_metrics_api(
         )
         assert h.row().spec.metadata.instance == 2
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)
         await runtime.close()
 
 
@@ -154,5 +153,4 @@ async def test_deployment_goes_to_zero_and_back_on_a_wake_up(
             lambda: any(e.reason == "ColdStart" for e in h.services.events("local", NAME))
         )
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)

@@ -4,10 +4,9 @@ the OSS stand-in (through ``oss2``) and a scripted socket server for what it nev
 
 from __future__ import annotations
 
-import shutil
+import datetime
 import socket
 import ssl
-import subprocess
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,6 +14,10 @@ from pathlib import Path
 
 import pytest
 import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from processors.storage import PermanentStorageError, TemporaryStorageError
 from processors.storage.http_get import Connections, IncompleteBody, ProtocolError, with_query
@@ -186,17 +189,33 @@ def test_answers_that_are_not_http_it_reads(scripted: Script, answer: bytes) -> 
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate for localhost, and its key."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command to make a certificate")
-    where = tmp_path_factory.mktemp("tls")
-    cert, key = where / "cert.pem", where / "key.pem"
-    command = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost"
-    command += " -addext subjectAltName=DNS:localhost"
-    subprocess.run(
-        [*command.split(), "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True
+    """A self-signed certificate for localhost, and its key (made with ``cryptography``, a
+    dependency, so that the HTTPS test never depends on an ``openssl`` command)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(key, hashes.SHA256())
     )
-    return cert, key
+    where = tmp_path_factory.mktemp("tls")
+    cert_path, key_path = where / "cert.pem", where / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
 
 
 def test_https_checks_the_certificate_and_keeps_the_connection(
