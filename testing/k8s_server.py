@@ -63,6 +63,7 @@ strict), events, and the status subresource of a Deployment as a client would wr
 
 from __future__ import annotations
 
+import builtins
 import copy
 import functools
 import hashlib
@@ -292,7 +293,7 @@ class ApiStandIn:
                 change()
             self._compacted = self._rv
 
-    def sync_pods(self, deployment: str, namespace: str | None = None) -> list[str]:
+    def sync_pods(self, deployment: str, namespace: str | None = None) -> builtins.list[str]:
         """One step of a crude Deployment + ReplicaSet controller; returns the names of the
         pods of the current template.
 
@@ -636,7 +637,7 @@ class ApiStandIn:
         """Store ``new`` in place of ``live``: server-owned fields kept, status untouched
         (the main resource ignores it), no change when nothing changed."""
         new = copy.deepcopy(new)
-        for key in (
+        for kept in (
             "uid",
             "creationTimestamp",
             "namespace",
@@ -644,10 +645,10 @@ class ApiStandIn:
             "generation",
             "resourceVersion",
         ):
-            if key in live["metadata"]:
-                new["metadata"][key] = live["metadata"][key]
+            if kept in live["metadata"]:
+                new["metadata"][kept] = live["metadata"][kept]
             else:
-                new["metadata"].pop(key, None)
+                new["metadata"].pop(kept, None)
         if "status" in live:
             new["status"] = copy.deepcopy(live["status"])
         else:
