@@ -18,7 +18,7 @@ from processors.storage.helper import MANY, Report, start, wanted
 from testing.oss_server import OssServer
 from tests.fixtures_oss import BUCKET
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(
