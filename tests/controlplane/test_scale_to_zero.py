@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,7 +21,6 @@ from controlplane.autoscaling import Autoscaling, NotWakeable
 from controlplane.coldstart import ColdStart, breakdown, phase_of
 from controlplane.db import make_engine, make_sessions
 from controlplane.desired import ServiceState
-from controlplane.reconciler import Reconciler
 from controlplane.runtime.base import ReplicaStatus
 from controlplane.sealing import TokenSealer
 from controlplane.services import Services
@@ -46,16 +44,6 @@ def to_zero(grace: int = 1, activation: int = 1, window: int = 0) -> dict[str, A
             },
         },
     }
-
-
-@pytest.fixture
-async def leader(harness: Harness) -> AsyncIterator[tuple[Harness, Autoscaling]]:  # noqa: F811
-    scaling = Autoscaling(harness.sessions, harness.services, tick_s=0.1)
-    reconciler: Reconciler = harness.make_reconciler(lease_ttl=1.0, autoscaling=scaling)
-    task = asyncio.create_task(reconciler.run())
-    await harness.until(lambda: scaling.signals.leading)
-    yield harness, scaling
-    await stop(task)
 
 
 def instances(h: Harness, name: str = "triton_test") -> Any:
