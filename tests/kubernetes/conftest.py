@@ -1,6 +1,7 @@
 """Fixtures of the kubernetes runtime's tests: a running API stand-in, settings whose
-kubeconfig points at it (see ``testing/k8s_server.py``), and the runtime on them with what it
-notified (a module that needs other settings overrides ``k8s_settings``)."""
+kubeconfig points at it (see ``testing/k8s_server.py``), and the runtime on them, claimed for
+the test's installation, with what it notified (a module that needs other settings
+overrides ``k8s_settings``)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,19 @@ def k8s_settings(
     )
 
 
+# The installation id a test's runtime acts for (a database's, written by migration 0005).
+INSTALLATION = "0b7c2f4e-5d1a-4c3e-9f00-000000000001"
+
+
+async def claimed(
+    runtime: KubernetesRuntime, installation: str = INSTALLATION
+) -> KubernetesRuntime:
+    """``runtime``, once it acts for ``installation`` (as the reconciler's does)."""
+    refused = await runtime.claim(installation)
+    assert refused is None, refused
+    return runtime
+
+
 class Recorder:
     """The reconciler's side: what ``notify`` was called with."""
 
@@ -63,6 +77,6 @@ def notified() -> Recorder:
 async def runtime(
     k8s_settings: KubernetesSettings, notified: Recorder
 ) -> AsyncIterator[KubernetesRuntime]:
-    rt = KubernetesRuntime(k8s_settings, notified)
+    rt = await claimed(KubernetesRuntime(k8s_settings, notified))
     yield rt
     await rt.close()
