@@ -113,7 +113,7 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # Accepted connections inherit it (Linux). uvicorn writes a response's head and body
-    # separately; with Nagle the body waited for the client's delayed ACK: +40 ms on every
+    # separately; with Nagle the body waits for the client's delayed ACK on every
     # keep-alive request (eascmd, the console, the gateway's route long-poll).
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))

@@ -329,9 +329,9 @@ class LocalRuntime:
                 stderr=asyncio.subprocess.STDOUT,
                 env=env,
                 # No orphan even if we are SIGKILLed. Its own process group, so that stopping
-                # it stops tritonserver too; but our session: a new one would be a scheduler
-                # autogroup of its own, and the gateway's sched_yield (gateway/yielding.py)
-                # does not cede the core across autogroups.
+                # it stops tritonserver too; but our session, so that a replica shares its
+                # scheduler autogroup with the process that started it (a yield of the CPU
+                # cedes the core only within an autogroup; a new session is one of its own).
                 preexec_fn=die_with(os.getpid(), own_group=True),
             )
         self.notify(replica.service)

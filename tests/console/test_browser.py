@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Page, expect
 
 from contract.wire import SIGNALS_PATH, LoadReport, ServiceLoad
 from controlplane.metrics_history import POINTS, STEP_S, MetricsHistory
@@ -24,9 +25,6 @@ from tests.controlplane.conftest import ADMIN
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seed_triton.config"
 BOUNDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25]
-
-pytest.importorskip("playwright")
-from playwright.sync_api import Page, expect  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from controlplane.spec import StoredSpec
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async
-from tests.kubernetes.conftest import INSTALLATION, claimed
+from tests.kubernetes.conftest import INSTALLATION, Recorder, claimed
 
 NAME, OBJECT, UID = "triton_test", "triton-test", "0b6f2a0e-5d7c-4a59-9d0e-7d7f3f8c1a11"
 
@@ -52,30 +52,6 @@ def want(
     return desired(
         ServiceState(NAME, UID, generation, StoredSpec.model_validate(spec), stopped, deleting)
     )
-
-
-class Recorder:
-    """The reconciler's side: what ``notify`` was called with."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def __call__(self, service: str) -> None:
-        self.names.append(service)
-
-
-@pytest.fixture
-async def notified() -> Recorder:
-    return Recorder()
-
-
-@pytest.fixture
-async def runtime(
-    k8s_settings: KubernetesSettings, notified: Recorder
-) -> AsyncIterator[KubernetesRuntime]:
-    rt = await claimed(KubernetesRuntime(k8s_settings, notified))
-    yield rt
-    await rt.close()
 
 
 async def until(check: Callable[[], Awaitable[object] | object], timeout: float = 15.0) -> None:
