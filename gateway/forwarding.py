@@ -13,6 +13,7 @@ import asyncio
 import time
 from typing import Protocol
 
+from gateway.auth import body_matches, md5_refusal
 from gateway.balancer import Endpoint, EndpointPool, split_base_url
 from gateway.headers import REQUEST_REPLACED, forward_request_headers, predict_upstream_headers
 from gateway.limits import Activity
@@ -20,7 +21,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.mirror import Copy, RecordingExchange
 from gateway.paths import Target
 from gateway.pool import UpstreamPool
-from gateway.problems import Problem, write_problem
+from gateway.problems import Problem, unauthorized, write_problem
 from gateway.route_table import Asleep, ServiceRoute
 from gateway.server import Body, BodyTooLarge, ClientGone, Request
 from gateway.settings import GatewaySettings
@@ -121,7 +122,7 @@ class Admission(Protocol):
         entry: ServiceRoute,
         authenticated: bool,
         now: float,
-    ) -> None: ...
+    ) -> bytes | None: ...
 
     def count(self, label: str, code: int, started: float) -> None: ...
 
@@ -152,7 +153,7 @@ class SlowPath:
         try:
             await self.waking.hold_call(asleep, self.activity, self.settings.wake_queue)
             entry, authenticated = self.proxy.resolve(request, target)
-            self.proxy.admit(request, target, entry, authenticated, time.monotonic())
+            unchecked = self.proxy.admit(request, target, entry, authenticated, time.monotonic())
         except (Problem, QueueFull, WakeTimeout, NotWakeable, Asleep) as e:
             p = self._not_woken(e, asleep, bound)
             self.proxy.count(name, p.status, started)
@@ -162,7 +163,7 @@ class SlowPath:
             self.proxy.count(name, CLIENT_CLOSED, started)
             raise
         copy = self.mirrors.copy(request, target, entry) if entry.mirror else None
-        await self.run(request, target, entry, started, copy)
+        await self.run(request, target, entry, started, copy, unchecked=unchecked)
 
     def _not_woken(self, e: Exception, asleep: ServiceRoute, bound: int) -> Problem:
         name = asleep.route.service
@@ -195,11 +196,14 @@ class SlowPath:
         started: float,
         copy: Copy | None = None,
         first: Endpoint | None = None,
+        unchecked: bytes | None = None,
     ) -> None:
+        """Forward an admitted call. ``unchecked``: the Content-MD5 a signed call's body is
+        read whole and checked against before anything is sent (see :meth:`_forward`)."""
         name = entry.route.service
         code = 500
         try:
-            code = await self._forward(request, target, entry, copy, first)
+            code = await self._forward(request, target, entry, copy, first, unchecked)
         except Problem as p:
             code = p.status
             write_problem(request, p, close=p.status == 413)
@@ -222,17 +226,19 @@ class SlowPath:
         entry: ServiceRoute,
         copy: Copy | None = None,
         first: Endpoint | None = None,
+        unchecked: bytes | None = None,
     ) -> int:
         """Connect (skipping replicas that refuse), send, relay; the status the client saw.
         A mirror's ``copy`` gets the request as sent and keeps the answer. ``first``: the
-        replica already chosen for this call (if it is still routed)."""
+        replica already chosen for this call (if it is still routed). ``unchecked``: the
+        Content-MD5 the body must have (a signed call's: read whole, never streamed)."""
         name = entry.route.service
         metrics = self.metrics
         length = request.content_length
         body: bytes | None = None
         stream = False
         if request.has_body:
-            if length is not None and not request.body.complete:
+            if length is not None and not request.body.complete and unchecked is None:
                 stream = True
             else:
                 limit = self.settings.max_body_bytes
@@ -242,6 +248,8 @@ class SlowPath:
                     raise Problem(
                         413, f"request body exceeds the limit of {limit} bytes", service=name
                     ) from None
+        if unchecked is not None and not body_matches(unchecked, (body or b"",)):
+            raise unauthorized(name, md5_refusal().detail)
         length = len(body) if body is not None else length
         headers = predict_upstream_headers(request.headers, request.peer, length)
         if copy is not None:
