@@ -1,0 +1,216 @@
+"""EAS-signed predict calls through the real gateway, made by the unmodified
+``eas_prediction.PredictClient`` in its default (signing) mode over real HTTP: the service
+name carries the replica path (``svc/v2/models/<m>/infer``), a body still arriving is
+checked before any of it reaches the replica, groups take a signature by their token or a
+member's, and each refusal is a 401 naming what was wrong."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import logging
+import re
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from eas_prediction import PredictClient, StringRequest, predict_client
+from eas_prediction.exception import PredictException
+
+from contract.wire import GroupRoute, RouteTable, token_digest
+from tests.gateway.conftest import GatewayFactory
+from tests.gateway.harness import SERVICE, TOKEN, Echo, Gateway, route, table
+
+MODEL_PATH = "v2/models/add_sub/infer"
+JSON_BODY = json.dumps(
+    {"inputs": [{"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+)
+GROUP = "g"
+GROUP_TOKEN = "group-token-" + "g" * 20
+OTHER_TOKEN = "other-token-" + "o" * 20
+
+
+@pytest.fixture
+def gw(make_gateway: GatewayFactory, echo: Echo) -> Gateway:
+    member = route([echo.url]).model_copy(update={"group": GROUP, "grouping": True})
+    group = GroupRoute(
+        group=GROUP, token_sha256=token_digest(GROUP_TOKEN), token=GROUP_TOKEN, traffic_mode="auto"
+    )
+    return make_gateway(RouteTable(version=1, routes=[member], groups=[group]))
+
+
+def sdk(gw: Gateway, service: str, token: str = TOKEN) -> PredictClient:
+    client = PredictClient(gw.hostport, service)  # the SDK's default: it signs
+    client.set_token(token)
+    client.set_retry_count(1)
+    client.init()
+    return client
+
+
+@pytest.fixture
+def clients() -> Iterator[list[PredictClient]]:
+    made: list[PredictClient] = []
+    yield made
+    for c in made:
+        c.destroy()
+
+
+def predict(
+    gw: Gateway, service: str, body: str | bytes, token: str = TOKEN, **headers: str
+) -> dict[str, Any]:
+    client = sdk(gw, service, token)
+    try:
+        if headers:
+            client.add_extra_headers(headers)
+        answer: Any = client.predict(StringRequest(body)).response_data
+        doc: dict[str, Any] = json.loads(answer)
+        return doc
+    finally:
+        client.destroy()
+
+
+def refusal(gw: Gateway, service: str, body: str | bytes, token: str = TOKEN) -> str:
+    """The detail of the 401 the SDK gets."""
+    with pytest.raises(PredictException) as e:
+        predict(gw, service, body, token)
+    assert e.value.code == 401, e.value
+    doc: dict[str, Any] = json.loads(e.value.message)
+    assert doc["status"] == 401 and doc["error"] == doc["detail"]
+    detail: str = doc["detail"]
+    return detail
+
+
+def signed_headers(service: str, body: bytes, token: str = TOKEN) -> dict[str, str]:
+    """What the SDK sends with ``body`` (its own signing code), to send by hand."""
+    client = PredictClient("127.0.0.1:1", service)
+    client.set_token(token)
+    made: dict[str, str] = client.generate_singaure(bytearray(body))
+    return made
+
+
+def post(
+    gw: Gateway, path: str, body: bytes | Iterator[bytes], headers: dict[str, str]
+) -> tuple[int, http.client.HTTPMessage, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=20)
+    try:
+        chunked = not isinstance(body, bytes)
+        # Its length as sent (http.client's), not the one the SDK computed for its body.
+        headers = {k: v for k, v in headers.items() if k != "Content-Length"}
+        conn.request("POST", path, body=body, headers=headers, encode_chunked=chunked)
+        resp = conn.getresponse()
+        return resp.status, resp.msg, resp.read()
+    finally:
+        conn.close()
+
+
+def test_the_sdk_reaches_the_replica_path_its_service_name_carries(gw: Gateway, echo: Echo) -> None:
+    doc = predict(gw, f"{SERVICE}/{MODEL_PATH}", JSON_BODY)
+    assert doc["method"] == "POST" and doc["path_qs"] == f"/{MODEL_PATH}"
+    assert doc["body_sha256"] == hashlib.sha256(JSON_BODY.encode()).hexdigest()
+    [seen] = echo.seen
+    assert "authorization" not in seen.names()  # the signature stays at the gateway
+    # A binary body (Triton's binary tensors) and a query string, signed as sent.
+    raw = bytes(range(256)) * 16
+    doc = predict(
+        gw, f"{SERVICE}/{MODEL_PATH}?x=1", raw, **{"Inference-Header-Content-Length": "0"}
+    )
+    assert doc["path_qs"] == f"/{MODEL_PATH}?x=1"
+    assert doc["body_sha256"] == hashlib.sha256(raw).hexdigest()
+
+
+def test_the_token_itself_still_opens(gw: Gateway) -> None:
+    client = PredictClient(gw.hostport, SERVICE, custom_url=f"{gw.url}/api/predict/{SERVICE}/v2")
+    client.set_token(TOKEN)  # custom_url mode: the raw token
+    client.init()
+    try:
+        assert json.loads(client.predict(StringRequest("{}")).response_data)["path_qs"] == "/v2"
+    finally:
+        client.destroy()
+    for auth in (TOKEN, f"Bearer {TOKEN}"):
+        status, _, _ = post(gw, f"/api/predict/{SERVICE}/v2", b"{}", {"Authorization": auth})
+        assert status == 200
+
+
+def test_a_large_signed_body_is_checked_before_any_of_it_goes_on(gw: Gateway, echo: Echo) -> None:
+    """Over the whole-body buffer the gateway would stream: a signed one is read whole,
+    checked, then sent; a tampered one never reaches the replica."""
+    big = bytes(range(256)) * 4096  # 1 MiB
+    path = f"{SERVICE}/{MODEL_PATH}"
+    doc = predict(gw, path, big)
+    assert doc["body_len"] == len(big) and doc["body_sha256"] == hashlib.sha256(big).hexdigest()
+    echo.seen.clear()
+    headers = signed_headers(path, big)
+    tampered = big[:-1] + b"\x00"
+    status, msg, body = post(gw, f"/api/predict/{path}", tampered, headers)
+    assert status == 401 and "Content-MD5" in json.loads(body)["detail"]
+    assert msg["WWW-Authenticate"].startswith("Bearer")
+    # Chunked (no length): read whole as well.
+    status, _, body = post(gw, f"/api/predict/{path}", iter([big[:1000], big[1000:]]), headers)
+    assert status == 200 and json.loads(body)["body_len"] == len(big)
+    status, _, body = post(gw, f"/api/predict/{path}", iter([tampered]), headers)
+    assert status == 401 and "Content-MD5" in json.loads(body)["detail"]
+    assert len(echo.seen) == 1  # only the good chunked one
+
+
+def test_refusals_name_what_was_wrong(
+    gw: Gateway, echo: Echo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    path = f"{SERVICE}/{MODEL_PATH}"
+    assert "signature does not match" in refusal(gw, path, JSON_BODY, OTHER_TOKEN)
+    # A tampered body, header or path, each sent with the SDK's headers for the original.
+    headers = signed_headers(path, JSON_BODY.encode())
+    signature = headers["Authorization"][4:]
+    for changed_path, body, extra, says in [
+        (path, JSON_BODY.encode() + b" ", {}, "Content-MD5"),
+        (path, JSON_BODY.encode(), {"Content-Type": "text/plain"}, "signature does not match"),
+        (f"{SERVICE}/v2/models/other/infer", JSON_BODY.encode(), {}, "signature does not match"),
+        (path, JSON_BODY.encode(), {"Content-MD5": "0" * 32}, "signature does not match"),
+        (path, JSON_BODY.encode(), {"Content-MD5": ""}, "Content-MD5"),
+    ]:
+        status, _, answer = post(gw, f"/api/predict/{changed_path}", body, headers | extra)
+        assert status == 401 and says in json.loads(answer)["detail"], (changed_path, extra)
+    no_md5 = {k: v for k, v in headers.items() if k != "Content-MD5"}
+    status, _, answer = post(gw, f"/api/predict/{path}", JSON_BODY.encode(), no_md5)
+    assert status == 401 and "needs a Content-MD5" in json.loads(answer)["detail"]
+
+    # A clock 16 minutes off: the SDK's own code signs, with its clock moved.
+    class Skewed:
+        class datetime:
+            @staticmethod
+            def now() -> datetime:
+                return datetime.now() - timedelta(minutes=16)
+
+    monkeypatch.setattr(predict_client, "datetime", Skewed)
+    detail = refusal(gw, path, JSON_BODY)
+    assert re.search(r"the Date header \(.* GMT\) is 96[01] s behind", detail), detail
+    assert echo.seen == []
+    assert signature not in caplog.text and TOKEN not in caplog.text
+
+
+def test_a_group_takes_a_signature_by_its_token_or_a_members(gw: Gateway) -> None:
+    assert predict(gw, f"{GROUP}/{MODEL_PATH}", JSON_BODY, GROUP_TOKEN)["path_qs"] == (
+        f"/{MODEL_PATH}"
+    )
+    assert predict(gw, f"{GROUP}/{MODEL_PATH}", JSON_BODY, TOKEN)["method"] == "POST"
+    assert predict(gw, f"{GROUP}.{SERVICE}/{MODEL_PATH}", JSON_BODY, GROUP_TOKEN)
+    assert predict(gw, f"{GROUP}.{SERVICE}/{MODEL_PATH}", JSON_BODY, TOKEN)
+    assert "signature does not match" in refusal(gw, f"{GROUP}/v2", "{}", OTHER_TOKEN)
+    assert "signature does not match" in refusal(gw, f"{GROUP}.{SERVICE}/v2", "{}", OTHER_TOKEN)
+    # The group's signature checks its body too.
+    headers = signed_headers(f"{GROUP}/v2", b"{}", GROUP_TOKEN)
+    status, _, answer = post(gw, f"/api/predict/{GROUP}/v2", b"[]", headers)
+    assert status == 401 and "Content-MD5" in json.loads(answer)["detail"]
+
+
+def test_without_its_key_a_signed_call_is_refused_and_the_token_still_opens(
+    make_gateway: GatewayFactory, echo: Echo
+) -> None:
+    """A route from a control plane that predates signed calls, or a snapshot, carries no
+    token: signatures cannot be checked."""
+    keyless = make_gateway(table(route([echo.url]).model_copy(update={"token": None})))
+    assert "cannot check signed calls" in refusal(keyless, f"{SERVICE}/v2", "{}")
+    status, _, _ = post(keyless, f"/api/predict/{SERVICE}/v2", b"{}", {"Authorization": TOKEN})
+    assert status == 200
