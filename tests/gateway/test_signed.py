@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from eas_prediction import PredictClient, StringRequest, predict_client
 from eas_prediction.exception import PredictException
 
 from contract.wire import GroupRoute, RouteTable, token_digest
+from tests.fixtures_triton import TritonServer, _inception
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import SERVICE, TOKEN, Echo, Gateway, route, table
 
@@ -39,6 +41,12 @@ def gw(make_gateway: GatewayFactory, echo: Echo) -> Gateway:
         group=GROUP, token_sha256=token_digest(GROUP_TOKEN), token=GROUP_TOKEN, traffic_mode="auto"
     )
     return make_gateway(RouteTable(version=1, routes=[member], groups=[group]))
+
+
+def inception_predict(image: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The example model's own numbers for ``image``."""
+    out: np.ndarray[Any, Any] = _inception().predict(image)
+    return out
 
 
 def sdk(gw: Gateway, service: str, token: str = TOKEN) -> PredictClient:
@@ -214,3 +222,65 @@ def test_without_its_key_a_signed_call_is_refused_and_the_token_still_opens(
     assert "cannot check signed calls" in refusal(keyless, f"{SERVICE}/v2", "{}")
     status, _, _ = post(keyless, f"/api/predict/{SERVICE}/v2", b"{}", {"Authorization": TOKEN})
     assert status == 200
+
+
+# -- to real Triton ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_sdk_signs_its_way_to_real_triton(
+    make_gateway: GatewayFactory, triton_server: TritonServer
+) -> None:
+    """``PredictClient`` in its default mode, the Triton path in its service name: a JSON
+    body (add_sub) and a 1 MB binary-tensor body (inception_graphdef, over the whole-body
+    buffer: read whole and checked before it goes on), to a service and to its group."""
+    member = route([triton_server.base_url]).model_copy(update={"group": GROUP, "grouping": True})
+    group = GroupRoute(
+        group=GROUP, token_sha256=token_digest(GROUP_TOKEN), token=GROUP_TOKEN, traffic_mode="auto"
+    )
+    gw = make_gateway(RouteTable(version=1, routes=[member], groups=[group]))
+    a, b = [1.5, 2.0, -3.0, 4.25], [0.5, -1.0, 2.0, 8.0]
+    add_sub = json.dumps(
+        {
+            "inputs": [
+                {"name": name, "shape": [4], "datatype": "FP32", "data": data}
+                for name, data in (("INPUT0", a), ("INPUT1", b))
+            ]
+        }
+    )
+    image = np.random.default_rng(5).random((1, 299, 299, 3), dtype=np.float32)
+    softmax = "InceptionV3/Predictions/Softmax"
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": [1, 299, 299, 3],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": image.nbytes},
+                }
+            ],
+            "outputs": [{"name": softmax, "parameters": {"binary_data": False}}],
+        }
+    ).encode()
+    binary = {"Inference-Header-Content-Length": str(len(header))}
+    for name, token in ((SERVICE, TOKEN), (GROUP, GROUP_TOKEN), (GROUP, TOKEN)):
+        doc = predict(gw, f"{name}/v2/models/add_sub/infer", add_sub, token)
+        outputs = {o["name"]: o["data"] for o in doc["outputs"]}
+        np.testing.assert_array_equal(outputs["OUTPUT0"], np.add(a, b, dtype=np.float32))
+        np.testing.assert_array_equal(outputs["OUTPUT1"], np.subtract(a, b, dtype=np.float32))
+
+        doc = predict(gw, f"{name}/v2/models/inception_graphdef/infer", header + image.tobytes(),
+                      token, **binary)  # fmt: skip
+        [out] = doc["outputs"]
+        assert out["name"] == softmax and out["shape"] == [1, 1001]
+        want = inception_predict(image)
+        np.testing.assert_allclose(np.array(out["data"], dtype=np.float32), want.ravel(), rtol=1e-6)
+    tampered = header + (image + 1).tobytes()
+    headers = signed_headers(
+        f"{SERVICE}/v2/models/inception_graphdef/infer", header + image.tobytes()
+    )
+    status, _, answer = post(
+        gw, f"/api/predict/{SERVICE}/v2/models/inception_graphdef/infer", tampered, headers | binary
+    )
+    assert status == 401 and "Content-MD5" in json.loads(answer)["detail"]
