@@ -34,6 +34,7 @@ from mypy_extensions import mypyc_attr
 
 from gateway.auth import (
     SignatureRefusal,
+    SigningKey,
     body_matches,
     is_signed,
     md5_refusal,
@@ -155,7 +156,7 @@ class PredictProxy:
                 raise unauthorized(name, "missing Authorization header with the group token")
             raise unauthorized(name, "the token matches neither this group nor its members")
 
-    def _signed_by(self, request: Request, keys: Iterable[bytes | None], name: str) -> bool:
+    def _signed_by(self, request: Request, keys: Iterable[SigningKey | None], name: str) -> bool:
         """Whether the call's EAS signature is made with one of ``keys`` (its body is
         checked by :meth:`admit`); a head that cannot be signed right (no Date or a skewed
         one, no Content-MD5) is refused at once."""
@@ -172,7 +173,7 @@ class PredictProxy:
         self,
         request: Request,
         digests: Callable[[], Iterable[bytes]],
-        keys: Callable[[], Iterable[bytes | None]],
+        keys: Callable[[], Iterable[SigningKey | None]],
         holder: GroupEntry,
     ) -> bool:
         """Whether the Authorization header opens ``holder``: the credential that passed

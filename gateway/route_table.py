@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract.wire import GroupRoute, Route, RouteTable
-from gateway.auth import digest_bytes, token_digest_of
+from gateway.auth import SigningKey, digest_bytes, token_digest_of
 from gateway.balancer import Endpoint, EndpointPool
 from gateway.limits import Activity, InFlight, OverLimit, TokenBucket
 from gateway.traffic import MirrorState, SmoothWeighted
@@ -39,7 +39,7 @@ class ServiceRoute:
     # (a hash per request cost more than the comparison). Never carried to a new table.
     # A signed call's value never goes here: each is checked in full (its Date and body).
     accepted: bytes | None = None
-    key: bytes | None = None  # the token, which signed calls are checked with (or none)
+    key: SigningKey | None = None  # the token, which signed calls are checked with (or none)
 
     def take_place(self, activity: Activity, now: float) -> OverLimit | None:
         """Admit one call under the service's rate limit and in-flight bound (HTTP and gRPC
@@ -81,7 +81,7 @@ class GroupEntry:
     digest: bytes
     picker: SmoothWeighted = field(default_factory=SmoothWeighted)
     accepted: bytes | None = None  # as ServiceRoute.accepted
-    key: bytes | None = None  # as ServiceRoute.key
+    key: SigningKey | None = None  # as ServiceRoute.key
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ class RouteState:
         members = self.members.get(group.route.group, ())
         return [group.digest, *(self.services[name].digest for name in members)]
 
-    def group_keys(self, group: GroupEntry) -> list[bytes | None]:
+    def group_keys(self, group: GroupEntry) -> list[SigningKey | None]:
         """The keys a signed call to a group endpoint may be signed with, in the order of
         :meth:`group_tokens`."""
         members = self.members.get(group.route.group, ())
@@ -305,5 +305,5 @@ class RouteState:
         )
 
 
-def _key(token: str | None) -> bytes | None:
-    return None if not token else token.encode("utf-8")
+def _key(token: str | None) -> SigningKey | None:
+    return None if not token else SigningKey(token.encode("utf-8"))

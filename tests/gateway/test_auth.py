@@ -22,6 +22,7 @@ from gateway.auth import (
     NO_MD5,
     SIGNATURE,
     SKEWED,
+    SigningKey,
     date_seconds,
     digest_bytes,
     is_signed,
@@ -216,3 +217,14 @@ def test_the_scheme_is_case_insensitive_and_tokens_never_read_as_signatures() ->
 )
 def test_date_seconds(value: bytes, seconds: float | None) -> None:
     assert date_seconds(value) == seconds
+
+
+@pytest.mark.parametrize("length", [0, 1, 16, 32, 63, 64, 65, 128, 200])
+def test_a_signing_key_macs_as_hmac_does(length: int) -> None:
+    """Its precomputed states give HMAC-SHA1 for any key length (over 64 bytes, RFC 2104
+    hashes the key first), call after call."""
+    token = bytes((7 * i + length) % 256 for i in range(length))
+    key = SigningKey(token)
+    for message in (b"", b"POST\nabc\n\nDate\n/api/predict/x", bytes(range(256)) * 3):
+        assert key.mac(message) == hmac.new(token, message, hashlib.sha1).digest()
+    assert token.hex() not in repr(key) or not token
