@@ -58,6 +58,9 @@ the ``gateway`` row's (the raw token), call by call in the same run; the target 
 +0.05 ms. Its probe signs each call before timing it (a client's cost, not the gateway's);
 wrk sends one signature per run (its Date taken when the run starts: a run is shorter than
 the 15 minutes a Date is good for), and the gateway checks it on every call all the same.
+The ``dressed`` row sends the token with the headers a signed call adds beside it (``Date``,
+``Content-MD5``, ``Content-Type``): ``signed`` over ``dressed`` is the gateway's check
+alone; ``dressed`` over ``gateway`` is what those header bytes cost the client and Triton.
 
 The throughput phase runs ``--repeat`` interleaved rounds (direct, nginx, gateway, then nginx,
 gateway, …, direct: the order turns by one each round) and reports the median, because other
@@ -117,6 +120,9 @@ MODELS = ROOT / "examples" / "models"
 SERVICE = "bench"
 GROUP = "bench_group"
 SIGNED = {"signed"}  # targets called with EAS's signature instead of the token
+# Called with the token and, beside it, the headers a signed call sends (Date, Content-MD5,
+# Content-Type): what those bytes cost the client and Triton, apart from the gateway's check.
+DRESSED = {"dressed"}
 
 WRK_LUA = r"""
 local f = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
@@ -348,7 +354,12 @@ class LatencyProbe:
     request path), each call is signed as ``eas_prediction`` signs, before it is timed."""
 
     def __init__(
-        self, url: str, workload: Workload, token: str | None, signed_path: str | None = None
+        self,
+        url: str,
+        workload: Workload,
+        token: str | None,
+        signed_path: str | None = None,
+        dressed: bool = False,
     ) -> None:
         import numpy as np
         import tritonclient.http as httpclient
@@ -369,11 +380,19 @@ class LatencyProbe:
             # The very body infer() sends: the inputs do not change between calls.
             body, _ = httpclient.InferenceServerClient.generate_request_body(self.inputs)
             self.signing = (token, signed_path, hashlib.md5(body).hexdigest())
+        self.dressed = dressed
+
+    def next_headers(self) -> dict[str, str] | None:
+        """The next call's headers: made before it is timed (a client's cost)."""
+        if self.signing is None:
+            return self.headers
+        made = eas_signed(*self.signing)  # a fresh dict: tritonclient adds to it
+        if self.dressed:
+            made["Authorization"] = self.signing[0]
+        return made
 
     def call(self) -> float:
-        headers = self.headers
-        if self.signing is not None:
-            headers = eas_signed(*self.signing)  # a fresh dict: tritonclient adds to it
+        headers = self.next_headers()
         t = time.perf_counter()
         self.client.infer(self.model, self.inputs, headers=headers)
         return (time.perf_counter() - t) * 1000.0
@@ -488,9 +507,11 @@ def run_wrk(
     lua: Path,
     new_connections: bool = False,
     signed: bool = False,
+    dressed: bool = False,
 ) -> WrkResult:
     """``new_connections``: each call on a connection of its own (``Connection: close``).
-    ``signed``: with EAS's signature made with ``token`` (:func:`eas_signed`) instead."""
+    ``signed``: with EAS's signature made with ``token`` (:func:`eas_signed`) instead;
+    ``dressed``: with the token, and the other headers such a signature comes with."""
     env = dict(os.environ)
     env.update(
         BENCH_BODY=str(workload.body),
@@ -499,10 +520,10 @@ def run_wrk(
         BENCH_TOKEN=token or "",
         BENCH_CLOSE="1" if new_connections else "0",
     )
-    if signed and token:
+    if (signed or dressed) and token:
         made = eas_signed(token, path, body_md5(workload.body))
         env.update(
-            BENCH_TOKEN=made["Authorization"],
+            BENCH_TOKEN=made["Authorization"] if signed else token,
             BENCH_DATE=made["Date"],
             BENCH_MD5=made["Content-MD5"],
         )
@@ -698,6 +719,7 @@ def main(argv: list[str] | None = None) -> int:
         "--targets",
         default="direct,nginx,gateway,signed,group",
         help="of direct, nginx, gateway, signed (the gateway, called with EAS's signature), "
+        "dressed (the gateway, called with the token and a signed call's other headers), "
         "group and floor (a blind TCP forwarder on the gateway's event loop, pinned like it: "
         "the least a Python proxy costs)",
     )
@@ -795,7 +817,8 @@ def main(argv: list[str] | None = None) -> int:
                 proc = more.enter_context(process(argv, tmp / "base.log", env=base_env))
                 pids["base"] = proc.pid
                 wait_http(f"http://127.0.0.1:{base_port}/gateway/healthz", proc)
-            pids |= {"nginx": ngx.pid, "gateway": gw.pid, "signed": gw.pid, "group": gw.pid}
+            pids |= {"nginx": ngx.pid, "gateway": gw.pid, "group": gw.pid}
+            pids |= {"signed": gw.pid, "dressed": gw.pid}
             ups = {}
             fronts: dict[str, Front] = {}  # nginx in front of a platform's own replica
             if args.up:
@@ -837,6 +860,7 @@ def main(argv: list[str] | None = None) -> int:
                 "nginx": (f"127.0.0.1:{nginx_port}", prefix, token),
                 "gateway": (f"127.0.0.1:{gateway_port}", prefix, token),
                 "signed": (f"127.0.0.1:{gateway_port}", prefix, token),
+                "dressed": (f"127.0.0.1:{gateway_port}", prefix, token),
                 "base": (f"127.0.0.1:{base_port}", prefix, token),
                 **{name: (f"127.0.0.1:{p.port}", prefix, token) for name, p in ups.items()},
                 **{name: (f"127.0.0.1:{f.port}", prefix, token) for name, f in fronts.items()},
@@ -858,8 +882,11 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     for name in targets:
                         hostport, pre, tok = endpoints[name]
-                        signed = f"{pre}/v2/models/{w.model}/infer" if name in SIGNED else None
-                        probes[name] = LatencyProbe(hostport + pre, w, tok, signed)
+                        signing = name in SIGNED | DRESSED
+                        signed = f"{pre}/v2/models/{w.model}/infer" if signing else None
+                        probes[name] = LatencyProbe(
+                            hostport + pre, w, tok, signed, dressed=name in DRESSED
+                        )
                     for name, port in replica_ports.items():  # its own Triton, called directly
                         probes[f"{name}:replica"] = LatencyProbe(f"127.0.0.1:{port}", w, None)
                     started = clock()
@@ -886,10 +913,11 @@ def main(argv: list[str] | None = None) -> int:
                         line += f"  ({ratio(added, n50 - d50)} nginx's added p50)"
                     if name == "group" and "gateway" in lat:
                         line += f"  (p50 {ratio(pct(s, 50), pct(lat['gateway'], 50))} gateway's)"
-                    if name in SIGNED and "gateway" in lat:
-                        over = pct(s, 50) - pct(lat["gateway"], 50)
-                        spread = added_p50_range(s, lat["gateway"], args.repeat)
-                        line += f"  (p50 {over:+.3f} over gateway's, the token's{spread})"
+                    for other in ("gateway", "dressed"):
+                        if name in SIGNED | DRESSED and other in lat and other != name:
+                            over = pct(s, 50) - pct(lat[other], 50)
+                            spread = added_p50_range(s, lat[other], args.repeat)
+                            line += f"\n{'':12s}p50 {over:+.3f} over {other}'s{spread}"
                     if name in replica_of:
                         own = lat[f"{replica_of[name]}:replica"]
                         over = pct(s, 50) - pct(own, 50)
@@ -922,12 +950,11 @@ def main(argv: list[str] | None = None) -> int:
                                 front.follow(port, token)
                             label = f"{w.model} c={c} round {round_no + 1} {name}"
                             wrk = (args.client_cpu, base, path, w, tok, c)
-                            signed = name in SIGNED
-                            warm = (1.0, lua, fresh, signed)
-                            recorded_wrk(record, f"{label} (warm-up)", *wrk, *warm)
+                            how = (fresh, name in SIGNED, name in DRESSED)
+                            recorded_wrk(record, f"{label} (warm-up)", *wrk, 1.0, lua, *how)
                             seconds = args.duration if w.model == "add_sub" else args.duration_large
                             before = meters[name].seconds()
-                            r = recorded_wrk(record, label, *wrk, seconds, lua, fresh, signed)
+                            r = recorded_wrk(record, label, *wrk, seconds, lua, *how)
                             after = meters[name].seconds()
                             runs[name].append(r)
                             t_us, p_us, u_us = (
@@ -962,7 +989,7 @@ def main(argv: list[str] | None = None) -> int:
                                 part += f", {ratio(r.rps, res['base-up'].rps)} base-up"
                             if (pair := f"nginx@{name}") in res:
                                 part += f", {ratio(r.rps, res[pair].rps)} {pair}"
-                            if name in ("group", *SIGNED) and "gateway" in res:
+                            if name in ("group", *SIGNED, *DRESSED) and "gateway" in res:
                                 part += f", {ratio(r.rps, res['gateway'].rps)} gateway"
                             part += ")"
                         bad = sum(x.non200 + x.sockerr for x in runs[name])
