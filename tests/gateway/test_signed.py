@@ -11,6 +11,7 @@ import http.client
 import json
 import logging
 import re
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,9 +22,11 @@ from eas_prediction import PredictClient, StringRequest, predict_client
 from eas_prediction.exception import PredictException
 
 from contract.wire import GroupRoute, RouteTable, token_digest
+from testing.waiting import wait_until
 from tests.fixtures_triton import TritonServer, _inception
 from tests.gateway.conftest import GatewayFactory
-from tests.gateway.harness import SERVICE, TOKEN, Echo, Gateway, route, table
+from tests.gateway.harness import SERVICE, TOKEN, Echo, Gateway, LoopThread, route, table
+from tests.gateway.test_mirror import Replica, mirrored, replica
 
 MODEL_PATH = "v2/models/add_sub/infer"
 JSON_BODY = json.dumps(
@@ -222,6 +225,31 @@ def test_without_its_key_a_signed_call_is_refused_and_the_token_still_opens(
     assert "cannot check signed calls" in refusal(keyless, f"{SERVICE}/v2", "{}")
     status, _, _ = post(keyless, f"/api/predict/{SERVICE}/v2", b"{}", {"Authorization": TOKEN})
     assert status == 200
+
+
+def test_a_mirrored_service_gets_and_copies_only_a_checked_body(
+    make_gateway: GatewayFactory, lt: LoopThread
+) -> None:
+    """A mirror copies a signed call once its body is checked: a tampered one reaches
+    neither the primary nor its shadow."""
+    pool: list[Replica] = []
+    try:
+        primary, shadow = replica(pool, lt), replica(pool, lt)
+        gw = make_gateway(mirrored(primary, {"shadow": [shadow.url]}))
+        body = JSON_BODY.encode()
+        path = "primary/v2/models/m/infer"
+        headers = signed_headers(path, body)
+        status, _, _ = post(gw, f"/api/predict/{path}", body, headers)
+        assert status == 200
+        wait_until(lambda: len(shadow.bodies) == 1, 10)
+        assert primary.bodies == [body] and shadow.bodies == [body]
+        status, _, answer = post(gw, f"/api/predict/{path}", body[::-1], headers)
+        assert status == 401 and "Content-MD5" in json.loads(answer)["detail"]
+        time.sleep(0.2)
+        assert len(primary.bodies) == 1 and len(shadow.bodies) == 1
+    finally:
+        for r in pool:
+            r.close()
 
 
 # -- to real Triton ------------------------------------------------------------------------
