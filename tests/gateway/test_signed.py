@@ -11,6 +11,7 @@ import http.client
 import json
 import logging
 import re
+import socket
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -312,3 +313,23 @@ def test_the_sdk_signs_its_way_to_real_triton(
         gw, f"/api/predict/{SERVICE}/v2/models/inception_graphdef/infer", tampered, headers | binary
     )
     assert status == 401 and "Content-MD5" in json.loads(answer)["detail"]
+
+
+def test_a_small_body_in_pieces_is_checked_whole(gw: Gateway, echo: Echo) -> None:
+    """A body under the whole-body buffer that arrives in several reads (buffered as
+    several chunks) is checked as the one body they make."""
+    path = f"/api/predict/{SERVICE}/v2"
+    body = JSON_BODY.encode()
+    signed = signed_headers(f"{SERVICE}/v2", body)
+    head = "".join(f"{k}: {v}\r\n" for k, v in signed.items())
+    for last, status in ((body[20:], 200), (body[20:][::-1], 401)):
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode())
+            time.sleep(0.05)
+            s.sendall(body[:20])
+            time.sleep(0.05)
+            s.sendall(last)
+            answer = s.recv(65536)
+        assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
+    assert [seen.body for seen in echo.seen] == [body]
