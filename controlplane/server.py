@@ -14,6 +14,7 @@ import uvicorn
 from controlplane import migrate, sealing
 from controlplane.api.app import create_app
 from controlplane.autoscaling import Autoscaling
+from controlplane.cronscaling import CronScaling
 from controlplane.db import make_engine, make_sessions
 from controlplane.reconciler import Reconciler
 from controlplane.runtime import make_runtime
@@ -61,7 +62,8 @@ class ControlPlane:
             raise SchemaOutOfDate("the database schema is not up to date: run 'openeas migrate'")
         sessions = make_sessions(self.engine)
         sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
-        self.autoscaling = Autoscaling(sessions, Services(sessions, settings.cluster_id, sealer))
+        services = Services(sessions, settings.cluster_id, sealer)
+        self.autoscaling = Autoscaling(sessions, services)
         self.reconciler = (
             Reconciler(
                 sessions,
@@ -70,6 +72,7 @@ class ControlPlane:
                 resync_seconds=settings.resync_seconds,
                 lease_ttl=settings.lease_seconds,
                 autoscaling=self.autoscaling,
+                cron=CronScaling(sessions, services),
             )
             if reconcile
             else None

@@ -10,9 +10,20 @@ from fastapi.openapi.utils import get_openapi
 from sqlalchemy import Engine, text
 
 from controlplane import sealing
-from controlplane.api import console, internal, problems
+from controlplane.accesskeys import AccessKeys
+from controlplane.api import (
+    auth,
+    console,
+    identities,
+    internal,
+    problems,
+    regions,
+    scalers,
+    service_actions,
+)
 from controlplane.api import groups as groups_api
 from controlplane.api import services as services_api
+from controlplane.audit import AuditTrail
 from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
@@ -53,10 +64,17 @@ def create_app(
     problems.install(app)
     sessions = make_sessions(engine)
     sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
+    keys = AccessKeys(sessions, sealer)
+    trail = AuditTrail(sessions, settings.audit_retention_days)
+    auth.install(app, auth.Authenticator(settings.admin_token, settings.routes_token, keys), trail)
+    app.include_router(identities.router(keys, trail))
     services = Services(sessions, settings.cluster_id, sealer, deployment_checks(settings))
     # Without a reconciler in this process nothing leads: load reports are answered 421.
     scaling = autoscaling or Autoscaling(sessions, services)
     app.include_router(services_api.router(services, settings, scaling))
+    app.include_router(scalers.router(services, settings, scaling))
+    app.include_router(service_actions.router(services, settings))
+    app.include_router(regions.router(settings))
     groups = Groups(sessions, settings.cluster_id, sealer)
     app.include_router(groups_api.router(groups, services, settings))
     logs = log_source or make_log_source(settings)
@@ -64,11 +82,11 @@ def create_app(
 
     app.include_router(console.router(services, settings, scaling.signals))
 
-    @app.get("/healthz", tags=["health"])
+    @app.get("/healthz", tags=["health"], name="Healthz")
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
+    @app.get("/readyz", tags=["health"], name="Readyz")
     def readyz() -> Any:
         try:
             with engine.connect() as conn:

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from controlplane.api.auth import AdminAuth
+from controlplane.api.auth import authorize
 from controlplane.metrics_history import POINTS, STEP_S
 from controlplane.services import Services
 from controlplane.settings import Settings
@@ -58,12 +58,12 @@ def router(services: Services, settings: Settings, signals: Signals) -> APIRoute
         headers = {"Content-Security-Policy": CSP, "Cache-Control": "no-cache"}
         return Response(assets[name], media_type=ASSETS[name], headers=headers)
 
-    @api.get("/", include_in_schema=False)
+    @api.get("/", include_in_schema=False, name="Console")
     def index() -> Response:
         """The console (it asks for the admin token and keeps it in the tab only)."""
         return serve("index.html")
 
-    @api.get("/console/{name}", include_in_schema=False)
+    @api.get("/console/{name}", include_in_schema=False, name="ConsoleAsset")
     def asset(name: str) -> Response:
         if name not in assets:
             raise HTTPException(404, f"no console file {name!r}")
@@ -72,7 +72,8 @@ def router(services: Services, settings: Settings, signals: Signals) -> APIRoute
     @api.get(
         "/api/v2/services/{cluster}/{name}/metrics",
         tags=["services"],
-        dependencies=[Depends(AdminAuth(settings.admin_token))],
+        dependencies=[Depends(authorize)],
+        name="DescribeServiceMetrics",
     )
     def metrics(
         cluster: str,

@@ -1,10 +1,11 @@
-"""Internal, admin-authenticated endpoints: the route table the gateway watches, its load
+"""Internal endpoints: the route table the gateway watches, its load
 reports and wake-ups (these three also open with the gateway's route-reader token), and
 replica logs (from the runtime's log source, so any control-plane replica answers)."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Coroutine
 from typing import Annotated, Any
 
@@ -23,7 +24,7 @@ from contract.wire import (
     WakeRequest,
 )
 from controlplane import route_feed
-from controlplane.api.auth import AdminAuth
+from controlplane.api.auth import authorize
 from controlplane.autoscaling import Autoscaling, NotWakeable
 from controlplane.runtime.base import LogSource, RuntimeError_
 from controlplane.services import Services
@@ -60,12 +61,18 @@ def router(
     scaling: Autoscaling,
 ) -> APIRouter:
     api = APIRouter()
-    admin = [Depends(AdminAuth(settings.admin_token))]
-    route_reader = [Depends(AdminAuth(settings.admin_token, also=settings.routes_token))]
+    # The route-reader token opens the gateway's three calls only (controlplane.roles).
+    admin = route_reader = [Depends(authorize)]
 
     watch = route_feed.VersionWatch(sessions, POLL_SECONDS)
 
-    @api.get(ROUTES_PATH, tags=["internal"], response_model=None, dependencies=route_reader)
+    @api.get(
+        ROUTES_PATH,
+        tags=["internal"],
+        response_model=None,
+        dependencies=route_reader,
+        name="GetRouteTable",
+    )
     async def route_table(
         request: Request,
         after: Annotated[int, Query(ge=-1)] = -1,
@@ -85,7 +92,13 @@ def router(
             services.sealer.open,
         )
 
-    @api.post(SIGNALS_PATH, tags=["internal"], status_code=204, dependencies=route_reader)
+    @api.post(
+        SIGNALS_PATH,
+        tags=["internal"],
+        status_code=204,
+        dependencies=route_reader,
+        name="ReportLoad",
+    )
     def load_report(report: LoadReport) -> Response:
         """A gateway process's per-service load for the autoscaler, sent with the gateway's
         own credential (the route-reader token, or the admin token). 421 from a control
@@ -94,7 +107,7 @@ def router(
         scaling.signals.receive(report)
         return Response(status_code=204)
 
-    @api.post(WAKE_PATH, tags=["internal"], dependencies=route_reader)
+    @api.post(WAKE_PATH, tags=["internal"], dependencies=route_reader, name="WakeService")
     async def wake(request: WakeRequest) -> WakeAnswer:
         """A gateway holds requests for a service at zero: scale it to its
         ``scaleUpActivationReplicas`` at once (the autoscaler's write, a ``Woken`` event).
@@ -107,23 +120,60 @@ def router(
             raise HTTPException(409, str(e)) from e
         return WakeAnswer(service=request.service, instances=instances)
 
-    @api.get("/api/v2/services/{cluster}/{name}/logs", tags=["services"], dependencies=admin)
+    @api.get(
+        "/api/v2/services/{cluster}/{name}/logs",
+        tags=["services"],
+        dependencies=admin,
+        name="DescribeServiceLog",
+        response_model=None,
+    )
     async def logs(
+        request: Request,
         cluster: str,
         name: str,
         replica: int | None = None,
         tail: Annotated[int, Query(ge=1, le=10_000)] = 200,
-    ) -> PlainTextResponse:
-        """A replica's recent output (``replica`` as shown by describe; default the newest)."""
+        instance: Annotated[str | None, Query(alias="InstanceName", max_length=128)] = None,
+        page_num: Annotated[int, Query(alias="PageNum", ge=1)] = 1,
+        page_size: Annotated[int | None, Query(alias="PageSize", ge=1, le=10_000)] = None,
+        keyword: Annotated[str | None, Query(alias="Keyword", max_length=256)] = None,
+    ) -> PlainTextResponse | dict[str, Any]:
+        """A replica's recent output (``replica`` as shown by describe, or ``InstanceName``;
+        default the newest): plain text, or, to a caller that accepts JSON (the SDK), the
+        SDK's shape: ``Logs`` (lines, newest last, those with ``Keyword`` when given),
+        paged by ``PageNum``/``PageSize`` from the newest."""
         await run_in_threadpool(services.get, cluster, name)  # 404 for unknown services
+        if instance is not None:
+            replica = _replica_index(instance)
         try:
-            return PlainTextResponse(await log_source.logs(name, replica, tail))
+            text = await log_source.logs(name, replica, page_size * page_num if page_size else tail)
+            if "application/json" not in request.headers.get("accept", ""):
+                return PlainTextResponse(text)
+            lines = [ln for ln in text.splitlines() if keyword is None or keyword in ln]
+            size = page_size or max(len(lines), 1)
+            end = len(lines) - (page_num - 1) * size
+            return {
+                "RequestId": str(uuid.uuid4()).upper(),
+                "ServiceName": name,
+                "Logs": lines[max(0, end - size) : max(0, end)],
+                "PageNum": page_num,
+                "TotalCount": len(lines),
+                "TotalPageNum": max(1, -(-len(lines) // size)),
+            }
         except FileNotFoundError as e:
             raise HTTPException(404, str(e)) from e
         except RuntimeError_ as e:  # the cluster's API cannot be reached
             raise HTTPException(503, f"replica logs are unavailable: {e}") from e
 
     return api
+
+
+def _replica_index(instance: str) -> int:
+    """A replica's log index from its instance name (``<service>-<index>``)."""
+    index = instance.rsplit("-", 1)[-1]
+    if not index.isdigit():
+        raise HTTPException(404, f"no instance {instance!r}: name one from ListServiceInstances")
+    return int(index)
 
 
 def _leading(scaling: Autoscaling) -> None:

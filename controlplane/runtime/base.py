@@ -70,6 +70,9 @@ class DesiredReplicaSet:
     resources: Resources
     template_hash: str
     warm_up: str | None = None  # the spec's warm_up_data_path
+    # Replicas (by name) to replace as an update replaces old ones (DeleteServiceInstances):
+    # a name never comes back, so one that is gone stays gone.
+    retire: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,14 @@ class LogSource(Protocol):
 
 
 class Runtime(Protocol):
+    async def claim(self, installation: str) -> str | None:
+        """Act for the installation whose database has id ``installation``; why not, when
+        the place replicas run belongs to another one. Called before any other method."""
+
+    async def warn(self, reason: str, message: str) -> None:
+        """Tell the operator, where they look for this runtime's events, of something no
+        service owns."""
+
     async def apply(self, desired: DesiredReplicaSet) -> None:
         """Move the replicas one step toward ``desired``; idempotent, never blocks for
         long (readiness arrives later through ``notify``)."""
