@@ -18,8 +18,8 @@ WAKE_PATH = "/internal/v1/wake"
 
 
 def token_digest(token: str) -> str:
-    """SHA-256 hex digest of a service token: what is stored for checking and what the
-    gateway receives, so a leaked route table does not leak usable tokens."""
+    """SHA-256 hex digest of a service token: what is stored for checking, and what the
+    gateway compares a presented token with."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
@@ -42,6 +42,10 @@ class Route(BaseModel):
 
     service: str
     token_sha256: str
+    # The token itself: the key of EAS's signed predict calls (HMAC-SHA1, which needs it).
+    # None from a control plane that predates them (signed calls are then refused); never
+    # in a repr, nor in the gateway's snapshot on disk.
+    token: str | None = Field(default=None, repr=False)
     endpoints: list[str]  # base URLs of ready replicas, e.g. "http://127.0.0.1:41233"
     # The same replicas' gRPC ports, as http:// base URLs (cleartext HTTP/2); empty from a
     # control plane that predates gRPC, so an old peer's table still parses.
@@ -67,6 +71,7 @@ class GroupRoute(BaseModel):
 
     group: str
     token_sha256: str
+    token: str | None = Field(default=None, repr=False)  # as Route.token
     traffic_mode: Literal["auto", "customized"]  # by running replicas | by weights
 
 

@@ -96,6 +96,12 @@ class GatewaySettings(BaseSettings):
     max_body_bytes: int = Field(
         default=64 * MIB, ge=1, description="413 above this request body size."
     )
+    signature_skew_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="A signed predict call (Authorization: EAS <signature>) is refused when "
+        "its Date is further than this from the gateway's clock (EAS: 15 minutes).",
+    )
     default_timeout_ms: int = Field(
         default=600_000,
         ge=1,

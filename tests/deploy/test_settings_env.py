@@ -188,6 +188,7 @@ SAMPLE: dict[str, Any] = {
     },
     "gateway": {
         "maxBodyBytes": 1048576,
+        "signatureSkewS": 300.0,
         "defaultTimeoutMs": 30000,
         "connectTimeoutMs": 500,
         "bufferBodyBytes": 0,
