@@ -26,10 +26,11 @@ from sqlalchemy import delete, event, insert, inspect, select, update
 from sqlalchemy.orm import InstanceState, Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
-from contract.wire import GroupRoute, MirrorRoute, Route, RouteTable
+from contract.wire import GroupRoute, MirrorRoute, QueueRoute, Route, RouteTable
 from controlplane import store
 from controlplane.commits import commit_watch
 from controlplane.models import CounterRow, GroupRow, RouteRemovalRow, ServiceRow
+from controlplane.spec import StoredSpec
 
 COUNTER = "routes"
 FLOOR = "routes_floor"  # removals at or below it are pruned: a gateway that far behind
@@ -84,6 +85,24 @@ def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
         mirror=MirrorRoute(ratio=mirror.ratio, targets=mirror.targets, tolerance=mirror.tolerance)
         if mirror is not None and mirror.ratio > 0
         else None,
+        queue=_queue(row.spec),
+    )
+
+
+def _queue(spec: StoredSpec) -> QueueRoute | None:
+    queue = spec.queue
+    if not spec.is_async or queue is None:
+        return None
+    return QueueRoute(
+        source_max_length=queue.source.max_length,
+        source_max_payload_bytes=queue.source.max_payload_bytes,
+        source_auto_evict=queue.source.auto_evict,
+        sink_max_length=queue.sink.max_length,
+        sink_max_payload_bytes=queue.sink.max_payload_bytes,
+        sink_auto_evict=queue.sink.auto_evict,
+        max_delivery=queue.max_delivery,
+        window=spec.window,
+        default_path=queue.default_path,
     )
 
 

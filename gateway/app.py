@@ -31,6 +31,9 @@ from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
 from gateway.pool import UpstreamPool
 from gateway.proxy import PredictProxy
+from gateway.queue.consumer import Consumers
+from gateway.queue.door import QueueDoor
+from gateway.queue.streams import Streams
 from gateway.reporter import LoadReporter
 from gateway.route_source import ControlPlaneRouteSource, Health, RouteSource, iso_time
 from gateway.route_table import RouteChange, RouteState
@@ -88,6 +91,24 @@ class Gateway:
         # Services at zero are woken with the same credential (without one, held requests
         # wait for a replica to appear on its own, or time out).
         self._wake = ControlPlaneWake(settings.controlplane_url, token) if token else None
+        # Async services' queues: served and consumed here when a Redis is configured.
+        self.streams = (
+            Streams(settings.redis_url, settings.queue_prefix) if settings.redis_url else None
+        )
+        self.queues = QueueDoor(
+            self.routes,
+            self.streams,
+            max_body_bytes=settings.max_body_bytes,
+            claim_idle_s=settings.queue_claim_idle_s,
+            wake=self._wake,
+        )
+        self.consumers = (
+            Consumers(self.routes, self.streams, claim_idle_s=settings.queue_claim_idle_s)
+            if self.streams is not None
+            else None
+        )
+        if self.consumers is not None:
+            self.routes.listeners.append(self.consumers.on_table)
 
     def _on_table(self, change: RouteChange) -> None:
         self.metrics.route_version.set((), change.table.version)
@@ -124,6 +145,7 @@ class Gateway:
             self._fallback,
             health_path=self.settings.health_path,
             metrics_path=self.settings.metrics_path,
+            queues=self.queues,
         )
         self._source_task = asyncio.create_task(self._run_source(), name="gateway-routes")
         if self.snapshot_path is not None:
@@ -213,6 +235,10 @@ class Gateway:
         if self._predict is not None:
             await self._predict.mirrors.close()  # shadows in flight are dropped, not awaited
             await self._predict.waking.close()
+        if self.consumers is not None:
+            await self.consumers.close()
+        if self.streams is not None:
+            await self.streams.close()
         if self._wake is not None:
             await self._wake.close()
         if self._upstreams is not None:
