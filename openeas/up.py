@@ -1,5 +1,7 @@
 """``openeas up``: the whole platform in one process on embedded defaults — control plane
-(SQLite in the data dir, local runtime), gateway and console on one port.
+(SQLite in the data dir, local runtime), gateway and console on one port, and a Redis child
+process for async services' queues unless ``OPENEAS_REDIS_URL`` names one
+(:mod:`openeas.embedded_redis`).
 
 The gateway owns the public port; everything that is not a predict call, metrics or its own
 health is forwarded to the control plane on an internal loopback port. Ctrl-C / SIGTERM
@@ -25,6 +27,7 @@ from gateway.app import start_gateway
 from gateway.grpc_server import start_grpc
 from gateway.route_source import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
+from openeas.embedded_redis import EmbeddedRedis
 
 # Triton's own gRPC port number: what tritonclient.grpc users reach for first.
 DEFAULT_GRPC_PORT = 8001
@@ -66,12 +69,18 @@ def main(argv: list[str]) -> int:
     internal_sock = bind("127.0.0.1", 0)
     internal = f"http://127.0.0.1:{internal_sock.getsockname()[1]}"
     stopping = asyncio.Event()
+    # Async services' queues: the configured Redis, else one of our own in the data dir.
+    embedded = None if settings.redis_url else EmbeddedRedis(settings.data_dir)
+    if embedded is not None:
+        settings = settings.model_copy(update={"redis_url": embedded.start()})
+        print(f"openeas: embedded Redis for async services on {embedded.url}", flush=True)
 
     async def serve() -> None:
         gateway_settings = GatewaySettings(
             controlplane_url=internal,
             routes_token=SecretStr(settings.routes_token),
             default_timeout_ms=settings.default_timeout_ms,
+            redis_url=settings.redis_url,
         )
         if args.grpc_port is not None or gateway_settings.grpc_port is None:
             grpc_port = DEFAULT_GRPC_PORT if args.grpc_port is None else args.grpc_port
@@ -105,4 +114,8 @@ def main(argv: list[str]) -> int:
         await serving
         print("openeas: stopped", flush=True)
 
-    return run_until_signal(serve(), stopping.set, run=gateway_cli.run)  # uvloop if present
+    try:
+        return run_until_signal(serve(), stopping.set, run=gateway_cli.run)  # uvloop if present
+    finally:
+        if embedded is not None:
+            embedded.stop()
