@@ -41,12 +41,17 @@ log = logging.getLogger(__name__)
 TURN_S = 2.0  # longest blocking read; the lease is renewed at least this often
 LEASE_S = 10.0  # a gateway that stops renewing loses its replicas' leases after this
 FULL_SINK_WAIT_S = 0.5
+# A replica that failed a call (refused, broke, timed out) takes nothing for this long and
+# the messages it holds go to the others at once (it may still be listed: its death is not
+# in the route table yet).
+DOWN_S = 2.0
 
 
 @dataclass
 class _Running:
     task: asyncio.Task[None]
     inflight: set[asyncio.Task[None]] = field(default_factory=set)
+    down_until: float = 0.0  # loop time until which its replica is presumed down
 
 
 class Consumers:
@@ -134,6 +139,10 @@ class Consumers:
             if not await streams.lease(name, ep, self.owner, LEASE_S):
                 await asyncio.sleep(TURN_S)
                 continue
+            rest = running.down_until - asyncio.get_running_loop().time()
+            if rest > 0:
+                await asyncio.sleep(rest)
+                continue
             sink = limits(queue, "sink")
             if await streams.sink_full(name, sink):
                 await asyncio.sleep(FULL_SINK_WAIT_S)
@@ -161,6 +170,7 @@ class Consumers:
         was delivered ``max_delivery`` times."""
         entry = self.routes.services.get(name)
         alive = {e.base_url for e in entry.endpoints} if entry is not None else set()
+        alive -= await self.streams.down(name)
         take: list[int] = []
         for p in await self.streams.pending(name, "input", REPLICAS_GROUP, 1000):
             if p.consumer == ep or (p.consumer in alive and p.idle_ms < self.claim_idle_ms):
@@ -197,6 +207,10 @@ class Consumers:
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             # Left pending: another replica takes it (see _claim).
             log.info("replica %s of %s did not answer message %d: %s", ep, name, entry.index, e)
+            running = self.running.get((name, ep))
+            if running is not None:
+                running.down_until = asyncio.get_running_loop().time() + DOWN_S
+            await self.streams.mark_down(name, ep, DOWN_S)
             return
         tags = {**entry.tags, "requestId": entry.request_id, "status": str(status)}
         write = bool(body) or status >= 400

@@ -13,6 +13,7 @@ Keys, under the gateway's ``queue_prefix`` ``P`` and per service ``S`` and queue
 - ``P q:S:Q:rid`` — request id → index, for a get by request id.
 - ``P q:S:dead`` — input messages delivered ``max_delivery`` times and never answered.
 - ``P q:S:lease:<replica>`` — which gateway process consumes for a replica.
+- ``P q:S:down`` — replica → until when (ms) it is presumed down after a failed call.
 
 Invariants: a put is one script (length check, index, entry, request id) so concurrent
 puts get distinct increasing indexes and a full queue never grows. An answer is one
@@ -445,6 +446,17 @@ class Streams:
     async def release(self, service: str, consumer: str, owner: str) -> None:
         key = f"{self.prefix}q:{service}:lease:{consumer}"
         await self._call(self._release(keys=[key], args=[owner]))
+
+    async def mark_down(self, service: str, consumer: str, for_s: float) -> None:
+        """``consumer``'s replica failed a call: for ``for_s`` the others take what it holds."""
+        until = int((time.time() + for_s) * 1000)
+        await self._call(self.redis.hset(f"{self.prefix}q:{service}:down", consumer, until))
+
+    async def down(self, service: str) -> set[str]:
+        """The consumers whose replica failed a call within their mark."""
+        marks = await self._call(self.redis.hgetall(f"{self.prefix}q:{service}:down"))
+        now = int(time.time() * 1000)
+        return {k.decode() for k, v in marks.items() if int(v) > now}
 
     async def depth(self, service: str) -> tuple[int, int]:
         """(input entries not yet answered, sink entries)."""

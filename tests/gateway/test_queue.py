@@ -377,3 +377,26 @@ def test_watch_with_manual_commit_keeps_the_window(
     watcher.close()
     assert seen == list(range(6))
     assert sink.attributes()["stream.length"] == "0"
+
+
+def test_a_replica_dead_but_still_listed_loses_its_messages_to_the_others(
+    make_gateway: GatewayFactory, lt: LoopThread, prefix: str
+) -> None:
+    dying = start_replica(lt, delay_s=30.0)
+    alive = start_replica(lt, delay_s=0.05)
+    try:
+        gw = gateway(make_gateway, table([dying.url, alive.url], window=3), prefix)
+        q = client(gw.hostport, SVC)
+        sink = client(gw.hostport, f"{SVC}/sink")
+        rids = [q.put(f"m{i}".encode())[1] for i in range(20)]
+        deadline = time.monotonic() + 5
+        while len(dying.seen) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lt.run(dying.stop())  # its calls break and its port refuses; the table still lists it
+        results = drain(sink, 20)
+        assert sorted(tags_of(r)["requestId"] for r in results) == sorted(rids)
+        time.sleep(0.5)
+        assert sink.attributes()["stream.length"] == "0"  # nothing answered twice
+        assert q.attributes()["stream.length"] == "0"
+    finally:
+        lt.run(alive.stop())
