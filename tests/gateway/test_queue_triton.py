@@ -1,7 +1,8 @@
 """An async service in front of real Triton replicas, driven by EAS's ``QueueClient``
 unchanged: 100 ``add_sub`` requests put through the input queue with Triton's path as the
-put's suffix, one replica SIGKILLed mid-way holding its window (still listed in the route table, as before the
-platform notices), and every answer in the sink exactly once, each one right."""
+put's suffix, one replica SIGKILLed mid-way holding its window (still listed in the route
+table, as before the platform notices), and every answer in the sink exactly once, each one
+right."""
 
 from __future__ import annotations
 
