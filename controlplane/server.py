@@ -15,6 +15,7 @@ from controlplane import migrate, sealing
 from controlplane.api.app import create_app
 from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine, make_sessions
+from controlplane.queues import Backlog
 from controlplane.reconciler import Reconciler
 from controlplane.runtime import make_runtime
 from controlplane.services import Services
@@ -61,7 +62,11 @@ class ControlPlane:
             raise SchemaOutOfDate("the database schema is not up to date: run 'openeas migrate'")
         sessions = make_sessions(self.engine)
         sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
-        self.autoscaling = Autoscaling(sessions, Services(sessions, settings.cluster_id, sealer))
+        # Async services' backlog (queue[backlog]) is read from their queues' Redis.
+        backlog = Backlog(settings.redis_url) if settings.redis_url else None
+        self.autoscaling = Autoscaling(
+            sessions, Services(sessions, settings.cluster_id, sealer), backlog=backlog
+        )
         self.reconciler = (
             Reconciler(
                 sessions,
@@ -97,6 +102,8 @@ class ControlPlane:
             if reconciling is not None:
                 reconciling.cancel()
                 await asyncio.gather(reconciling, return_exceptions=True)
+            if self.autoscaling.backlog is not None:
+                await self.autoscaling.backlog.close()
             self.engine.dispose()
 
     def stop(self) -> None:

@@ -110,14 +110,17 @@ class Metadata(_Strict):
         return DEFAULT_WEIGHT if self.weight is None else self.weight
 
 
-MetricName = Literal["qps", "concurrency", "cpu", "queue_time_ms"]
+# queue[backlog]: EAS's name for an async service's input messages not yet answered.
+BACKLOG = "queue[backlog]"
+MetricName = Literal["qps", "concurrency", "cpu", "queue_time_ms", "queue[backlog]"]
 METRIC_NAMES: tuple[str, ...] = get_args(MetricName)
 
 
 class ScaleStrategy(_Strict):
     """Keep ``metricName`` per replica near ``threshold``: qps (requests/s) and concurrency
     (in-flight requests) as the gateway counts them, cpu (%) from the runtime, queue_time_ms
-    from Triton's own metrics."""
+    from Triton's own metrics, queue[backlog] (an async service's messages not yet answered)
+    from its input queue."""
 
     metricName: MetricName
     threshold: float = Field(gt=0, le=1_000_000)
@@ -337,7 +340,19 @@ def validate_spec(data: Any, checks: Sequence[Check] = ()) -> ServiceSpec:
 
 
 def _queue_problems(spec: ServiceSpec) -> list[FieldProblem]:
-    """A ``queue`` section belongs to an async service."""
+    """A ``queue`` section, and scaling on its backlog, belong to an async service."""
+    auto = spec.autoscaler
+    if auto is not None and not spec.is_async:
+        for i, strategy in enumerate(auto.scaleStrategies):
+            if strategy.metricName == BACKLOG:
+                return [
+                    FieldProblem(
+                        f"autoscaler.scaleStrategies[{i}].metricName",
+                        "queue[backlog] is an async service's input queue, and metadata.type "
+                        'is not "Async"',
+                        'add "type": "Async" to metadata, or scale on qps or concurrency',
+                    )
+                ]
     if spec.queue is not None and not spec.is_async:
         return [
             FieldProblem(

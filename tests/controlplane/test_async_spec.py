@@ -75,3 +75,15 @@ def test_bad_queue_sections_name_the_field_and_the_fix(
     errors = errors_of(r)
     assert field in errors, errors
     assert words in errors[field]
+
+
+def test_scaling_on_backlog_needs_an_async_service(client: TestClient) -> None:
+    strategies = [{"metricName": "queue[backlog]", "threshold": 10}]
+    sync = {**seed_spec(), "autoscaler": {"min": 0, "max": 2, "scaleStrategies": strategies}}
+    r = client.post("/api/v2/services", json=sync)
+    assert r.status_code == 422
+    assert (
+        'metadata.type is not "Async"' in errors_of(r)["autoscaler.scaleStrategies[0].metricName"]
+    )
+    r = client.post("/api/v2/services", json={**async_spec(), "autoscaler": sync["autoscaler"]})
+    assert r.status_code == 200, r.text
