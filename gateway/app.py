@@ -100,10 +100,16 @@ class Gateway:
             self.streams,
             max_body_bytes=settings.max_body_bytes,
             claim_idle_s=settings.queue_claim_idle_s,
+            metrics=self.metrics,
             wake=self._wake,
         )
         self.consumers = (
-            Consumers(self.routes, self.streams, claim_idle_s=settings.queue_claim_idle_s)
+            Consumers(
+                self.routes,
+                self.streams,
+                claim_idle_s=settings.queue_claim_idle_s,
+                metrics=self.metrics,
+            )
             if self.streams is not None
             else None
         )

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from contract.wire import QueueRoute
+from gateway.metrics import GatewayMetrics
 from gateway.queue.door import limits
 from gateway.queue.streams import REPLICAS_GROUP, Entry, QueueUnavailable, Streams
 from gateway.route_table import RouteChange, RouteState
@@ -57,17 +58,21 @@ class _Running:
 class Consumers:
     """Every consumer this gateway process runs: (service, replica base URL) → task."""
 
-    def __init__(self, routes: RouteState, streams: Streams, *, claim_idle_s: float) -> None:
+    def __init__(
+        self,
+        routes: RouteState,
+        streams: Streams,
+        *,
+        claim_idle_s: float,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.metrics = metrics
         self.routes = routes
         self.streams = streams
         self.claim_idle_ms = int(claim_idle_s * 1000)
         self.owner = str(uuid.uuid4())  # this process, in the leases it holds
         self.running: dict[tuple[str, str], _Running] = {}
         self._session: aiohttp.ClientSession | None = None
-        # Counted for /metrics (openeas_queue_*), by service.
-        self.redelivered: dict[str, int] = {}
-        self.dead_lettered: dict[str, int] = {}
-        self.answered: dict[str, int] = {}
 
     def on_table(self, change: RouteChange) -> None:
         """Start consumers for new ready replicas of async services, stop the others."""
@@ -172,20 +177,25 @@ class Consumers:
         alive = {e.base_url for e in entry.endpoints} if entry is not None else set()
         alive -= await self.streams.down(name)
         take: list[int] = []
-        for p in await self.streams.pending(name, "input", REPLICAS_GROUP, 1000):
+        pending = await self.streams.pending(name, "input", REPLICAS_GROUP, 1000)
+        backlog, sink = await self.streams.depth(name)
+        self.metrics.queue_pending.set((name,), len(pending))
+        self.metrics.queue_length.set((name, "input"), backlog)
+        self.metrics.queue_length.set((name, "sink"), sink)
+        for p in pending:
             if p.consumer == ep or (p.consumer in alive and p.idle_ms < self.claim_idle_ms):
                 continue
             if p.deliveries >= queue.max_delivery:
                 reason = f"delivered {p.deliveries} times without an answer"
                 if await self.streams.bury(name, p.index, p.deliveries, reason):
-                    self.dead_lettered[name] = self.dead_lettered.get(name, 0) + 1
+                    self.metrics.queue_dead_lettered.inc((name,))
                 continue
             take.append(p.index)
             if len(take) >= free:
                 break
         got = await self.streams.claim(name, "input", REPLICAS_GROUP, ep, take)
         if got:
-            self.redelivered[name] = self.redelivered.get(name, 0) + len(got)
+            self.metrics.queue_redelivered.inc((name,), len(got))
         return got
 
     def _client(self) -> aiohttp.ClientSession:
@@ -220,6 +230,6 @@ class Consumers:
             )
             if done is not None:
                 if done:
-                    self.answered[name] = self.answered.get(name, 0) + 1
+                    self.metrics.queue_answered.inc((name,))
                 return
             await asyncio.sleep(FULL_SINK_WAIT_S)  # the sink is full: hold the answer

@@ -23,6 +23,7 @@ from typing import Any, cast
 from contract.wire import QueueRoute
 from gateway.auth import presented_token, token_matches
 from gateway.forwarding import read_body
+from gateway.metrics import GatewayMetrics
 from gateway.paths import Target
 from gateway.problems import Problem, unauthorized, write_problem
 from gateway.queue import frames, protocol, websocket
@@ -61,8 +62,10 @@ class QueueDoor:
         *,
         max_body_bytes: int,
         claim_idle_s: float,
+        metrics: GatewayMetrics,
         wake: Wake | None = None,
     ) -> None:
+        self.metrics = metrics
         self.routes = routes
         self.streams = streams
         self.max_body_bytes = max_body_bytes
@@ -72,10 +75,6 @@ class QueueDoor:
         # Watches of this process, by (service, queue, group, consumer): a commit wakes
         # the one whose window it frees.
         self.commits: dict[tuple[str, str, str, str], asyncio.Event] = {}
-        self.tasks: set[asyncio.Task[Any]] = set()
-        # Counted for /metrics (openeas_queue_*), by (service, queue).
-        self.puts: dict[tuple[str, str], int] = {}
-        self.gets: dict[tuple[str, str], int] = {}
 
     def serves(self, target: Target) -> bool:
         entry = self.routes.services.get(target.service)
@@ -159,13 +158,13 @@ class QueueDoor:
                 )
             except QueueFull as e:
                 raise Problem(429, str(e), service=name, headers={"Retry-After": "1"}) from e
-            self.puts[(name, which)] = self.puts.get((name, which), 0) + 1
+            self.metrics.queue_puts.inc((name, which))
             if which == INPUT and not entry.endpoints and entry.route.wakeable:
                 self._wake(name)
             _answer(request, 200, str(index).encode(), [(REQUEST_ID, rid.encode())])
         elif isinstance(op, protocol.Get):
             items = await self._get(streams, name, which, op)
-            self.gets[(name, which)] = self.gets.get((name, which), 0) + len(items)
+            self.metrics.queue_gets.inc((name, which), len(items))
             accept = request.hmap.get(b"accept", b"")
             if frames.PROTOBUF in accept:
                 body, kind = frames.encode_list(items), frames.PROTOBUF
@@ -283,6 +282,7 @@ class QueueDoor:
             sent = [e for e in entries if all(e.tags.get(k) == v for k, v in op.tags.items())]
             for e in sent:
                 sock.send(frames.encode_frame(e.item(index_only=op.index_only)))
+            self.metrics.queue_gets.inc((name, which), len(sent))
             return sent
 
         async def commit(entries: list[Entry]) -> None:

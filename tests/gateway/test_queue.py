@@ -400,3 +400,22 @@ def test_a_replica_dead_but_still_listed_loses_its_messages_to_the_others(
         assert q.attributes()["stream.length"] == "0"
     finally:
         lt.run(alive.stop())
+
+
+def test_queue_metrics(make_gateway: GatewayFactory, lt: LoopThread, prefix: str) -> None:
+    replica = start_replica(lt)
+    try:
+        gw = gateway(make_gateway, table([replica.url]), prefix)
+        q = client(gw.hostport, SVC)
+        sink = client(gw.hostport, f"{SVC}/sink")
+        for i in range(3):
+            q.put(str(i).encode())
+        assert len(drain(sink, 3)) == 3
+        time.sleep(2.5)  # a consumer turn reads the lengths
+        text = urllib3.PoolManager().request("GET", f"{gw.url}/metrics").data.decode()
+        assert f'openeas_queue_puts_total{{service="{SVC}",queue="input"}} 3' in text
+        assert f'openeas_queue_gets_total{{service="{SVC}",queue="sink"}} 3' in text
+        assert f'openeas_queue_answered_total{{service="{SVC}"}} 3' in text
+        assert f'openeas_queue_length{{service="{SVC}",queue="input"}} 0' in text
+    finally:
+        lt.run(replica.stop())
