@@ -17,6 +17,7 @@ from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
 from controlplane.groups import Groups
+from controlplane.queues import Backlog
 from controlplane.runtime import make_log_source
 from controlplane.runtime.base import LogSource
 from controlplane.services import Services
@@ -55,7 +56,8 @@ def create_app(
     sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
     services = Services(sessions, settings.cluster_id, sealer, deployment_checks(settings))
     # Without a reconciler in this process nothing leads: load reports are answered 421.
-    scaling = autoscaling or Autoscaling(sessions, services)
+    backlog = Backlog(settings.redis_url) if settings.redis_url else None
+    scaling = autoscaling or Autoscaling(sessions, services, backlog=backlog)
     app.include_router(services_api.router(services, settings, scaling))
     groups = Groups(sessions, settings.cluster_id, sealer)
     app.include_router(groups_api.router(groups, services, settings))

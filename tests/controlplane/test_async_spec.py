@@ -4,14 +4,22 @@ the service is a group of its own name."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 
 from contract.wire import ROUTES_PATH, RouteTable
-from tests.controlplane.conftest import seed_spec
+from controlplane.api.app import create_app
+from controlplane.db import make_engine
+from controlplane.settings import Settings
+from eascmd import render
+from tests.controlplane.conftest import ADMIN, seed_spec
 from tests.controlplane.test_api import SVC, errors_of
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def async_spec(**queue: Any) -> dict[str, Any]:
@@ -87,3 +95,46 @@ def test_scaling_on_backlog_needs_an_async_service(client: TestClient) -> None:
     )
     r = client.post("/api/v2/services", json={**async_spec(), "autoscaler": sync["autoscaler"]})
     assert r.status_code == 200, r.text
+
+
+def test_desc_shows_queue_depth_and_consumers(settings: Settings) -> None:
+    """Through the API with OPENEAS_REDIS_URL set, and as eascmd renders it."""
+    name = f"q_{uuid.uuid4().hex[:10]}"
+    base = f"openeas:q:{name}"
+    r = redis.Redis.from_url(REDIS_URL)
+    engine = make_engine(settings.sqlalchemy_url)
+    try:
+        with_redis = settings.model_copy(update={"redis_url": REDIS_URL})
+        with TestClient(create_app(with_redis, engine)) as c:
+            c.headers["Authorization"] = f"Bearer {ADMIN}"
+            assert (
+                c.post("/api/v2/services", json={**async_spec(), "name": name}).status_code == 200
+            )
+            for i in range(1, 4):
+                r.xadd(f"{base}:input", {"d": b"x"}, id=f"{i}-0")
+            r.xadd(f"{base}:sink", {"d": b"y"}, id="1-0")
+            r.xgroup_create(f"{base}:input", "openeas-replicas", id="0")
+            r.xreadgroup(
+                "openeas-replicas", "http://10.0.0.7:8000", {f"{base}:input": ">"}, count=2
+            )
+            svc = c.get(f"/api/v2/services/local/{name}").json()
+        assert svc["QueueStatus"] == {
+            "InputLength": 3,
+            "SinkLength": 1,
+            "DeadLetters": 0,
+            "Pending": 2,
+            "Consumers": [
+                {
+                    "Name": "http://10.0.0.7:8000",
+                    "Pending": 2,
+                    "IdleMs": svc["QueueStatus"]["Consumers"][0]["IdleMs"],
+                }
+            ],
+        }
+        out = render.describe(svc)
+        assert "input 3 (2 held by replicas), sink 1, dead letters 0" in out
+        assert "http://10.0.0.7:8000 holds 2" in out
+    finally:
+        engine.dispose()
+        r.delete(f"{base}:input", f"{base}:sink")
+        r.close()
