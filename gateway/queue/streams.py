@@ -25,6 +25,7 @@ is never answered again by another that also held it. The replicas' consumer gro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from gateway.queue.frames import Item
 
@@ -187,6 +188,10 @@ class Streams:
         self._bury = self.redis.register_script(_BURY)
         self._lease = self.redis.register_script(_LEASE)
         self._release = self.redis.register_script(_RELEASE)
+        # Puts waiting for the next pipeline: those made in one turn of the event loop go
+        # to Redis together, in one write and one round trip.
+        self._puts: list[tuple[list[str], list[ScriptArg], asyncio.Future[int]]] = []
+        self._sending: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -225,10 +230,52 @@ class Streams:
             path,
             int(time.time() * 1000),
         ]
-        index = int(await self._call(self._put(keys=[key, f"{key}:seq", f"{key}:rid"], args=args)))
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[int] = loop.create_future()
+        self._puts.append(([key, f"{key}:seq", f"{key}:rid"], args, done))
+        if len(self._puts) == 1:
+            loop.call_soon(self._send_puts)
+        index = await done
         if index < 0:
             raise QueueFull(f"the {which} queue holds its maximum of {limits.max_length} entries")
         return index, rid
+
+    def _send_puts(self) -> None:
+        batch, self._puts = self._puts, []
+        task = asyncio.create_task(self._pipeline_puts(batch))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _pipeline_puts(
+        self, batch: list[tuple[list[str], list[ScriptArg], asyncio.Future[int]]]
+    ) -> None:
+        try:
+            results = await self._run_puts(batch)
+            if any(isinstance(r, NoScriptError) for r in results):  # a restarted Redis
+                await self.redis.script_load(_PUT)
+                results = await self._run_puts(batch)
+        except RedisError as e:
+            error = QueueUnavailable(f"the queue store is unavailable ({type(e).__name__})")
+            results = [error] * len(batch)
+        for (_, _, done), result in zip(batch, results, strict=True):
+            if done.done():
+                continue
+            if isinstance(result, Exception):
+                done.set_exception(
+                    result
+                    if isinstance(result, QueueUnavailable)
+                    else QueueUnavailable(f"the queue store refused a put ({result})")
+                )
+            else:
+                done.set_result(int(result))
+
+    async def _run_puts(
+        self, batch: list[tuple[list[str], list[ScriptArg], asyncio.Future[int]]]
+    ) -> list[Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        for keys, args, _ in batch:
+            pipe.evalsha(self._put.sha, len(keys), *keys, *args)
+        return list(await pipe.execute(raise_on_error=False))
 
     async def last_id(self, service: str, which: str) -> bytes:
         """The newest entry's id, "0-0" when empty: where a blocking read starts."""
