@@ -209,20 +209,26 @@ class QueueDoor:
     ) -> list[frames.Item]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + op.timeout_s
-        after = await streams.last_id(name, which)
+        after: bytes | None = None  # where the wait for new entries starts
         while True:
             if op.request_id is not None:
                 one = await streams.by_request_id(name, which, op.request_id)
                 found = [one] if one is not None else []
             else:
+                # With a tag filter, read ahead for the entries it leaves out.
+                count = op.length * 4 + 16 if op.tags else op.length
                 found = [
                     e
-                    for e in await streams.range(name, which, op.index, op.length * 4 + 16)
+                    for e in await streams.range(name, which, op.index, count)
                     if all(e.tags.get(k) == v for k, v in op.tags.items())
                 ][: op.length]
             left = deadline - loop.time()
             if found or left <= 0:
                 break
+            if after is None:
+                # Read the newest id, then look once more: what came in between is seen.
+                after = await streams.last_id(name, which)
+                continue
             after, _ = await streams.wait_after(name, which, after, left)
         if op.auto_delete and found:
             await streams.delete(name, which, found)
