@@ -64,16 +64,24 @@ def main(argv: list[str]) -> int:
     public = f"http://{args.host}:{args.port}"
     settings = settings.model_copy(update={"public_url": settings.public_url or public})
     controlplane_cli.upgrade(settings)
-    plane = ControlPlane(settings)
-    public_sock = bind(args.host, args.port)  # fail early, before anything starts
-    internal_sock = bind("127.0.0.1", 0)
-    internal = f"http://127.0.0.1:{internal_sock.getsockname()[1]}"
-    stopping = asyncio.Event()
     # Async services' queues: the configured Redis, else one of our own in the data dir.
     embedded = None if settings.redis_url else EmbeddedRedis(settings.data_dir)
     if embedded is not None:
         settings = settings.model_copy(update={"redis_url": embedded.start()})
         print(f"openeas: embedded Redis for async services on {embedded.url}", flush=True)
+    try:
+        return _run(args, settings, created, public)
+    finally:
+        if embedded is not None:
+            embedded.stop()  # also when the platform failed to start
+
+
+def _run(args: argparse.Namespace, settings: Settings, created: bool, public: str) -> int:
+    plane = ControlPlane(settings)
+    public_sock = bind(args.host, args.port)  # fail early, before anything starts
+    internal_sock = bind("127.0.0.1", 0)
+    internal = f"http://127.0.0.1:{internal_sock.getsockname()[1]}"
+    stopping = asyncio.Event()
 
     async def serve() -> None:
         gateway_settings = GatewaySettings(
@@ -114,8 +122,4 @@ def main(argv: list[str]) -> int:
         await serving
         print("openeas: stopped", flush=True)
 
-    try:
-        return run_until_signal(serve(), stopping.set, run=gateway_cli.run)  # uvloop if present
-    finally:
-        if embedded is not None:
-            embedded.stop()
+    return run_until_signal(serve(), stopping.set, run=gateway_cli.run)  # uvloop if present
