@@ -73,6 +73,7 @@ class Consumers:
         self.owner = str(uuid.uuid4())  # this process, in the leases it holds
         self.running: dict[tuple[str, str], _Running] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._releasing: set[asyncio.Task[None]] = set()
 
     def on_table(self, change: RouteChange) -> None:
         """Start consumers for new ready replicas of async services, stop the others."""
@@ -102,6 +103,14 @@ class Consumers:
             running.task.cancel()
             for t in running.inflight:
                 t.cancel()
+            # Another gateway may take the replica at once (it may come back in its table).
+            release = asyncio.create_task(self._release(name, ep))
+            self._releasing.add(release)
+            release.add_done_callback(self._releasing.discard)
+
+    async def _release(self, name: str, ep: str) -> None:
+        with contextlib.suppress(QueueUnavailable):
+            await self.streams.release(name, ep, self.owner)
 
     async def close(self) -> None:
         for key in list(self.running):
@@ -109,8 +118,7 @@ class Consumers:
             self._stop(*key)
             with contextlib.suppress(asyncio.CancelledError):
                 await running.task
-            with contextlib.suppress(QueueUnavailable):
-                await self.streams.release(key[0], key[1], self.owner)
+        await asyncio.gather(*self._releasing, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
 

@@ -21,8 +21,9 @@ from eas_prediction.exception import PredictException
 from eas_prediction.queue_client import QueueClient
 
 from contract.wire import QueueRoute, Route, RouteTable, token_digest
+from gateway.route_source import ControlPlaneRouteSource
 from tests.gateway.conftest import GatewayFactory
-from tests.gateway.harness import TOKEN, LoopThread
+from tests.gateway.harness import TOKEN, FakeControlPlane, LoopThread
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 SVC = "asy"
@@ -419,3 +420,33 @@ def test_queue_metrics(make_gateway: GatewayFactory, lt: LoopThread, prefix: str
         assert f'openeas_queue_length{{service="{SVC}",queue="input"}} 0' in text
     finally:
         lt.run(replica.stop())
+
+
+def test_a_put_wakes_a_service_at_zero_and_is_answered_at_once(
+    make_gateway: GatewayFactory, lt: LoopThread, prefix: str
+) -> None:
+    admin = "admin-" + "a" * 26
+    cp = FakeControlPlane(admin, table([], wakeable=True))
+    lt.run(cp.start())
+    try:
+        source = ControlPlaneRouteSource(cp.url, admin, wait_s=2.0, backoff_max_s=0.2)
+        gw = make_gateway(
+            source=source,
+            controlplane_url=cp.url,
+            routes_token=admin,
+            report_interval_s=0,
+            redis_url=REDIS_URL,
+            queue_prefix=prefix,
+        )
+        q = client(gw.hostport, SVC)
+        started = time.monotonic()
+        for i in range(3):
+            q.put(str(i).encode())
+        assert time.monotonic() - started < 2  # answered at once, not held
+        deadline = time.monotonic() + 5
+        while not cp.wakes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cp.wakes == [SVC]  # one wake-up for the three puts
+        assert q.attributes()["stream.length"] == "3"
+    finally:
+        lt.run(cp.stop())
