@@ -8,7 +8,8 @@ lease per replica in Redis: exactly one of them consumes for a replica at a time
 replica's window holds however many gateways there are. A service with no ready replica
 costs nothing; each consumer waits in a blocking read (woken by a put), and idle it makes
 one blocking read and one lease renewal per ``TURN_S``: cost grows with ready replicas,
-never with services.
+never with services. Messages put with ``_priority_=1`` are taken before the group's next
+ones (:meth:`gateway.queue.streams.Streams.take_priority`).
 
 Each consumer holds at most ``window`` messages (``metadata.rpc.worker_threads``): it
 POSTs each message's data to ``<replica><path>`` (the put's path suffix, else the spec's
@@ -170,7 +171,9 @@ class Consumers:
                     name, "input", REPLICAS_GROUP, ep, free, None, own_pending=True
                 )
             else:
-                got = await self._claim(name, ep, queue, free)
+                got = await streams.take_priority(name, free)  # ``_priority_=1`` first
+                if not got:
+                    got = await self._claim(name, ep, queue, free)
             if not got:
                 got = await streams.read_group(name, "input", REPLICAS_GROUP, ep, free, TURN_S)
             for entry in got:

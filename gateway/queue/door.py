@@ -154,7 +154,13 @@ class QueueDoor:
                 return
             try:
                 index, rid = await streams.put(
-                    name, which, data, op.tags, limits(queue, which), path=where.path or ""
+                    name,
+                    which,
+                    data,
+                    op.tags,
+                    limits(queue, which),
+                    path=where.path or "",
+                    priority=op.priority and which == INPUT,
                 )
             except QueueFull as e:
                 raise Problem(429, str(e), service=name, headers={"Retry-After": "1"}) from e

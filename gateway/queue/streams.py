@@ -14,6 +14,9 @@ Keys, under the gateway's ``queue_prefix`` ``P`` and per service ``S`` and queue
 - ``P q:S:dead`` — input messages delivered ``max_delivery`` times and never answered.
 - ``P q:S:lease:<replica>`` — which gateway process consumes for a replica.
 - ``P q:S:down`` — replica → until when (ms) it is presumed down after a failed call.
+- ``P q:S:Q:pri`` — indexes put with ``_priority_=1``, oldest first: consumers take these
+  before reading the group's next entries (the entry itself stays in the stream, so one
+  whose consumer dies is still delivered, in order; answered once either way).
 
 Invariants: a put is one script (length check, index, entry, request id) so concurrent
 puts get distinct increasing indexes and a full queue never grows. An answer is one
@@ -78,7 +81,8 @@ class Pending:
     deliveries: int
 
 
-# KEYS: stream, seq, rid · ARGV: max length, evict (0/1), request id, data, tags, path, now
+# KEYS: stream, seq, rid, priority list · ARGV: max length, evict (0/1), request id, data,
+# tags, path, now, priority (0/1)
 _PUT = """
 local n = redis.call('XLEN', KEYS[1])
 if n >= tonumber(ARGV[1]) then
@@ -95,6 +99,7 @@ local i = redis.call('INCR', KEYS[2])
 redis.call('XADD', KEYS[1], i .. '-0', 'd', ARGV[4], 't', ARGV[5], 'r', ARGV[3],
            'p', ARGV[6], 'c', ARGV[7])
 redis.call('HSET', KEYS[3], ARGV[3], i)
+if ARGV[8] == '1' then redis.call('RPUSH', KEYS[4], i) end
 return i
 """
 
@@ -217,8 +222,10 @@ class Streams:
         *,
         path: str = "",
         request_id: str | None = None,
+        priority: bool = False,
     ) -> tuple[int, str]:
-        """Append one entry: ``(index, request id)``; :class:`QueueFull` when full."""
+        """Append one entry: ``(index, request id)``; :class:`QueueFull` when full.
+        ``priority``: consumers take it before the entries put without."""
         key = self.key(service, which)
         rid = request_id or str(uuid.uuid4())
         args: list[ScriptArg] = [
@@ -229,10 +236,11 @@ class Streams:
             json.dumps(dict(tags)),
             path,
             int(time.time() * 1000),
+            int(priority),
         ]
         loop = asyncio.get_running_loop()
         done: asyncio.Future[int] = loop.create_future()
-        self._puts.append(([key, f"{key}:seq", f"{key}:rid"], args, done))
+        self._puts.append(([key, f"{key}:seq", f"{key}:rid", f"{key}:pri"], args, done))
         if len(self._puts) == 1:
             loop.call_soon(self._send_puts)
         index = await done
@@ -276,6 +284,18 @@ class Streams:
         for keys, args, _ in batch:
             pipe.evalsha(self._put.sha, len(keys), *keys, *args)
         return list(await pipe.execute(raise_on_error=False))
+
+    async def take_priority(self, service: str, count: int) -> list[Entry]:
+        """Up to ``count`` input entries put with priority, still there, oldest first."""
+        key = self.key(service, "input")
+        raw = await self._call(self.redis.lpop(f"{key}:pri", count))
+        if not raw:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for index in raw:
+            pipe.xrange(key, entry_id(int(index)), entry_id(int(index)))
+        found = await self._call(pipe.execute())
+        return [_entry(*rows[0]) for rows in found if rows]
 
     async def last_id(self, service: str, which: str) -> bytes:
         """The newest entry's id, "0-0" when empty: where a blocking read starts."""

@@ -450,3 +450,20 @@ def test_a_put_wakes_a_service_at_zero_and_is_answered_at_once(
         assert q.attributes()["stream.length"] == "3"
     finally:
         lt.run(cp.stop())
+
+
+def test_a_priority_put_is_served_before_the_others(
+    make_gateway: GatewayFactory, lt: LoopThread, prefix: str
+) -> None:
+    replica = start_replica(lt, delay_s=0.3)
+    try:
+        gw = gateway(make_gateway, table([replica.url], window=1), prefix)
+        q = client(gw.hostport, SVC)
+        sink = client(gw.hostport, f"{SVC}/sink")
+        for i in range(4):
+            q.put(f"n{i}".encode())
+        q.put(b"p", tags={"_priority_": "1"})
+        assert len(drain(sink, 5)) == 5
+        assert [body for _, body in replica.seen] == [b"n0", b"p", b"n1", b"n2", b"n3"]
+    finally:
+        lt.run(replica.stop())
