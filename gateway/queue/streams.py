@@ -207,7 +207,7 @@ class Streams:
     async def _call(self, coro: Any) -> Any:
         try:
             return await coro
-        except RedisError as e:
+        except (RedisError, OSError, TimeoutError) as e:  # (its socket's errors too)
             raise QueueUnavailable(f"the queue store is unavailable ({type(e).__name__})") from e
 
     # -- the client protocol ------------------------------------------------------------
