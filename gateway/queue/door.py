@@ -117,15 +117,21 @@ class QueueDoor:
             raise Problem(503, str(e), service=entry.service) from e
 
     def _authenticate(self, request: Request, entry: ServiceRoute) -> None:
-        token = presented_token(request.head.authorization)
+        authorization = request.head.authorization
+        if authorization is not None and authorization[:4].lower() == b"eas ":
+            # TODO(sig57): verify EAS's signature here with gateway.auth's check once merged.
+            raise unauthorized(
+                entry.service,
+                "signed calls (Authorization: EAS ...) are not accepted on queues yet: "
+                "send the service token (QueueClient.set_token)",
+            )
+        token = presented_token(authorization)
         if token is None:
             raise unauthorized(entry.service, "missing Authorization header with the service token")
         digests = [entry.digest]
         group = self.routes.groups.get(entry.service)
         if group is not None:
             digests.append(group.digest)
-        # TODO(sig57): EAS's signed calls (Authorization: EAS <ak>:<sig>) are verified by
-        # gateway.auth's signature check once it exists; until then only tokens open.
         if not any(token_matches(token, d) for d in digests):
             raise unauthorized(entry.service, "the token does not match this service")
 

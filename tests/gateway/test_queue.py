@@ -141,9 +141,15 @@ def start_replica(lt: LoopThread, delay_s: float = 0.0) -> Replica:
     return replica
 
 
-def gateway(make_gateway: GatewayFactory, routes: RouteTable, prefix: str, **kw: Any) -> Any:
+def gateway(
+    make_gateway: GatewayFactory,
+    routes: RouteTable,
+    prefix: str,
+    claim_idle_s: float = 30,
+    **kw: Any,
+) -> Any:
     return make_gateway(
-        routes, redis_url=REDIS_URL, queue_prefix=prefix, queue_claim_idle_s=30, **kw
+        routes, redis_url=REDIS_URL, queue_prefix=prefix, queue_claim_idle_s=claim_idle_s, **kw
     )
 
 
@@ -467,3 +473,46 @@ def test_a_priority_put_is_served_before_the_others(
         assert [body for _, body in replica.seen] == [b"n0", b"p", b"n1", b"n2", b"n3"]
     finally:
         lt.run(replica.stop())
+
+
+def test_a_watcher_that_left_has_its_items_pushed_to_another(
+    make_gateway: GatewayFactory, prefix: str
+) -> None:
+    gw = gateway(make_gateway, table([]), prefix, claim_idle_s=0.5)
+    sink = client(gw.hostport, f"{SVC}/sink")
+    for x in range(4):
+        sink.put(str(x).encode())
+    first = QueueClient(gw.hostport, f"{SVC}/sink")
+    first.set_token(TOKEN)
+    first.init(uid="first")
+    watcher = first.watch(0, 2, auto_commit=False)
+    held = []
+    for x in watcher.run():
+        held.append(int(x.data.decode()))
+        if len(held) == 2:
+            break
+    watcher.close()  # gone without committing the two it holds
+    second = QueueClient(gw.hostport, f"{SVC}/sink")
+    second.set_token(TOKEN)
+    second.init(uid="second")
+    watcher = second.watch(0, 4, auto_commit=True)
+    seen = []
+    for x in watcher.run():
+        seen.append(int(x.data.decode()))
+        if len(seen) == 4:
+            break
+    watcher.close()
+    assert held == [0, 1] and sorted(seen) == [0, 1, 2, 3]
+    time.sleep(0.3)
+    assert sink.attributes()["stream.length"] == "0"
+
+
+def test_a_signed_call_is_told_to_use_the_token(make_gateway: GatewayFactory, prefix: str) -> None:
+    gw = gateway(make_gateway, table([]), prefix)
+    resp = urllib3.PoolManager().request(
+        "GET",
+        f"{gw.url}/api/predict/{SVC}?_attrs_=true",
+        headers={"Authorization": "EAS ak:signature"},
+    )
+    assert resp.status == 401
+    assert "send the service token" in json.loads(resp.data)["detail"]
