@@ -222,10 +222,14 @@ class QueueDoor:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + op.timeout_s
         after: bytes | None = None  # where the wait for new entries starts
+        taken = False  # read and deleted in one step (see Streams.take)
         while True:
             if op.request_id is not None:
                 one = await streams.by_request_id(name, which, op.request_id)
                 found = [one] if one is not None else []
+            elif op.auto_delete and not op.tags:
+                found = await streams.take(name, which, op.index, op.length)
+                taken = True
             else:
                 # With a tag filter, read ahead for the entries it leaves out.
                 count = op.length * 4 + 16 if op.tags else op.length
@@ -242,7 +246,7 @@ class QueueDoor:
                 after = await streams.last_id(name, which)
                 continue
             after, _ = await streams.wait_after(name, which, after, left)
-        if op.auto_delete and found:
+        if op.auto_delete and found and not taken:
             await streams.delete(name, which, found)
         return [e.item() for e in found]
 

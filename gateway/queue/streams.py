@@ -142,6 +142,19 @@ end
 return 1
 """
 
+# KEYS: stream, rid · ARGV: first id ('-' or '<index>-0'), count — read and delete at once,
+# so two clients getting at the same time never both get one entry.
+_TAKE = """
+local rows = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', tonumber(ARGV[2]))
+for _, e in ipairs(rows) do
+  redis.call('XDEL', KEYS[1], e[1])
+  for k = 1, #e[2], 2 do
+    if e[2][k] == 'r' then redis.call('HDEL', KEYS[2], e[2][k + 1]) end
+  end
+end
+return rows
+"""
+
 # KEYS: lease · ARGV: owner, ttl ms — take it when free, keep it when ours.
 _LEASE = """
 local v = redis.call('GET', KEYS[1])
@@ -193,6 +206,7 @@ class Streams:
         self._bury = self.redis.register_script(_BURY)
         self._lease = self.redis.register_script(_LEASE)
         self._release = self.redis.register_script(_RELEASE)
+        self._take = self.redis.register_script(_TAKE)
         # Puts waiting for the next pipeline: those made in one turn of the event loop go
         # to Redis together, in one write and one round trip.
         self._puts: list[tuple[list[str], list[ScriptArg], asyncio.Future[int]]] = []
@@ -307,6 +321,13 @@ class Streams:
         start = entry_id(first) if first > 0 else "-"
         rows = await self._call(self.redis.xrange(self.key(service, which), start, "+", count))
         return [_entry(i, f) for i, f in rows]
+
+    async def take(self, service: str, which: str, first: int, count: int) -> list[Entry]:
+        """:meth:`range`, the entries also deleted in the same step (a get's auto-delete)."""
+        key = self.key(service, which)
+        start = entry_id(first) if first > 0 else "-"
+        rows = await self._call(self._take(keys=[key, f"{key}:rid"], args=[start, count]))
+        return [_entry(i, _pairs(f)) for i, f in rows]
 
     async def by_request_id(self, service: str, which: str, request_id: str) -> Entry | None:
         key = self.key(service, which)
@@ -532,6 +553,11 @@ class Streams:
         pipe.xlen(self.key(service, "sink"))
         backlog, sink = await self._call(pipe.execute())
         return int(backlog), int(sink)
+
+
+def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+    """A script's field list ``[k1, v1, k2, v2, …]`` as redis-py gives XRANGE's fields."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _pending(row: dict[str, Any]) -> Pending:

@@ -516,3 +516,26 @@ def test_a_signed_call_is_told_to_use_the_token(make_gateway: GatewayFactory, pr
     )
     assert resp.status == 401
     assert "send the service token" in json.loads(resp.data)["detail"]
+
+
+def test_concurrent_gets_never_get_one_entry_twice(
+    make_gateway: GatewayFactory, prefix: str
+) -> None:
+    import concurrent.futures
+
+    gw = gateway(make_gateway, table([]), prefix)
+    sink = client(gw.hostport, f"{SVC}/sink")
+    for x in range(60):
+        sink.put(str(x).encode())
+
+    def drain_one(_: int) -> list[int]:
+        c = client(gw.hostport, f"{SVC}/sink")
+        out: list[int] = []
+        while got := c.get(length=2, timeout="0s"):
+            out += [int(g.data.decode()) for g in got]
+        return out
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        parts = list(pool.map(drain_one, range(6)))
+    everything = [x for part in parts for x in part]
+    assert sorted(everything) == list(range(60))  # each once
