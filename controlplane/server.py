@@ -14,6 +14,7 @@ import uvicorn
 from controlplane import migrate, sealing
 from controlplane.api.app import create_app
 from controlplane.autoscaling import Autoscaling
+from controlplane.cronscaling import CronScaling
 from controlplane.db import make_engine, make_sessions
 from controlplane.queues import Backlog
 from controlplane.reconciler import Reconciler
@@ -62,11 +63,10 @@ class ControlPlane:
             raise SchemaOutOfDate("the database schema is not up to date: run 'openeas migrate'")
         sessions = make_sessions(self.engine)
         sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
+        services = Services(sessions, settings.cluster_id, sealer)
         # Async services' backlog (queue[backlog]) is read from their queues' Redis.
         backlog = Backlog(settings.redis_url) if settings.redis_url else None
-        self.autoscaling = Autoscaling(
-            sessions, Services(sessions, settings.cluster_id, sealer), backlog=backlog
-        )
+        self.autoscaling = Autoscaling(sessions, services, backlog=backlog)
         self.reconciler = (
             Reconciler(
                 sessions,
@@ -75,6 +75,7 @@ class ControlPlane:
                 resync_seconds=settings.resync_seconds,
                 lease_ttl=settings.lease_seconds,
                 autoscaling=self.autoscaling,
+                cron=CronScaling(sessions, services),
             )
             if reconcile
             else None

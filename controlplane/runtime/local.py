@@ -161,8 +161,12 @@ class LocalRuntime:
 
     async def apply(self, desired: DesiredReplicaSet) -> None:
         live = [r for r in self._replicas.get(desired.service, []) if not r.stopping]
-        current = [r for r in live if r.desired.template_hash == desired.template_hash]
-        old = [r for r in live if r.desired.template_hash != desired.template_hash]
+
+        def is_old(r: Replica) -> bool:
+            return r.desired.template_hash != desired.template_hash or r.name in desired.retire
+
+        current = [r for r in live if not is_old(r)]
+        old = [r for r in live if is_old(r)]
         for _ in range(desired.replicas - len(current)):
             current.append(self._start(desired))
         # Scale down: unready replicas first, then the newest.

@@ -282,7 +282,7 @@ def test_autoscaler_and_group_settings(seeded: Platform, page: Page) -> None:
     page.get_by_label("Traffic").select_option("grouping")
     page.get_by_role("button", name="Save").click()
     expect(page.get_by_text("Group settings saved.")).to_be_visible()
-    spec = seeded.api.get("/api/v2/services/local/bert_base").json()["ServiceConfig"]
+    spec = json.loads(seeded.api.get("/api/v2/services/local/bert_base").json()["ServiceConfig"])
     assert (spec["metadata"]["weight"], spec["metadata"]["traffic_state"]) == (250, "grouping")
 
 

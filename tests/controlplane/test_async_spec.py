@@ -4,6 +4,7 @@ the service is a group of its own name."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -36,7 +37,7 @@ def test_an_async_service_is_stored_with_its_queue_and_routed_with_it(client: Te
         json=async_spec(sink={"max_length": 50, "auto_evict": True}, max_delivery=2),
     )
     assert r.status_code == 200, r.text
-    config = client.get(SVC).json()["ServiceConfig"]
+    config = json.loads(client.get(SVC).json()["ServiceConfig"])
     assert config["metadata"]["type"] == "Async"
     assert config["metadata"]["group"] == "triton_test"  # a group of its own name
     assert config["queue"]["sink"] == {

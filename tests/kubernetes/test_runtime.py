@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -584,3 +585,26 @@ async def test_the_model_cache_token_is_kept_for_pull_init_containers(
         assert stored() == b"t2"
     finally:
         await rt.close()
+
+
+async def test_retired_replicas_are_replaced_and_others_left_alone(
+    runtime: KubernetesRuntime, k8s: ApiStandIn
+) -> None:
+    first, second = await started(runtime, k8s, want(instance=2))
+    uids = {}
+    for pod in (first, second):
+        k8s.set_pod_status(pod, ks.status_ready())
+        found = k8s.get("pods", pod)
+        assert found is not None
+        uids[pod] = found["metadata"]["uid"]
+    await runtime.apply(replace(want(generation=2, instance=2), retire=frozenset({first})))
+    going = k8s.get("pods", first)
+    assert going is not None and going["metadata"].get("deletionTimestamp")
+    assert k8s.remove_pod(first)  # the kubelet finishes it
+    assert len(k8s.sync_pods(OBJECT)) == 2
+    kept = k8s.get("pods", second)
+    assert kept is not None and kept["metadata"]["uid"] == uids[second]  # left alone
+    # (The stand-in names a new pod after the lowest free index, here the retired one's;
+    # a ReplicaSet's pod names are random, so a retired name does not come back.)
+    new = k8s.get("pods", first)
+    assert new is not None and new["metadata"]["uid"] != uids[first]
