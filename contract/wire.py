@@ -35,6 +35,25 @@ class MirrorRoute(BaseModel):
     tolerance: float | None = None
 
 
+class QueueRoute(BaseModel):
+    """An async service's queues as the gateway serves them (EAS's queue protocol at
+    ``/api/predict/<svc>`` and ``…/sink``) and consumes them for its replicas: each ready
+    replica is handed at most ``window`` input messages at once; ``default_path`` is where a
+    put to the bare service path goes on the replica."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source_max_length: int
+    source_max_payload_bytes: int
+    source_auto_evict: bool = False
+    sink_max_length: int
+    sink_max_payload_bytes: int
+    sink_auto_evict: bool = False
+    max_delivery: int
+    window: int
+    default_path: str = "/"
+
+
 class Route(BaseModel):
     """One service as the gateway needs it."""
 
@@ -61,6 +80,8 @@ class Route(BaseModel):
     # At zero replicas by its autoscaler (min 0): the gateway holds its requests and asks
     # WAKE_PATH for a replica instead of answering 503. False from peers that predate it.
     wakeable: bool = False
+    # An async service's queues (None: a synchronous one; also from peers that predate it).
+    queue: QueueRoute | None = None
 
 
 class GroupRoute(BaseModel):

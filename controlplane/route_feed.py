@@ -32,11 +32,12 @@ from sqlalchemy import delete, event, insert, inspect, select, update
 from sqlalchemy.orm import InstanceState, Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
-from contract.wire import GroupRoute, MirrorRoute, Route, RouteTable
+from contract.wire import GroupRoute, MirrorRoute, QueueRoute, Route, RouteTable
 from controlplane import store
 from controlplane.commits import commit_watch
 from controlplane.models import CounterRow, GroupRow, RouteRemovalRow, ServiceRow
 from controlplane.sealing import SealError
+from controlplane.spec import StoredSpec
 
 log = logging.getLogger(__name__)
 Opener = Callable[[str], str]  # a sealed token → the token (controlplane.sealing)
@@ -113,6 +114,24 @@ def _route(row: ServiceRow, default_timeout_ms: int, opener: Opener | None = Non
         mirror=MirrorRoute(ratio=mirror.ratio, targets=mirror.targets, tolerance=mirror.tolerance)
         if mirror is not None and mirror.ratio > 0
         else None,
+        queue=_queue(row.spec),
+    )
+
+
+def _queue(spec: StoredSpec) -> QueueRoute | None:
+    queue = spec.queue
+    if not spec.is_async or queue is None:
+        return None
+    return QueueRoute(
+        source_max_length=queue.source.max_length,
+        source_max_payload_bytes=queue.source.max_payload_bytes,
+        source_auto_evict=queue.source.auto_evict,
+        sink_max_length=queue.sink.max_length,
+        sink_max_payload_bytes=queue.sink.max_payload_bytes,
+        sink_auto_evict=queue.sink.auto_evict,
+        max_delivery=queue.max_delivery,
+        window=spec.window,
+        default_path=queue.default_path,
     )
 
 

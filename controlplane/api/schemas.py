@@ -63,6 +63,8 @@ class ServicePublic(Endpoints):
     AccessToken: str | None = None
     # The autoscaler's metric values and last decision, from the leading control plane.
     AutoscalerStatus: dict[str, Any] | None = None
+    # An async service's queues: lengths, dead letters, each replica's consumer (describe).
+    QueueStatus: dict[str, Any] | None = None
 
 
 class ServiceCreated(Endpoints):
