@@ -5,12 +5,17 @@ replicas are small aiohttp servers that count what they are handed at once."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import hmac
 import json
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import format_datetime
 from typing import Any
 
 import pytest
@@ -507,15 +512,40 @@ def test_a_watcher_that_left_has_its_items_pushed_to_another(
     assert sink.attributes()["stream.length"] == "0"
 
 
-def test_a_signed_call_is_told_to_use_the_token(make_gateway: GatewayFactory, prefix: str) -> None:
-    gw = gateway(make_gateway, table([]), prefix)
-    resp = urllib3.PoolManager().request(
-        "GET",
-        f"{gw.url}/api/predict/{SVC}?_attrs_=true",
-        headers={"Authorization": "EAS ak:signature"},
-    )
-    assert resp.status == 401
-    assert "send the service token" in json.loads(resp.data)["detail"]
+def signed(path: str, body: bytes, key: str, *, md5_of: bytes | None = None) -> dict[str, str]:
+    """EAS's signature headers for a POST of ``body`` to ``path``, made with ``key``
+    (``md5_of``: declare another body's MD5, as a tampered call would)."""
+    md5 = hashlib.md5(body if md5_of is None else md5_of).hexdigest()
+    date = format_datetime(datetime.now(UTC), usegmt=True)
+    to_sign = f"POST\n{md5}\napplication/octet-stream\n{date}\n{path}"
+    mac = hmac.new(key.encode(), to_sign.encode(), hashlib.sha1).digest()
+    return {
+        "Authorization": "EAS " + base64.b64encode(mac).decode(),
+        "Content-MD5": md5,
+        "Content-Type": "application/octet-stream",
+        "Date": date,
+    }
+
+
+def test_a_signed_put_is_queued_and_a_tampered_one_refused(
+    make_gateway: GatewayFactory, prefix: str
+) -> None:
+    routes = table([])
+    keyed = routes.routes[0].model_copy(update={"token": TOKEN})  # what signatures use
+    gw = gateway(make_gateway, routes.model_copy(update={"routes": [keyed]}), prefix)
+    http = urllib3.PoolManager()
+    path = f"/api/predict/{SVC}"
+    ok = http.request("POST", gw.url + path, body=b"job", headers=signed(path, b"job", TOKEN))
+    assert ok.status == 200, ok.data
+    assert ok.headers["X-Eas-Queueservice-Request-Id"]
+    assert client(gw.hostport, SVC).attributes()["stream.length"] == "1"
+    tampered = signed(path, b"job", TOKEN, md5_of=b"another job")
+    refused = http.request("POST", gw.url + path, body=b"job", headers=tampered)
+    assert refused.status == 401
+    assert "Content-MD5" in json.loads(refused.data)["detail"]
+    wrong = http.request("POST", gw.url + path, body=b"job", headers=signed(path, b"job", "x"))
+    assert wrong.status == 401
+    assert client(gw.hostport, SVC).attributes()["stream.length"] == "1"  # neither queued
 
 
 def test_concurrent_gets_never_get_one_entry_twice(
