@@ -231,12 +231,26 @@ class ReconcileStore:
             ServiceRow.spec,
             ServiceRow.stopped,
             ServiceRow.deleting,
+            ServiceRow.restarts,
+            ServiceRow.retired_instances,
             ServiceRow.status,
         ).where(ServiceRow.cluster == self.cluster, ServiceRow.name.in_(list(names)))
         with self._sessions() as s:
             return {
-                name: (ServiceState(name, uid, generation, spec, stopped, deleting), status)
-                for name, uid, generation, spec, stopped, deleting, status in s.execute(query)
+                row.name: (
+                    ServiceState(
+                        name=row.name,
+                        uid=row.uid,
+                        generation=row.generation,
+                        spec=row.spec,
+                        stopped=row.stopped,
+                        deleting=row.deleting,
+                        restarts=row.restarts,
+                        retire=tuple(row.retired_instances or ()),
+                    ),
+                    row.status,
+                )
+                for row in s.execute(query)
             }
 
     def write_statuses(self, writes: Sequence[StatusWrite]) -> set[str]:
@@ -299,6 +313,8 @@ class ReconcileStore:
                 spec=row.spec,
                 stopped=row.stopped,
                 deleting=row.deleting,
+                restarts=row.restarts,
+                retire=tuple(row.retired_instances or ()),
             )
             return state, row.status
 
