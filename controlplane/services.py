@@ -220,14 +220,15 @@ class Services:
             "created_at": now,
             "updated_at": now,
             "version": 1,
-            "labels": labels or None,
             "safety_lock": "",
-            "cron_scaler": None,
             "current_version": 1,
             "latest_version": 1,
             "restarts": 0,
-            "retired_instances": None,
         }
+        # JSON columns left out when empty: SQL NULL, which their queries look for (a None
+        # written by a Core statement would be JSON's 'null').
+        if labels:
+            values["labels"] = labels
         event = {
             "created_at": now,
             "type": "Normal",
@@ -257,7 +258,8 @@ class Services:
                 if store.token_taken(s, self.cluster, values["token_sha256"]):
                     raise TokenInUse() from e  # a concurrent create with the same token
                 raise
-        return ServiceRow(id=row_id, **values)
+        empty = {"labels": None, "cron_scaler": None, "retired_instances": None}
+        return ServiceRow(id=row_id, **{**empty, **values})
 
     def update(
         self,

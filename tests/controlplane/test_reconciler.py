@@ -11,11 +11,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from contract.progress import Progress
 from controlplane import route_feed, service_watch
 from controlplane.db import make_engine, make_sessions
+from controlplane.models import ServiceRow
 from controlplane.reconciler import BATCH, Reconciler
 from controlplane.runtime.base import (
     DesiredReplicaSet,
@@ -523,6 +525,9 @@ async def test_a_status_write_for_a_changed_service_is_redone(harness: Harness) 
     store = ReconcileStore(harness.sessions, "local")
     for name in ("a", "b"):
         harness.services.create(seed_spec(name=name, metadata={"instance": 0}))
+    with harness.sessions() as s:  # a create leaves its empty JSON columns SQL NULL
+        empty = (ServiceRow.cron_scaler, ServiceRow.labels, ServiceRow.retired_instances)
+        assert s.scalar(select(func.count()).where(or_(*(c.is_not(None) for c in empty)))) == 0
     states = store.states(["a", "b", "gone"])
     assert set(states) == {"a", "b"}
     stopped = Status("Stopped", "", "", 0, 0, 0)
