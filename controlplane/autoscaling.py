@@ -297,6 +297,7 @@ class Autoscaling:
             backlog = await self.backlog.of(name)
             if backlog is not None:
                 values[BACKLOG] = float(backlog)
+                self.signals.history.backlog(name, backlog)
                 if backlog > 0:
                     t.last_active = now  # work waiting is not idle: no scale to zero
         t.values = values

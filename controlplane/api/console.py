@@ -39,6 +39,8 @@ class MetricPoint(BaseModel):
     LatencyP50Ms: float | None  # None: nothing answered in the step
     LatencyP99Ms: float | None
     Replicas: int | None  # ready replicas; None: not known yet
+    # An async service's messages not yet answered (read while it has an autoscaler).
+    Backlog: int | None = None
 
 
 class ServiceMetrics(BaseModel):
@@ -98,6 +100,7 @@ def router(services: Services, settings: Settings, signals: Signals) -> APIRoute
                     LatencyP50Ms=None if s.p50_ms is None else round(s.p50_ms, 3),
                     LatencyP99Ms=None if s.p99_ms is None else round(s.p99_ms, 3),
                     Replicas=s.replicas,
+                    Backlog=s.backlog,
                 )
                 for s in samples
             ],
