@@ -15,6 +15,7 @@ from controlplane import migrate, sealing
 from controlplane.api.app import create_app
 from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine, make_sessions
+from controlplane.metrics import ControlPlaneMetrics
 from controlplane.reconciler import Reconciler
 from controlplane.runtime import make_runtime
 from controlplane.services import Services
@@ -61,7 +62,10 @@ class ControlPlane:
             raise SchemaOutOfDate("the database schema is not up to date: run 'openeas migrate'")
         sessions = make_sessions(self.engine)
         sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
-        self.autoscaling = Autoscaling(sessions, Services(sessions, settings.cluster_id, sealer))
+        self.metrics = ControlPlaneMetrics()
+        self.autoscaling = Autoscaling(
+            sessions, Services(sessions, settings.cluster_id, sealer), metrics=self.metrics
+        )
         self.reconciler = (
             Reconciler(
                 sessions,
@@ -70,11 +74,18 @@ class ControlPlane:
                 resync_seconds=settings.resync_seconds,
                 lease_ttl=settings.lease_seconds,
                 autoscaling=self.autoscaling,
+                metrics=self.metrics,
             )
             if reconcile
             else None
         )
-        self.app = create_app(settings, self.engine, autoscaling=self.autoscaling)
+        if self.reconciler is not None:
+            reconciler = self.reconciler
+            self.metrics.probe.leading = lambda: reconciler.is_leader
+            self.metrics.probe.queue_depth = lambda: reconciler.queue_depth
+        self.app = create_app(
+            settings, self.engine, autoscaling=self.autoscaling, metrics=self.metrics
+        )
         self._server: _Server | None = None
 
     async def serve(self, sock: socket.socket) -> None:

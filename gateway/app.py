@@ -17,7 +17,7 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +53,11 @@ class Gateway:
         *,
         fallback_upstream: str | None = None,
         peers: WorkerPeers | None = None,
+        more_metrics: Callable[[], Awaitable[bytes]] | None = None,
     ) -> None:
         self.settings = settings
+        # Another exposition served after the gateway's (``openeas up``: the control plane's).
+        self.more_metrics = more_metrics
         self.route_source = route_source
         self.fallback_upstream = fallback_upstream
         self.peers = peers  # sibling workers whose metrics a scrape adds up
@@ -276,7 +279,7 @@ class Gateway:
         request.finish()
 
     def metrics_page(self, request: Request) -> Coroutine[Any, Any, None] | None:
-        if self.peers is not None:
+        if self.peers is not None or self.more_metrics is not None:
             return self._answer_metrics(request)
         request.conn.write_response(
             200, [(b"content-type", METRICS_CONTENT_TYPE.encode())], self.render_metrics()
@@ -286,6 +289,8 @@ class Gateway:
 
     async def _answer_metrics(self, request: Request) -> None:
         body = await self.render_all_metrics()
+        if self.more_metrics is not None:
+            body += await self.more_metrics()
         request.conn.write_response(200, [(b"content-type", METRICS_CONTENT_TYPE.encode())], body)
 
     @property
@@ -338,6 +343,7 @@ async def start_gateway(
     reuse_port: bool = False,
     sock: socket.socket | None = None,
     peers: WorkerPeers | None = None,
+    more_metrics: Callable[[], Awaitable[bytes]] | None = None,
 ) -> GatewayRunner:
     """Start a gateway in the running event loop and return once it listens.
 
@@ -345,8 +351,15 @@ async def start_gateway(
     :attr:`GatewayRunner.port`); ``sock`` serves an already-bound socket instead.
     ``fallback_upstream`` (e.g. ``"http://127.0.0.1:41000"``) receives every request that
     is not a predict call, metrics or the gateway's health path. ``peers`` makes this one
-    worker of several whose ``/metrics`` is summed (see :mod:`gateway.workers`)."""
-    gateway = Gateway(settings, route_source, fallback_upstream=fallback_upstream, peers=peers)
+    worker of several whose ``/metrics`` is summed (see :mod:`gateway.workers`);
+    ``more_metrics`` is another exposition its ``/metrics`` serves after its own."""
+    gateway = Gateway(
+        settings,
+        route_source,
+        fallback_upstream=fallback_upstream,
+        peers=peers,
+        more_metrics=more_metrics,
+    )
     await gateway.start()
     assert gateway.router is not None
     server = HttpServer(
