@@ -278,7 +278,8 @@ def test_the_gateway_holds_a_route_reader_token_and_no_admin_token() -> None:
 
 
 def test_the_gateway_pod_outwaits_its_shutdown_grace() -> None:
-    for grace, expected in ((None, 35), (600, 605)):
+    # The pre-stop delay (5 s), the drain (shutdownGraceS, 30 s by default), 5 s of margin.
+    for grace, expected in ((None, 40), (600, 610)):
         config = {} if grace is None else {"gateway": {"config": {"shutdownGraceS": grace}}}
         objects = render(config)
         pod = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == GW)[
