@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -20,6 +21,9 @@ from controlplane.reconciler import Reconciler
 from controlplane.runtime import make_runtime
 from controlplane.services import Services
 from controlplane.settings import Settings
+
+if TYPE_CHECKING:  # the kubernetes client is imported only where that runtime runs
+    from controlplane.runtime.kubernetes.route_snapshot import RouteSnapshotPublisher
 
 
 class SchemaOutOfDate(RuntimeError):
@@ -86,7 +90,15 @@ class ControlPlane:
         self.app = create_app(
             settings, self.engine, autoscaling=self.autoscaling, metrics=self.metrics
         )
-        self._server: _Server | None = None
+        self.route_snapshot: RouteSnapshotPublisher | None = None
+        k8s = settings.k8s
+        kubernetes = self.reconciler is not None and settings.runtime == "kubernetes"
+        if kubernetes and k8s.route_snapshot_configmap and k8s.route_snapshot_namespace:
+            from controlplane.runtime.kubernetes.route_snapshot import RouteSnapshotPublisher
+
+            self.route_snapshot = RouteSnapshotPublisher(
+                sessions, settings.cluster_id, settings.default_timeout_ms, k8s
+            )
 
     async def serve(self, sock: socket.socket) -> None:
         """Serve the API on ``sock`` and reconcile until :meth:`stop`; then stop every
@@ -99,15 +111,19 @@ class ControlPlane:
             timeout_graceful_shutdown=3,  # long-polls (the gateway's route watch) end here
         )
         self._server = _Server(config)
-        reconciling = (
-            asyncio.create_task(self.reconciler.run()) if self.reconciler is not None else None
-        )
+        tasks: list[asyncio.Task[None]] = []
+        if self.reconciler is not None:
+            reconciler = self.reconciler
+            tasks.append(asyncio.create_task(reconciler.run()))
+            if self.route_snapshot is not None:
+                snapshot = self.route_snapshot.run(lambda: reconciler.is_leader)
+                tasks.append(asyncio.create_task(snapshot))
         try:
             await self._server.serve(sockets=[sock])
         finally:
-            if reconciling is not None:
-                reconciling.cancel()
-                await asyncio.gather(reconciling, return_exceptions=True)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             self.engine.dispose()
 
     def stop(self) -> None:

@@ -86,6 +86,8 @@ class Gateway:
         )
         self._report_task: asyncio.Task[None] | None = None
         self.snapshot_path = Path(settings.route_snapshot) if settings.route_snapshot else None
+        shared = settings.route_snapshot_shared
+        self.shared_snapshot_path = Path(shared) if shared else None
         self.from_snapshot: snapshot.Snapshot | None = None  # serving it, until a table comes
         self._snapshot_task: asyncio.Task[None] | None = None
         # Services at zero are woken with the same credential (without one, held requests
@@ -129,10 +131,11 @@ class Gateway:
             metrics_path=self.settings.metrics_path,
         )
         self._source_task = asyncio.create_task(self._run_source(), name="gateway-routes")
-        if self.snapshot_path is not None:
+        if self.snapshot_path is not None or self.shared_snapshot_path is not None:
             self._snapshot_task = asyncio.create_task(self._fall_back_to_snapshot())
-            if isinstance(self.route_source, ControlPlaneRouteSource):
-                self.route_source.on_unreachable = self._save_snapshot_soon
+        saving = self.snapshot_path is not None
+        if saving and isinstance(self.route_source, ControlPlaneRouteSource):
+            self.route_source.on_unreachable = self._save_snapshot_soon
         if self.peers is not None:
             await self.peers.start(self._current_metrics().snapshot)
         if self.reporter is not None:
@@ -157,23 +160,23 @@ class Gateway:
 
     async def _fall_back_to_snapshot(self) -> None:
         """No table from the source within the connect timeout: serve the saved one."""
-        assert self.snapshot_path is not None
         if await self.wait_for_routes(self.settings.connect_timeout_s):
             return
-        saved = snapshot.load(self.snapshot_path)
+        paths = [p for p in (self.snapshot_path, self.shared_snapshot_path) if p is not None]
+        saved = snapshot.newest(*[snapshot.load(p) for p in paths])
         if self.routes.version is not None:
             return  # the control plane answered while the file was read
         if saved is None:
             log.warning(
                 "no route table from the control plane yet and no snapshot at %s: "
                 "serving nothing until it answers",
-                self.snapshot_path,
+                " or ".join(map(str, paths)),
             )
             return
         log.warning(
             "no route table from the control plane yet: serving the snapshot %s saved at %s "
             "(version %d, %d services) until it answers",
-            self.snapshot_path,
+            saved.path,
             iso_time(saved.saved_at),
             saved.table.version,
             len(saved.table.routes),
@@ -236,7 +239,7 @@ class Gateway:
         saved = self.from_snapshot
         if saved is not None:
             body["serving_from"] = (
-                f"snapshot {self.snapshot_path} saved at {iso_time(saved.saved_at)} "
+                f"snapshot {saved.path} saved at {iso_time(saved.saved_at)} "
                 f"(version {saved.table.version})"
             )
         else:

@@ -5,10 +5,16 @@ Written when the control plane stops answering and when the gateway stops — no
 so steady state costs nothing — and read only when a starting gateway gets no table from
 the control plane in time. The file holds token digests and replica addresses, never a
 token; it is replaced atomically and readable by its owner only.
+
+A second, shared snapshot (``OPENEAS_GATEWAY_ROUTE_SNAPSHOT_SHARED``) is only read: on
+Kubernetes the leading control plane keeps the table in a ConfigMap mounted into every
+gateway pod, gzip-compressed, so a pod new on its node has one too. The newer of the two by
+route-table version is served.
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import tempfile
@@ -26,6 +32,7 @@ log = logging.getLogger(__name__)
 class Snapshot:
     table: RouteTable
     saved_at: float  # seconds since the epoch (the file's mtime)
+    path: Path | None = None  # where it was read
 
 
 def save(path: Path, table: RouteTable) -> None:
@@ -58,8 +65,20 @@ def load(path: Path) -> Snapshot | None:
         log.warning("could not read the route snapshot %s: %s", path, e.strerror or e)
         return None
     try:
+        if data[:2] == b"\x1f\x8b":  # gzip's magic: the shared snapshot
+            data = gzip.decompress(data)
         table = RouteTable.model_validate_json(data)
-    except ValidationError as e:
-        log.warning("ignoring the route snapshot %s: %d errors", path, e.error_count())
+    except (ValidationError, OSError, EOFError) as e:
+        errors = e.error_count() if isinstance(e, ValidationError) else e
+        log.warning("ignoring the route snapshot %s: %s errors", path, errors)
         return None
-    return Snapshot(table.model_copy(update={"full": True}), saved_at)
+    return Snapshot(table.model_copy(update={"full": True}), saved_at, path)
+
+
+def newest(*found: Snapshot | None) -> Snapshot | None:
+    """The snapshot of the highest route-table version (the first of equals)."""
+    best: Snapshot | None = None
+    for snap in found:
+        if snap is not None and (best is None or snap.table.version > best.table.version):
+            best = snap
+    return best

@@ -107,6 +107,7 @@ RESOURCES = {
     ("v1", "services"): Resource("services", "Service", "v1", "label"),
     ("v1", "pods"): Resource("pods", "Pod", "v1", "subdomain"),
     ("v1", "secrets"): Resource("secrets", "Secret", "v1", "subdomain"),
+    ("v1", "configmaps"): Resource("configmaps", "ConfigMap", "v1", "subdomain"),
     ("policy/v1", "poddisruptionbudgets"): Resource(
         "poddisruptionbudgets", "PodDisruptionBudget", "policy/v1", "subdomain"
     ),
@@ -1220,6 +1221,8 @@ def _default(resource: Resource, obj: Obj, live: Obj | None) -> None:
     do (the runtime must compare hashes, not objects)."""
     if resource.kind == "Secret":  # no spec; type defaults to Opaque
         obj.setdefault("type", "Opaque")
+        return
+    if resource.kind == "ConfigMap":  # no spec, no defaults
         return
     spec = obj.setdefault("spec", {})
     if resource.kind == "Deployment":

@@ -36,7 +36,7 @@ CHART_OWNED: dict[str, tuple[type[BaseSettings], set[str]]] = {
         GatewaySettings,
         # grpc_port: gateway.grpc.enabled (its Service port is gateway.grpc.port).
         {"controlplane_url", "routes_token", "admin_token", "host", "port", "grpc_port",
-         "workers", "route_snapshot"},
+         "workers", "route_snapshot", "route_snapshot_shared"},
     ),
     "serving": (
         KubernetesSettings,
@@ -44,6 +44,7 @@ CHART_OWNED: dict[str, tuple[type[BaseSettings], set[str]]] = {
             "namespace", "in_cluster", "kubeconfig", "context", "processor_image",
             "image_pull_policy", "image_pull_secrets", "resource_groups", "gpu_tolerations",
             "oss_secret", "oss_endpoint", "oss_region", "model_cache_url", "model_cache_token",
+            "route_snapshot_configmap", "route_snapshot_namespace",  # gateway.sharedRouteSnapshot
             # The processor image's contract, not an operator's choice; one processor exists.
             "entrypoint", "processor_images",
         },

@@ -49,7 +49,8 @@ SERVICE = Kind("Service", "v1", "service")
 POD = Kind("Pod", "v1", "pod")
 DISRUPTION_BUDGET = Kind("PodDisruptionBudget", "policy/v1", "pod_disruption_budget")
 SECRET = Kind("Secret", "v1", "secret")  # only the node cache's token (manifests.py)
-KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD, DISRUPTION_BUDGET, SECRET)}
+CONFIG_MAP = Kind("ConfigMap", "v1", "config_map")  # only the route snapshot's
+KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD, DISRUPTION_BUDGET, SECRET, CONFIG_MAP)}
 
 
 class Conflict(TemporaryRuntimeError):
