@@ -96,8 +96,10 @@ def test_the_role_grants_exactly_what_the_publisher_calls(
         for verb in rule["verbs"]
     }
     assert used == granted
-    binding = find(render(), "RoleBinding", ROUTES)
+    objects = render()
+    binding = find(objects, "RoleBinding", ROUTES)
     assert binding["roleRef"]["name"] == ROUTES
+    account = find(objects, "Deployment", CP)["spec"]["template"]["spec"]["serviceAccountName"]
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "openeas", "namespace": NAMESPACE}
+        {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
     ]
