@@ -23,6 +23,7 @@ from controlplane.services import Services
 from controlplane.settings import Settings
 
 if TYPE_CHECKING:  # the kubernetes client is imported only where that runtime runs
+    from controlplane.runtime.kubernetes.events import EventMirror
     from controlplane.runtime.kubernetes.route_snapshot import RouteSnapshotPublisher
 
 
@@ -99,6 +100,11 @@ class ControlPlane:
             self.route_snapshot = RouteSnapshotPublisher(
                 sessions, settings.cluster_id, settings.default_timeout_ms, k8s
             )
+        self.event_mirror: EventMirror | None = None
+        if kubernetes and k8s.events:
+            from controlplane.runtime.kubernetes.events import EventMirror
+
+            self.event_mirror = EventMirror(sessions, settings.cluster_id, k8s)
 
     async def serve(self, sock: socket.socket) -> None:
         """Serve the API on ``sock`` and reconcile until :meth:`stop`; then stop every
@@ -118,6 +124,9 @@ class ControlPlane:
             if self.route_snapshot is not None:
                 snapshot = self.route_snapshot.run(lambda: reconciler.is_leader)
                 tasks.append(asyncio.create_task(snapshot))
+            if self.event_mirror is not None:
+                events = self.event_mirror.run(lambda: reconciler.is_leader)
+                tasks.append(asyncio.create_task(events))
         try:
             await self._server.serve(sockets=[sock])
         finally:

@@ -108,6 +108,7 @@ RESOURCES = {
     ("v1", "pods"): Resource("pods", "Pod", "v1", "subdomain"),
     ("v1", "secrets"): Resource("secrets", "Secret", "v1", "subdomain"),
     ("v1", "configmaps"): Resource("configmaps", "ConfigMap", "v1", "subdomain"),
+    ("v1", "events"): Resource("events", "Event", "v1", "subdomain"),
     ("policy/v1", "poddisruptionbudgets"): Resource(
         "poddisruptionbudgets", "PodDisruptionBudget", "policy/v1", "subdomain"
     ),
@@ -1222,7 +1223,7 @@ def _default(resource: Resource, obj: Obj, live: Obj | None) -> None:
     if resource.kind == "Secret":  # no spec; type defaults to Opaque
         obj.setdefault("type", "Opaque")
         return
-    if resource.kind == "ConfigMap":  # no spec, no defaults
+    if resource.kind in ("ConfigMap", "Event"):  # no spec, no defaults
         return
     spec = obj.setdefault("spec", {})
     if resource.kind == "Deployment":

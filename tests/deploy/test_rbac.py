@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -22,8 +23,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from controlplane.desired import ServiceState, desired
+from controlplane.models import EventRow
 from controlplane.runtime.base import DesiredReplicaSet
-from controlplane.runtime.kubernetes.client import KubeClient
+from controlplane.runtime.kubernetes.client import EventSink, KubeClient
+from controlplane.runtime.kubernetes.events import kube_event
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.spec import StoredSpec
@@ -179,6 +182,14 @@ async def test_the_role_grants_exactly_what_the_runtime_calls(
             ("policy", "poddisruptionbudgets", OBJECT),
         ][0 if cache else 1 :]
     )
+    # The leader's event mirror, through its own client, in the same namespace.
+    sink = EventSink(KubernetesSettings(kubeconfig=str(tmp_path / "kubeconfig")))
+    try:
+        row = EventRow(type="Normal", reason="Scaled", message="scaled 1→2")
+        row.created_at = datetime.now(UTC)
+        assert sink.create(kube_event(SERVING, NAME, 1, row, "cp-0"))
+    finally:
+        sink.close()
     used = {authorization(method, target) for method, target in list(api.requests)}
     used |= {(group, resource, "create") for group, resource, _ in api.created}
 

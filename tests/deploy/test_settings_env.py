@@ -218,6 +218,7 @@ SAMPLE: dict[str, Any] = {
         "spreadTopologyKey": "topology.kubernetes.io/zone",
         "disruptionBudget": False,
         "gpuRollout": {"maxSurge": "25%", "maxUnavailable": 0},
+        "events": False,
         "fieldManager": "openeas-test",
         "resyncSeconds": 60,
         "watchTimeoutSeconds": 120,

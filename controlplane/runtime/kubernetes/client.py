@@ -373,3 +373,32 @@ class SecretStore:
 
     def _opts(self) -> dict[str, Any]:
         return {"_preload_content": False, "_request_timeout": self._timeout}
+
+
+class EventSink:
+    """Create-only writes of ``v1`` Events in the serving namespace, for the leader's event
+    mirror (:mod:`.events`): the Role grants ``create`` on events and nothing else there."""
+
+    def __init__(self, settings: KubernetesSettings) -> None:
+        self.namespace = settings.namespace
+        self._timeout = settings.request_timeout_seconds
+        self._api = _api_client(settings)
+        self._core = k8s.CoreV1Api(self._api)
+
+    def create(self, body: Object) -> bool:
+        """Create the Event; False when one of that name exists (sent before)."""
+        name = body["metadata"]["name"]
+        try:
+            with _boundary(f"create Event {name}"):
+                self._core.create_namespaced_event(  # a plain dict, as the manifests
+                    self.namespace,
+                    body,  # type: ignore[arg-type]
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
+        except Conflict:
+            return False
+        return True
+
+    def close(self) -> None:
+        self._api.close()  # type: ignore[no-untyped-call]

@@ -178,6 +178,9 @@ class KubernetesSettings(BaseSettings):
     # (route_snapshot.py); empty: none.
     route_snapshot_configmap: str = ""
     route_snapshot_namespace: str = ""
+    # The leader also writes each service event as a Kubernetes Event on the service's
+    # Deployment (events.py; the Role needs `create` on events).
+    events: bool = True
 
     @model_validator(mode="after")
     def _grace_covers_prestop_and_exit(self) -> KubernetesSettings:
