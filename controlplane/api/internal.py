@@ -5,12 +5,12 @@ replica logs (from the runtime's log source, so any control-plane replica answer
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
 from contract.wire import (
@@ -108,17 +108,41 @@ def router(
         name: str,
         replica: int | None = None,
         tail: Annotated[int, Query(ge=1, le=10_000)] = 200,
-    ) -> PlainTextResponse:
-        """A replica's recent output (``replica`` as shown by describe; default the newest)."""
+        previous: bool = False,
+        follow: bool = False,
+    ) -> Response:
+        """A replica's recent output (``replica`` as shown by describe; default the newest).
+        ``previous``: its run before the last restart (a crash's last words). ``follow``:
+        then what it writes, streamed until the caller hangs up or the replica ends."""
         await run_in_threadpool(services.get, cluster, name)  # 404 for unknown services
+        if previous and follow:
+            raise HTTPException(
+                400, "previous and follow exclude each other: a previous run writes no more"
+            )
         try:
-            return PlainTextResponse(await log_source.logs(name, replica, tail))
+            if follow:
+                chunks = log_source.follow(name, replica, tail)
+                first = await anext(chunks, "")  # a missing replica is a 404, not a stream
+                return StreamingResponse(
+                    _then(first, chunks), media_type="text/plain; charset=utf-8"
+                )
+            return PlainTextResponse(await log_source.logs(name, replica, tail, previous=previous))
         except FileNotFoundError as e:
             raise HTTPException(404, str(e)) from e
         except RuntimeError_ as e:  # the cluster's API cannot be reached
             raise HTTPException(503, f"replica logs are unavailable: {e}") from e
 
     return api
+
+
+async def _then(first: str, rest: AsyncIterator[str]) -> AsyncIterator[str]:
+    try:
+        yield first
+        async for chunk in rest:
+            yield chunk
+    finally:
+        if isinstance(rest, AsyncGenerator):
+            await rest.aclose()  # the caller hung up: close the replica's stream too
 
 
 def _leading(scaling: Autoscaling) -> None:

@@ -27,6 +27,7 @@ from controlplane.models import EventRow
 from controlplane.runtime.base import DesiredReplicaSet
 from controlplane.runtime.kubernetes.client import EventSink, KubeClient
 from controlplane.runtime.kubernetes.events import kube_event
+from controlplane.runtime.kubernetes.logs import KubernetesLogs
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.spec import StoredSpec
@@ -153,6 +154,12 @@ async def run_a_service_through_its_life(
         await runtime.apply(want(generation=2, instance=2))  # changes them
         api.set_log(pod, "processor", "serving\n")
         assert await runtime.logs(NAME, 0, 10) == "serving\n"
+        logs = KubernetesLogs(settings, client=client)  # eascmd logs --previous, -f
+        api.set_previous_log(pod, "processor", "crashed\n")
+        assert await logs.logs(NAME, 0, 10, previous=True) == "crashed\n"
+        follow = logs.follow(NAME, 0, 10)
+        assert await anext(follow) == "serving\n"
+        await follow.aclose()  # type: ignore[attr-defined]
         assert await runtime.services() == {NAME}
         api.set_pod_cpu(pod, "250m")
         assert await runtime.cpu_cores(NAME) == [0.25]  # the autoscaler's cpu metric
