@@ -500,3 +500,24 @@ def test_a_service_monitor_scrapes_the_replicas_metrics_port() -> None:
         "matchLabels": {"app.kubernetes.io/managed-by": "openeas"}
     }
     assert monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "30s"}]
+
+
+def test_rrsa_runs_replicas_as_a_service_account_mapped_to_a_ram_role() -> None:
+    objects = render({"oss": {"rrsa": {"enabled": True, "roleName": "openeas-model-reader"}}})
+    account = find(objects, "ServiceAccount", "openeas-replicas")
+    assert account["metadata"]["namespace"] == "openeas-serving"
+    assert account["metadata"]["annotations"] == {
+        "pod-identity.alibabacloud.com/role-name": "openeas-model-reader"
+    }
+    assert account["automountServiceAccountToken"] is False  # no Kubernetes API token
+    labels = find(objects, "Namespace", "openeas-serving")["metadata"]["labels"]
+    assert labels["pod-identity.alibabacloud.com/injection"] == "on"
+    env = _env(container(objects, "Deployment", CP, "controlplane"))
+    assert env["OPENEAS_K8S_SERVICE_ACCOUNT"]["value"] == "openeas-replicas"
+    for obj in objects:
+        assert kubernetes_validate.validate(obj, "1.33.0", strict=True)
+    with pytest.raises(helm.HelmValuesError, match="roleName"):
+        render({"oss": {"rrsa": {"enabled": True}}})
+    assert "openeas-replicas" not in {
+        o["metadata"]["name"] for o in render() if o["kind"] == "ServiceAccount"
+    }
