@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from contract.configfile import ConfigFileError, ConfigSyntaxError, parse, repaired
 from contract.configfile import read_config as _read
 from contract.merge import merge_patch
-from eascmd import completion, groups, mirror, render
+from eascmd import completion, groups, identities, mirror, render
 from eascmd.live import LiveLine
 from eascmd.profile import NoProfile, Profile, load, save
 
@@ -163,7 +163,7 @@ def _cmd_completion(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    where = save(Profile(args.endpoint, args.key, args.region))
+    where = save(Profile(args.endpoint, args.key, args.region, args.access_key_id or ""))
     print(f"[OK] configuration saved to {where}")
     return 0
 
@@ -317,11 +317,25 @@ def parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="command")
 
-    c = sub.add_parser("config", help="save the control plane's endpoint and admin token")
+    c = sub.add_parser(
+        "config", help="save the control plane's endpoint and credential (admin token or AccessKey)"
+    )
     c.add_argument(
         "-e", "--endpoint", required=True, help="control plane URL (overridden by EAS_ENDPOINT)"
     )
-    c.add_argument("-k", "--key", required=True, help="admin token (overridden by EAS_TOKEN)")
+    c.add_argument(
+        "-i",
+        "--id",
+        dest="access_key_id",
+        help="AccessKeyId: requests are then signed with the pair, -k being its AccessKeySecret "
+        "(default: none, -k is the admin token; overridden by EAS_ACCESS_KEY_ID)",
+    )
+    c.add_argument(
+        "-k",
+        "--key",
+        required=True,
+        help="admin token, or with -i the AccessKeySecret (overridden by EAS_TOKEN)",
+    )
     c.add_argument(
         "-r",
         "--region",
@@ -453,6 +467,7 @@ def parser() -> argparse.ArgumentParser:
 
     groups.add_parsers(sub)
     mirror.add_parsers(sub)
+    identities.add_parsers(sub)
 
     c = sub.add_parser(
         "lint",

@@ -58,7 +58,8 @@ field selectors, pagination (``limit``/``continue``), JSON patch
 leaf field, lists as a whole), admission (quotas, webhooks, defaults beyond a few shown
 below), cluster-scoped resources other than discovery, RBAC (one token may do
 everything), protobuf/CBOR, TLS, ``dryRun``, server-side ``fieldValidation`` modes (always
-strict), events, and the status subresource of a Deployment as a client would write it.
+strict), Events beyond storing and listing them, and the status subresource of a
+Deployment as a client would write it.
 """
 
 from __future__ import annotations
@@ -639,6 +640,8 @@ class ApiStandIn:
             raise ApiError(
                 500, "InternalError", "resourceVersion should not be set on objects to be created"
             )
+        if not meta.get("name"):  # generateName: the server adds five random characters
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         key = (resource.plural, ns, meta["name"])
         if key in self._objects:
             raise ApiError(
@@ -1283,7 +1286,7 @@ def _default(resource: Resource, obj: Obj, live: Obj | None) -> None:
     if resource.kind == "Secret":  # no spec; type defaults to Opaque
         obj.setdefault("type", "Opaque")
         return
-    if resource.kind in ("ConfigMap", "Event"):  # no spec, no defaults
+    if resource.kind in ("ConfigMap", "Event"):  # no spec
         return
     spec = obj.setdefault("spec", {})
     if resource.kind == "Deployment":

@@ -12,9 +12,11 @@ from sqlalchemy import Engine, select, text
 
 from controlplane import metrics as metrics_mod
 from controlplane import route_feed, sealing
-from controlplane.api import console, internal, problems
+from controlplane.accesskeys import AccessKeys
+from controlplane.api import auth, console, identities, internal, problems
 from controlplane.api import groups as groups_api
 from controlplane.api import services as services_api
+from controlplane.audit import AuditTrail
 from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
@@ -57,6 +59,10 @@ def create_app(
     problems.install(app)
     sessions = make_sessions(engine)
     sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
+    keys = AccessKeys(sessions, sealer)
+    trail = AuditTrail(sessions, settings.audit_retention_days)
+    auth.install(app, auth.Authenticator(settings.admin_token, settings.routes_token, keys), trail)
+    app.include_router(identities.router(keys, trail))
     services = Services(sessions, settings.cluster_id, sealer, deployment_checks(settings))
     # Without a reconciler in this process nothing leads: load reports are answered 421.
     scaling = autoscaling or Autoscaling(sessions, services)

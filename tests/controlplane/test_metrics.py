@@ -134,6 +134,8 @@ async def test_the_leader_counts_reconciles_and_autoscaler_decisions(
     h.services.create(seed_spec(autoscaler=AUTO))
     scaling.signals.receive(report("gw", triton_test=(50, 7.4)))
     await h.until(lambda: h.row().spec.metadata.instance == 4)
+    # Counted once the write came back (the row may show it a moment before).
+    await h.until(lambda: ("triton_test", "up", "Autoscaled") in metrics.decisions.values)
     text = (await metrics.render()).decode()
     assert value(text, "openeas_controlplane_leader") == 1
     decisions = "openeas_controlplane_autoscaler_decisions_total"
@@ -142,7 +144,9 @@ async def test_the_leader_counts_reconciles_and_autoscaler_decisions(
     reconciled = metrics.reconcile_duration.hist
     # The create, then the scale's new generation.
     await h.until(lambda: sum(reconciled.get(("ok",), ([0], [0.0]))[0]) >= 2)
-    assert "retry" not in str(reconciled) and "error" not in str(reconciled)
+    # A retry may be counted (the scale and a status write racing: optimistic locking);
+    # never an error.
+    assert ("error",) not in reconciled
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import pytest
 from controlplane.desired import ServiceState, desired
 from controlplane.models import EventRow
 from controlplane.runtime.base import DesiredReplicaSet
-from controlplane.runtime.kubernetes.client import EventSink, KubeClient
+from controlplane.runtime.kubernetes.client import KubeClient
 from controlplane.runtime.kubernetes.events import kube_event
 from controlplane.runtime.kubernetes.logs import KubernetesLogs
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
@@ -34,7 +34,7 @@ from controlplane.spec import StoredSpec
 from testing import k8s_server as ks
 from testing.waiting import wait_until_async
 from tests.deploy.chart import ROOT, VALUE_SETS, Obj, find, render
-from tests.kubernetes.conftest import RESOURCE_GROUPS
+from tests.kubernetes.conftest import INSTALLATION, RESOURCE_GROUPS
 
 SERVING = "openeas-serving"
 NAME, OBJECT, UID = "triton_test", "triton-test", "6f3c7a52-8d0e-4c1b-9a55-0b7f3e1d2a44"
@@ -146,6 +146,8 @@ async def run_a_service_through_its_life(
     )
     client = SpyClient(settings)
     runtime = KubernetesRuntime(settings, lambda _service: None, client=client)
+    assert await runtime.claim(INSTALLATION) is None  # records the installation (ConfigMap)
+    await runtime.warn("OrphansKept", "a warning for the operator")  # an Event
     try:
         await runtime.apply(want())  # creates the Deployment, Service and budget
         [pod] = api.sync_pods(OBJECT)
@@ -189,14 +191,14 @@ async def test_the_role_grants_exactly_what_the_runtime_calls(
             ("policy", "poddisruptionbudgets", OBJECT),
         ][0 if cache else 1 :]
     )
-    # The leader's event mirror, through its own client, in the same namespace.
-    sink = EventSink(KubernetesSettings(kubeconfig=str(tmp_path / "kubeconfig")))
+    # The leader's event mirror (runtime/kubernetes/events.py), in the same namespace.
+    mirror = KubeClient(KubernetesSettings(kubeconfig=str(tmp_path / "kubeconfig")))
     try:
         row = EventRow(type="Normal", reason="Scaled", message="scaled 1→2")
         row.created_at = datetime.now(UTC)
-        assert sink.create(kube_event(SERVING, NAME, 1, row, "cp-0"))
+        assert mirror.create(kube_event(SERVING, NAME, 1, row, "cp-0"))
     finally:
-        sink.close()
+        mirror.close()
     used = {authorization(method, target) for method, target in list(api.requests)}
     used |= {(group, resource, "create") for group, resource, _ in api.created}
 

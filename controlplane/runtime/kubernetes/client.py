@@ -50,8 +50,12 @@ SERVICE = Kind("Service", "v1", "service")
 POD = Kind("Pod", "v1", "pod")
 DISRUPTION_BUDGET = Kind("PodDisruptionBudget", "policy/v1", "pod_disruption_budget")
 SECRET = Kind("Secret", "v1", "secret")  # only the node cache's token (manifests.py)
-CONFIG_MAP = Kind("ConfigMap", "v1", "config_map")  # only the route snapshot's
-KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD, DISRUPTION_BUDGET, SECRET, CONFIG_MAP)}
+# The installation's record (serving namespace), the route snapshot (release namespace).
+CONFIG_MAP = Kind("ConfigMap", "v1", "config_map")
+EVENT = Kind("Event", "v1", "event")  # written, never read back
+KINDS = {
+    k.kind: k for k in (DEPLOYMENT, SERVICE, POD, DISRUPTION_BUDGET, SECRET, CONFIG_MAP, EVENT)
+}
 
 
 class LogStream:
@@ -142,6 +146,20 @@ class KubeClient:
                     **self._opts(),
                 )
             )
+
+    def create(self, manifest: Object) -> bool:
+        """Create ``manifest``; False when an object of that name already exists (it is
+        left as it is: create never takes over another writer's object)."""
+        kind = KINDS[manifest["kind"]]
+        metadata = manifest["metadata"]
+        what = f"create {kind.kind} {metadata.get('name') or metadata.get('generateName')}"
+        try:
+            with _boundary(what):
+                # The client serializes a plain dict as it is, like the manifests it applies.
+                self._call("create", kind)(self.namespace, manifest, **self._opts())
+        except Conflict:
+            return False
+        return True
 
     def delete(self, kind: Kind, name: str) -> bool:
         """Ask for deletion (dependents go in the background); False when already gone."""
@@ -430,32 +448,3 @@ class SecretStore:
 
     def _opts(self) -> dict[str, Any]:
         return {"_preload_content": False, "_request_timeout": self._timeout}
-
-
-class EventSink:
-    """Create-only writes of ``v1`` Events in the serving namespace, for the leader's event
-    mirror (:mod:`.events`): the Role grants ``create`` on events and nothing else there."""
-
-    def __init__(self, settings: KubernetesSettings) -> None:
-        self.namespace = settings.namespace
-        self._timeout = settings.request_timeout_seconds
-        self._api = _api_client(settings)
-        self._core = k8s.CoreV1Api(self._api)
-
-    def create(self, body: Object) -> bool:
-        """Create the Event; False when one of that name exists (sent before)."""
-        name = body["metadata"]["name"]
-        try:
-            with _boundary(f"create Event {name}"):
-                self._core.create_namespaced_event(  # a plain dict, as the manifests
-                    self.namespace,
-                    body,  # type: ignore[arg-type]
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
-                )
-        except Conflict:
-            return False
-        return True
-
-    def close(self) -> None:
-        self._api.close()  # type: ignore[no-untyped-call]

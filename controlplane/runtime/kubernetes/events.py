@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.models import EventRow, ServiceRow
-from controlplane.runtime.kubernetes.client import EventSink
+from controlplane.runtime.kubernetes.client import KubeClient
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.spec import k8s_name
 
@@ -83,7 +83,7 @@ class EventMirror:
         self.instance = instance
         self.interval_s = interval_s
         self.cursor: int | None = None  # the last event id sent (None: not leading)
-        self._sink: EventSink | None = None
+        self._client: KubeClient | None = None
 
     def start_from_now(self) -> None:
         with self._sessions() as s:
@@ -104,13 +104,13 @@ class EventMirror:
             ).all()
         if not rows:
             return 0
-        if self._sink is None:
-            self._sink = EventSink(self._settings)
+        if self._client is None:
+            self._client = KubeClient(self._settings)
         sent = 0
         for event, service in rows:
             body = kube_event(self.namespace, service, event.id, event, self.instance)
             try:
-                if self._sink.create(body):
+                if self._client.create(body):
                     sent += 1
             except Exception as e:  # advice only: log, and go on with the next one
                 log.warning("event %s of %s not sent to Kubernetes: %s", event.reason, service, e)
@@ -130,5 +130,5 @@ class EventMirror:
                     self.cursor = None  # a later lead starts from its own now
                 await asyncio.sleep(self.interval_s)
         finally:
-            if self._sink is not None:
-                self._sink.close()
+            if self._client is not None:
+                self._client.close()
