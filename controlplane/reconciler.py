@@ -27,6 +27,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from controlplane import resync, route_feed
 from controlplane import status as status_mod
 from controlplane.autoscaling import Autoscaling
+from controlplane.cronscaling import CronScaling
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
 from controlplane.metrics import ControlPlaneMetrics
@@ -62,6 +63,7 @@ class Reconciler:
         holder: str | None = None,
         autoscaling: Autoscaling | None = None,
         metrics: ControlPlaneMetrics | None = None,
+        cron: CronScaling | None = None,
     ) -> None:
         self.metrics = metrics
         self.store = ReconcileStore(sessions, cluster)
@@ -82,6 +84,7 @@ class Reconciler:
         # Why this process may not reconcile (another installation's namespace), or None.
         self.refused: str | None = None
         self.autoscaling = autoscaling  # runs while this reconciler leads
+        self.cron = cron  # so does the scheduled scaler
 
     # -- wake-ups ------------------------------------------------------------------------
     def notify(self, service: str) -> None:
@@ -136,6 +139,8 @@ class Reconciler:
         ]
         if self.autoscaling is not None:
             tasks.append(asyncio.create_task(self.autoscaling.run(self.runtime)))
+        if self.cron is not None:
+            tasks.append(asyncio.create_task(self.cron.run()))
         try:
             while await self._renew():
                 await asyncio.sleep(self.lease.ttl / 3)

@@ -15,8 +15,10 @@ import uvicorn
 from controlplane import migrate, sealing
 from controlplane.api.app import create_app
 from controlplane.autoscaling import Autoscaling
+from controlplane.cronscaling import CronScaling
 from controlplane.db import make_engine, make_sessions
 from controlplane.metrics import ControlPlaneMetrics
+from controlplane.queues import Backlog
 from controlplane.reconciler import Reconciler
 from controlplane.runtime import make_runtime
 from controlplane.services import Services
@@ -68,9 +70,10 @@ class ControlPlane:
         sessions = make_sessions(self.engine)
         sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
         self.metrics = ControlPlaneMetrics()
-        self.autoscaling = Autoscaling(
-            sessions, Services(sessions, settings.cluster_id, sealer), metrics=self.metrics
-        )
+        services = Services(sessions, settings.cluster_id, sealer)
+        # Async services' backlog (queue[backlog]) is read from their queues' Redis.
+        backlog = Backlog(settings.redis_url) if settings.redis_url else None
+        self.autoscaling = Autoscaling(sessions, services, backlog=backlog, metrics=self.metrics)
         self.reconciler = (
             Reconciler(
                 sessions,
@@ -80,6 +83,7 @@ class ControlPlane:
                 lease_ttl=settings.lease_seconds,
                 autoscaling=self.autoscaling,
                 metrics=self.metrics,
+                cron=CronScaling(sessions, services),
             )
             if reconcile
             else None
@@ -133,6 +137,8 @@ class ControlPlane:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if self.autoscaling.backlog is not None:
+                await self.autoscaling.backlog.close()
             self.engine.dispose()
 
     def stop(self) -> None:
@@ -146,7 +152,7 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # Accepted connections inherit it (Linux). uvicorn writes a response's head and body
-    # separately; with Nagle the body waited for the client's delayed ACK: +40 ms on every
+    # separately; with Nagle the body waits for the client's delayed ACK on every
     # keep-alive request (eascmd, the console, the gateway's route long-poll).
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))

@@ -69,22 +69,96 @@ Refusals: `401` `MissingAuthorization`, `InvalidAccessKeyId.NotFound` (unknown o
 `Conflict`, `PreconditionFailed`. Every write and every refusal is recorded in the audit
 trail (`GET /api/v2/audit`, `eascmd audit`). Using the official SDK: [sdk.md](sdk.md).
 """
+ACTIONS = """\
+## Actions
+
+Each route is named after the SDK action it serves:
+"""
+
+# Not the control plane's: the gateway's predict calls, and how they authenticate.
+GATEWAY = """## Predict calls (the gateway)
+
+`/api/predict/<service>/<Triton path>` is the gateway's, not the control plane's: it relays
+the call to a ready replica (`/api/predict/<group>/…` to a member the group's traffic split
+picks, `/api/predict/<group>.<service>/…` to that member). The call opens with the
+service's token (a group: the group's token or any member's), sent in any of three forms:
+
+| `Authorization` | |
+|---|---|
+| `<token>` | EAS's bare token |
+| `Bearer <token>` | |
+| `EAS <signature>` | EAS's signature: what `eas_prediction.PredictClient` sends by default |
+
+The signature is
+
+```
+base64(HMAC-SHA1(<token>, "POST\\n<Content-MD5>\\n<Content-Type>\\n<Date>\\n<path>"))
+```
+
+with the call's `Content-MD5` header (the hex MD5 of its body), `Content-Type` header (empty
+when there is none) and `Date` header (RFC 1123, GMT), and `<path>` the request path as sent,
+beginning `/api/predict/` (with its query string, if any); `POST` is the call's method. The
+gateway checks every signed call in full: its `Date` within 15 minutes of the gateway's clock
+(`OPENEAS_GATEWAY_SIGNATURE_SKEW_S`), the signature, and the body against `Content-MD5`,
+before any of the body reaches a replica. A signed body not all in when the head is read
+(over `OPENEAS_GATEWAY_BUFFER_BODY_BYTES`, or chunked) is read whole first, within
+`OPENEAS_GATEWAY_MAX_BODY_BYTES`; unsigned bodies stream.
+
+A refusal is `401` (`application/problem+json`, `WWW-Authenticate: Bearer realm="openeas"`)
+whose `detail` names what was wrong: no `Date`, or one that is not an RFC 1123 date; a
+`Date` too far from the gateway's clock (by how much, ahead or behind); no `Content-MD5`; a
+body that does not match its `Content-MD5`; a signature that does not match (a tampered
+path, `Content-Type` or `Date`, or another key); or a gateway that cannot check signatures
+for the service yet (it serves a route table from its snapshot, which never holds tokens, or
+from a control plane that predates signed calls: the token itself still opens). Signatures
+and tokens are never logged.
+
+`eas_prediction` writes the client's *local* time and labels it GMT: a client outside UTC
+must run with `TZ=UTC`, or its calls are refused as skewed by its offset. The gRPC door takes
+the token in the `authorization` metadata only: EAS signs HTTP calls alone.
+"""
 
 
 def openapi() -> Schema:
+    """The app's OpenAPI document, each operation marked with its SDK action
+    (``x-sdk-action``: the route's name)."""
     if str(ROOT) not in sys.path:  # run as a script from anywhere
         sys.path.insert(0, str(ROOT))
+    from fastapi.routing import APIRoute
     from sqlalchemy import create_engine
 
     from controlplane.api.app import create_app
     from controlplane.settings import Settings
 
     app = create_app(Settings(admin_token="unused"), create_engine("sqlite://"))
-    return app.openapi()
+    document = app.openapi()
+    for route in _routes(app.routes):
+        if isinstance(route, APIRoute) and route.path in document["paths"]:
+            for method in route.methods:
+                op = document["paths"][route.path].get(method.lower())
+                if op is not None:
+                    op["x-sdk-action"] = route.name
+    return document
+
+
+def _routes(routes: list[Any]) -> list[Any]:
+    """Every route, through included routers (kept as routers of their own)."""
+    found = []
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        found += _routes(inner.routes) if inner is not None else [route]
+    return found
 
 
 def render(document: Schema) -> str:
-    lines = [HEADER]
+    lines = [HEADER, GATEWAY, ACTIONS, "| SDK action | method | path |", "|---|---|---|"]
+    actions = sorted(
+        (op["x-sdk-action"], method.upper(), path)
+        for path, method, op in _operations(document, None)
+        if path.startswith("/api/v2/") and "x-sdk-action" in op
+    )
+    lines += [f"| `{a}` | {m} | `{p}` |" for a, m, p in actions]
+    lines.append("")
     for tag in _tags(document):
         lines.append(f"## {tag.capitalize()}\n")
         for path, method, op in _operations(document, tag):

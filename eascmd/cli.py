@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from contract.configfile import ConfigFileError, ConfigSyntaxError, parse, repaired
 from contract.configfile import read_config as _read
 from contract.merge import merge_patch
-from eascmd import completion, groups, identities, mirror, render
+from eascmd import completion, cronscale, groups, identities, mirror, render
 from eascmd.live import LiveLine
 from eascmd.profile import NoProfile, Profile, load, save
 
@@ -259,7 +259,7 @@ def strategies(pairs: list[str]) -> list[dict[str, Any]]:
         if not sep or not name or threshold is None:
             raise CliError(
                 f"eascmd: --strategy {pair}: expected METRIC=THRESHOLD, e.g. --strategy qps=100 "
-                "(metrics: qps, concurrency, cpu, queue_time_ms)"
+                "(metrics: qps, concurrency, cpu, queue_time_ms, queue[backlog])"
             )
         out.append(
             {
@@ -274,7 +274,7 @@ def _cmd_autoscale(args: argparse.Namespace, client: Client) -> int:
     path = client.service_path(args.name, "autoscaler")
     if args.off:
         svc = client.call("DELETE", path)
-        instance = svc["ServiceConfig"]["metadata"]["instance"]
+        instance = render.config(svc)["metadata"]["instance"]
         print(f"[OK] Autoscaler of {args.name} removed; instances stay at {instance}")
         return 0
     if args.min is None or args.max is None or not args.strategy:
@@ -468,6 +468,7 @@ def parser() -> argparse.ArgumentParser:
     groups.add_parsers(sub)
     mirror.add_parsers(sub)
     identities.add_parsers(sub)
+    cronscale.add_parsers(sub)
 
     c = sub.add_parser(
         "lint",

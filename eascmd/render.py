@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +38,14 @@ def created(body: dict[str, Any]) -> str:
     )
 
 
+def config(svc: dict[str, Any]) -> dict[str, Any]:
+    """A service's spec: ``ServiceConfig`` is a JSON string, as EAS answers it (a control
+    plane from before that answered the object itself)."""
+    cfg = svc.get("ServiceConfig") or {}
+    parsed: dict[str, Any] = json.loads(cfg) if isinstance(cfg, str) else cfg
+    return parsed
+
+
 def counts(svc: dict[str, Any]) -> str:
     return (
         f"[Total: {svc['TotalInstance']}, Pending: {svc['PendingInstance']}, "
@@ -65,7 +74,7 @@ def autoscaler(auto: dict[str, Any]) -> str:
 
 
 def _autoscaler_rows(svc: dict[str, Any]) -> list[tuple[str, str]]:
-    auto = svc.get("ServiceConfig", {}).get("autoscaler")
+    auto = config(svc).get("autoscaler")
     if not auto:
         return []
     status = svc.get("AutoscalerStatus") or {}
@@ -75,6 +84,21 @@ def _autoscaler_rows(svc: dict[str, Any]) -> list[tuple[str, str]]:
     if status.get("LastDecisionTime"):
         decision += f" ({status['LastDecisionTime']})"
     return [("Autoscaler", autoscaler(auto)), ("Metrics", values), ("LastDecision", decision)]
+
+
+def _queue_rows(svc: dict[str, Any]) -> list[tuple[str, str]]:
+    """An async service's queues: depth, and the messages each replica holds."""
+    if config(svc).get("metadata", {}).get("type") != "Async":
+        return []
+    q = svc.get("QueueStatus")
+    if not q:
+        return [("Queue", "async (queue status unavailable)")]
+    depth = (
+        f"input {q['InputLength']} ({q['Pending']} held by replicas), sink {q['SinkLength']}, "
+        f"dead letters {q['DeadLetters']}"
+    )
+    consumers = ", ".join(f"{c['Name']} holds {c['Pending']}" for c in q["Consumers"]) or "-"
+    return [("Queue", depth), ("Consumers", consumers)]
 
 
 def replica_number(replica: dict[str, Any]) -> str:
@@ -95,7 +119,7 @@ def progress(svc: dict[str, Any]) -> tuple[str, str]:
 
 
 def describe(svc: dict[str, Any]) -> str:
-    cfg = svc.get("ServiceConfig", {})
+    cfg = config(svc)
     rows = [
         ("ServiceName", svc["ServiceName"]),
         ("Region", svc["Region"]),
@@ -104,6 +128,7 @@ def describe(svc: dict[str, Any]) -> str:
         ("Message", svc.get("Message") or "-"),
         ("Instances", counts(svc)),
         *_autoscaler_rows(svc),
+        *_queue_rows(svc),
         ("Processor", cfg.get("processor", "")),
         ("ProcessorParams", " ".join(cfg.get("processor_params", []))),
         ("InternetEndpoint", svc["InternetEndpoint"]),

@@ -13,7 +13,16 @@ from sqlalchemy import Engine, select, text
 from controlplane import metrics as metrics_mod
 from controlplane import route_feed, sealing
 from controlplane.accesskeys import AccessKeys
-from controlplane.api import auth, console, identities, internal, problems
+from controlplane.api import (
+    auth,
+    console,
+    identities,
+    internal,
+    problems,
+    regions,
+    scalers,
+    service_actions,
+)
 from controlplane.api import groups as groups_api
 from controlplane.api import services as services_api
 from controlplane.audit import AuditTrail
@@ -22,6 +31,7 @@ from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
 from controlplane.groups import Groups
 from controlplane.models import ServiceRow
+from controlplane.queues import Backlog
 from controlplane.runtime import make_log_source
 from controlplane.runtime.base import LogSource
 from controlplane.services import Services
@@ -65,8 +75,12 @@ def create_app(
     app.include_router(identities.router(keys, trail))
     services = Services(sessions, settings.cluster_id, sealer, deployment_checks(settings))
     # Without a reconciler in this process nothing leads: load reports are answered 421.
-    scaling = autoscaling or Autoscaling(sessions, services)
+    backlog = Backlog(settings.redis_url) if settings.redis_url else None
+    scaling = autoscaling or Autoscaling(sessions, services, backlog=backlog)
     app.include_router(services_api.router(services, settings, scaling))
+    app.include_router(scalers.router(services, settings, scaling))
+    app.include_router(service_actions.router(services, settings))
+    app.include_router(regions.router(settings))
     groups = Groups(sessions, settings.cluster_id, sealer)
     app.include_router(groups_api.router(groups, services, settings))
     logs = log_source or make_log_source(settings)
@@ -97,15 +111,15 @@ def create_app(
     metrics.probe.services = lambda: asyncio.to_thread(service_rows)
     metrics.probe.route_version = lambda: asyncio.to_thread(route_version)
 
-    @app.get("/metrics", tags=["health"], include_in_schema=False)
+    @app.get("/metrics", tags=["health"], name="Metrics", include_in_schema=False)
     async def metrics_page() -> Response:
         return Response(await metrics.render(), media_type=metrics_mod.CONTENT_TYPE)
 
-    @app.get("/healthz", tags=["health"])
+    @app.get("/healthz", tags=["health"], name="Healthz")
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
+    @app.get("/readyz", tags=["health"], name="Readyz")
     def readyz() -> Any:
         try:
             with engine.connect() as conn:

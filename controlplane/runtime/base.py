@@ -70,6 +70,9 @@ class DesiredReplicaSet:
     resources: Resources
     template_hash: str
     warm_up: str | None = None  # the spec's warm_up_data_path
+    # Replicas (by name) to replace as an update replaces old ones (DeleteServiceInstances):
+    # a name never comes back, so one that is gone stays gone.
+    retire: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def service(live_api: LiveServer, settings: Settings) -> Iterator[Path]:
     yield log
 
 
-def eascmd(live_api: LiveServer, *args: str, **kw: object) -> subprocess.Popen[str]:
+def eascmd(live_api: LiveServer, *args: str) -> subprocess.Popen[str]:
     env = {
         **os.environ,
         "EAS_ENDPOINT": live_api.url,
@@ -55,7 +55,6 @@ def eascmd(live_api: LiveServer, *args: str, **kw: object) -> subprocess.Popen[s
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        **kw,  # type: ignore[call-overload]
     )
 
 
@@ -93,7 +92,8 @@ def test_follow_prints_the_tail_then_each_line_as_it_is_written(
         for i in range(3):
             with service.open("a") as f:
                 f.write(f"request {i}\n")
-            wait_until(lambda i=i: seen[-1:] == [f"request {i}\n"], 5, what=f"line {i}")
+            line = f"request {i}\n"
+            wait_until(lambda: seen[-1:] == [line], 5, what=line)  # noqa: B023
         assert proc.poll() is None  # still following
     finally:
         proc.terminate()

@@ -45,7 +45,7 @@ def selectors(expr: str) -> list[str]:
     names: list[str] = []
 
     def visit(node: Any) -> None:
-        if isinstance(node, promql_parser.VectorSelector):
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
             names.append(node.name)
 
     promql_parser.walk(promql_parser.parse(expr), pre_visit=visit)

@@ -70,7 +70,7 @@ def start(
         assert proc.poll() is None, (tmp_path / "gateway.log").read_text()
         try:
             with urllib.request.urlopen(f"{base}/gateway/healthz", timeout=2) as resp:
-                return resp.status == 200
+                return bool(resp.status == 200)
         except OSError:
             return False
 

@@ -14,17 +14,11 @@ from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
-from tests.kubernetes.test_runtime import (  # noqa: F401  (fixtures)
-    NAME,
-    notified,
-    runtime,
-    started,
-    want,
-)
+from tests.kubernetes.test_runtime import NAME, started, want
 
 
 async def test_previous_is_the_run_before_the_restart(
-    runtime: KubernetesRuntime,  # noqa: F811
+    runtime: KubernetesRuntime,
     k8s: ApiStandIn,
     k8s_settings: KubernetesSettings,
 ) -> None:
@@ -43,7 +37,7 @@ async def test_previous_is_the_run_before_the_restart(
 
 
 async def test_follow_streams_what_the_container_writes_until_the_caller_stops(
-    runtime: KubernetesRuntime,  # noqa: F811
+    runtime: KubernetesRuntime,
     k8s: ApiStandIn,
     k8s_settings: KubernetesSettings,
 ) -> None:
@@ -61,7 +55,7 @@ async def test_follow_streams_what_the_container_writes_until_the_caller_stops(
 
 
 async def test_follow_ends_with_the_pod(
-    runtime: KubernetesRuntime,  # noqa: F811
+    runtime: KubernetesRuntime,
     k8s: ApiStandIn,
     k8s_settings: KubernetesSettings,
 ) -> None:

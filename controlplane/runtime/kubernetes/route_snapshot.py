@@ -8,7 +8,8 @@ table, gzip-compressed, as the ConfigMap's one ``binaryData`` key :data:`KEY`, a
 and at most every ``interval_s``. The chart mounts the ConfigMap into every gateway pod
 (``OPENEAS_GATEWAY_ROUTE_SNAPSHOT_SHARED``); the gateway reads it only when no control
 plane answers in time (:mod:`gateway.snapshot` reads gzip). Like the gateway's own file it
-holds token digests and replica addresses, never a token.
+holds token digests and replica addresses, never a token (a gateway serving it refuses
+signed calls until the control plane answers, as with its own file).
 
 A ConfigMap holds at most 1 MiB: a compressed table above :data:`MAX_BYTES` is not written
 (logged once per version); gateways then keep the last snapshot that fitted.
@@ -38,10 +39,15 @@ MAX_BYTES = 700 * 1024
 FIELD_MANAGER = "openeas-route-snapshot"
 
 
+# The tokens routes carry for signed calls (contract.wire.Route.token) never leave for the
+# ConfigMap, as they never reach the gateway's own snapshot file (gateway.snapshot).
+NO_TOKENS: dict[str, Any] = {"routes": {"__all__": {"token"}}, "groups": {"__all__": {"token"}}}
+
+
 def encode(table: RouteTable) -> bytes:
-    """The table as the gateway's snapshot file holds it, gzip-compressed (``mtime=0``: the
-    same table gives the same bytes, so an unchanged table rewrites nothing)."""
-    return gzip.compress(table.model_dump_json().encode(), mtime=0)
+    """The table as the gateway's snapshot file holds it (token digests, no token),
+    gzip-compressed (``mtime=0``: the same table gives the same bytes)."""
+    return gzip.compress(table.model_dump_json(exclude=NO_TOKENS).encode(), mtime=0)
 
 
 def manifest(name: str, table: RouteTable, compressed: bytes) -> dict[str, Any]:
