@@ -251,9 +251,8 @@ def test_the_release_namespace_admits_replicas_nowhere_but_the_gateway() -> None
     migrate = find(objects, "Job", "openeas-migrate")["spec"]["template"]["metadata"]["labels"]
     assert reaches(db, 5432, NAMESPACE, migrate, POD_IP)
     off = render({"serving": {"platformNetworkPolicy": False}})
-    assert not [
-        p for p in off if p["kind"] == "NetworkPolicy" and p["metadata"]["namespace"] == NAMESPACE
-    ]
+    mine = {"openeas-gateway", "openeas-controlplane", "openeas-postgresql"}
+    assert not [p for p in off if p["kind"] == "NetworkPolicy" and p["metadata"]["name"] in mine]
 
 
 def test_metrics_namespaces_and_the_switch(chart: list[Obj]) -> None:

@@ -335,6 +335,8 @@ spec:
   selector:
     matchLabels:
       {{- include "openeas.selectorLabels" (list $root $component) | nindent 6 }}
+{{- end }}
+{{- end }}
 
 {{/* The bundled Redis of async services' queues (redis.bundled, when redis.url is empty). */}}
 {{- define "openeas.redisName" -}}
