@@ -35,6 +35,7 @@ from controlplane import store
 from controlplane.autoscaler import History, decide
 from controlplane.coldstart import ColdStart
 from controlplane.desired import ServiceState
+from controlplane.metrics import ControlPlaneMetrics
 from controlplane.queues import Backlog
 from controlplane.runtime.base import CpuSource, Observation, Runtime, RuntimeError_
 from controlplane.services import Services
@@ -79,10 +80,12 @@ class Autoscaling:
         *,
         tick_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        metrics: ControlPlaneMetrics | None = None,
         backlog: Backlog | None = None,
     ) -> None:
         self.backlog = backlog  # async services' queues (None: no Redis configured)
         self._sessions = sessions
+        self.metrics = metrics  # counts each scale written
         self.services = services  # whose scale-write the decisions go through
         self.cluster = services.cluster
         self.signals = Signals(clock=clock)
@@ -194,6 +197,8 @@ class Autoscaling:
         if generation is None:
             return
         log.info("autoscaler: %s %s", name, why)
+        if self.metrics is not None:
+            self.metrics.decided(name, before, to, reason)
         t.instances = to
         t.generation = generation
         t.last_decision = why

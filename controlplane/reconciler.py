@@ -30,6 +30,7 @@ from controlplane.autoscaling import Autoscaling
 from controlplane.cronscaling import CronScaling
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
+from controlplane.metrics import ControlPlaneMetrics
 from controlplane.runtime.base import (
     Observation,
     PermanentRuntimeError,
@@ -61,8 +62,10 @@ class Reconciler:
         lease_ttl: float = 15.0,
         holder: str | None = None,
         autoscaling: Autoscaling | None = None,
+        metrics: ControlPlaneMetrics | None = None,
         cron: CronScaling | None = None,
     ) -> None:
+        self.metrics = metrics
         self.store = ReconcileStore(sessions, cluster)
         self._runtime_factory = runtime_factory
         self.cluster = cluster
@@ -220,18 +223,29 @@ class Reconciler:
             log.warning("reconciler: %s", message)
             await self.runtime.warn("OrphansKept", message)
 
+    @property
+    def queue_depth(self) -> int:
+        """Services waiting for a reconcile (those on a backoff timer not counted)."""
+        return self._queue.qsize()
+
     async def _work(self) -> None:
         while True:
             name = await self._queue.get()
             self._queued.discard(name)
+            started, result = time.monotonic(), "ok"
             try:
                 await self.reconcile(name)
                 self._failures.pop(name, None)
             except (TemporaryRuntimeError, StaleDataError, OSError) as e:
+                result = "retry"
                 self._retry_later(name, e)
             except Exception:
+                result = "error"
                 log.exception("reconciler: %s failed unexpectedly", name)
                 self._retry_later(name, None)
+            if self.metrics is not None:
+                took = time.monotonic() - started
+                self.metrics.reconcile_duration.observe((result,), took)
 
     def _retry_later(self, name: str, error: Exception | None) -> None:
         attempt = self._failures.get(name, 0) + 1

@@ -217,10 +217,21 @@ def _cmd_events(args: argparse.Namespace, client: Client) -> int:
 
 
 def _cmd_logs(args: argparse.Namespace, client: Client) -> int:
-    params: dict[str, int] = {"tail": args.tail}
+    params: dict[str, int | str] = {"tail": args.tail}
     if args.replica is not None:
         params["replica"] = args.replica
-    print(client.text(client.service_path(args.name, "logs"), params=params), end="")
+    if args.previous:
+        params["previous"] = "true"
+    path = client.service_path(args.name, "logs")
+    if not args.follow:
+        print(client.text(path, params=params), end="")
+        return 0
+    params["follow"] = "true"
+    try:
+        for text in client.stream(path, params):
+            print(text, end="", flush=True)
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 
@@ -376,6 +387,15 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("name", help="service name")
     c.add_argument("--replica", type=int, help="replica number as shown by desc (default newest)")
     c.add_argument("--tail", type=int, default=200, help="last N lines (default 200)")
+    how = c.add_mutually_exclusive_group()
+    how.add_argument(
+        "-f", "--follow", action="store_true", help="then print what it writes, until Ctrl-C"
+    )
+    how.add_argument(
+        "--previous",
+        action="store_true",
+        help="the output of its run before the last restart (why it crashed)",
+    )
     c.set_defaults(run=_cmd_logs)
 
     c = sub.add_parser("metrics", help="requests/s, 5xx/s, p50/p99 latency and replicas per 10 s")

@@ -1,15 +1,17 @@
-"""The control plane's ASGI app: services API, health, OpenAPI. Built by
+"""The control plane's ASGI app: services API, health, metrics, OpenAPI. Built by
 ``openeas controlplane`` and by ``openeas up`` from one Settings object."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 from fastapi.openapi.utils import get_openapi
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, select, text
 
-from controlplane import sealing
+from controlplane import metrics as metrics_mod
+from controlplane import route_feed, sealing
 from controlplane.accesskeys import AccessKeys
 from controlplane.api import (
     auth,
@@ -28,6 +30,7 @@ from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
 from controlplane.groups import Groups
+from controlplane.models import ServiceRow
 from controlplane.queues import Backlog
 from controlplane.runtime import make_log_source
 from controlplane.runtime.base import LogSource
@@ -56,6 +59,7 @@ def create_app(
     engine: Engine,
     log_source: LogSource | None = None,
     autoscaling: Autoscaling | None = None,
+    metrics: metrics_mod.ControlPlaneMetrics | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="OpenEAS control plane",
@@ -83,6 +87,33 @@ def create_app(
     app.include_router(internal.router(sessions, services, settings, logs, scaling))
 
     app.include_router(console.router(services, settings, scaling.signals))
+
+    metrics = metrics or metrics_mod.ControlPlaneMetrics()
+    app.add_middleware(metrics_mod.ApiTimer, metrics=metrics)
+    cluster = settings.cluster_id
+
+    def service_rows() -> list[metrics_mod.ServiceRow]:
+        with sessions() as s:
+            found = s.execute(
+                select(
+                    ServiceRow.name,
+                    ServiceRow.status,
+                    ServiceRow.total_instances,
+                    ServiceRow.running_instances,
+                ).where(ServiceRow.cluster == cluster)
+            )
+            return [metrics_mod.ServiceRow(*row) for row in found]
+
+    def route_version() -> int:
+        with sessions() as s:
+            return route_feed.version(s)
+
+    metrics.probe.services = lambda: asyncio.to_thread(service_rows)
+    metrics.probe.route_version = lambda: asyncio.to_thread(route_version)
+
+    @app.get("/metrics", tags=["health"], name="Metrics", include_in_schema=False)
+    async def metrics_page() -> Response:
+        return Response(await metrics.render(), media_type=metrics_mod.CONTENT_TYPE)
 
     @app.get("/healthz", tags=["health"], name="Healthz")
     def healthz() -> dict[str, str]:

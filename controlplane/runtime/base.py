@@ -8,7 +8,7 @@ something changed underneath (a replica became ready, crashed, was deleted).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -123,9 +123,16 @@ Notify = Callable[[str], None]  # called with a service name when its replicas c
 
 
 class LogSource(Protocol):
-    async def logs(self, service: str, replica: int | None, tail: int) -> str:
+    async def logs(
+        self, service: str, replica: int | None, tail: int, *, previous: bool = False
+    ) -> str:
         """The last ``tail`` lines of a replica's output (``None``: the newest replica);
-        FileNotFoundError when there is no such replica."""
+        ``previous``: of its run before the last restart. FileNotFoundError when there is
+        no such replica (or run)."""
+
+    def follow(self, service: str, replica: int | None, tail: int) -> AsyncIterator[str]:
+        """The last ``tail`` lines, then the output as it comes, until the caller stops
+        iterating; FileNotFoundError (on the first step) when there is no such replica."""
 
 
 class Runtime(Protocol):

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,7 @@ MAX_BACKOFF = 60.0
 STOP_GRACE = 15.0
 PROGRESS_NOTIFY = 1.0  # seconds between status writes for one pulling replica
 START_MARKER = "--- openeas: start #"  # opens each start's lines in a replica's log
+FOLLOW_POLL_S = 0.2  # how often a followed log file is read for what was added
 
 
 @dataclass
@@ -109,10 +111,25 @@ class LocalLogs:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
 
-    async def logs(self, service: str, replica: int | None, tail: int) -> str:
-        return await asyncio.to_thread(self._read, service, replica, tail)
+    async def logs(
+        self, service: str, replica: int | None, tail: int, *, previous: bool = False
+    ) -> str:
+        return await asyncio.to_thread(self._read, service, replica, tail, previous)
 
-    def _read(self, service: str, replica: int | None, tail: int) -> str:
+    async def follow(self, service: str, replica: int | None, tail: int) -> AsyncIterator[str]:
+        """The last ``tail`` lines, then what the replica writes, until the caller stops."""
+        path = await asyncio.to_thread(self._file, service, replica)
+        with path.open("rb") as f:
+            lines = deque(f, maxlen=tail)
+            yield b"".join(lines).decode("utf-8", "replace")
+            while True:
+                chunk = f.read(65536)
+                if chunk:
+                    yield chunk.decode("utf-8", "replace")
+                else:
+                    await asyncio.sleep(FOLLOW_POLL_S)
+
+    def _file(self, service: str, replica: int | None) -> Path:
         folder = log_folder(self.data_dir, service)
         files = sorted(
             (p for p in folder.glob("*.log") if p.stem.isdigit()), key=lambda p: int(p.stem)
@@ -121,8 +138,21 @@ class LocalLogs:
             files = [f for f in files if f.stem == str(replica)]
         if not files:
             raise FileNotFoundError(f"no logs for replica {replica} of {service!r}")
-        with files[-1].open(errors="replace") as f:
-            return "".join(deque(f, maxlen=tail))
+        return files[-1]
+
+    def _read(self, service: str, replica: int | None, tail: int, previous: bool) -> str:
+        path = self._file(service, replica)
+        with path.open(errors="replace") as f:
+            if not previous:
+                return "".join(deque(f, maxlen=tail))
+            runs: list[list[str]] = [[]]
+            for line in f:  # each start of the replica's process opens with its marker
+                if line.startswith(START_MARKER) and runs[-1]:
+                    runs.append([])
+                runs[-1].append(line)
+        if len(runs) < 2:
+            raise FileNotFoundError(f"replica {path.stem} of {service!r} has not restarted")
+        return "".join(runs[-2][-tail:])
 
 
 class LocalRuntime:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +72,10 @@ class ReadyRuntime(FakeRuntime):
         ]
         self.notify(desired.service)
 
-    async def logs(self, service: str, replica: int | None, tail: int) -> str:
-        if not self.replicas.get(service):
+    async def logs(
+        self, service: str, replica: int | None, tail: int, *, previous: bool = False
+    ) -> str:
+        if not self.replicas.get(service) or previous:
             raise FileNotFoundError(f"no replica of {service!r}")
         lines = [
             "I1201 04:30:01 server.cc:662] successfully loaded 'inception_graphdef'",
@@ -81,6 +83,9 @@ class ReadyRuntime(FakeRuntime):
             "I1201 04:30:01 http_server.cc:315] Started Metrics Service at 0.0.0.0:8002",
         ]
         return "\n".join(lines[-tail:]) + "\n"
+
+    async def follow(self, service: str, replica: int | None, tail: int) -> AsyncIterator[str]:
+        yield await self.logs(service, replica, tail)
 
 
 class Platform:

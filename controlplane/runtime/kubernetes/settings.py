@@ -178,6 +178,14 @@ class KubernetesSettings(BaseSettings):
     # While a replica's model pull runs, the tail of its log is read this often for the
     # progress in its status (the pull logs a report every 5 s); only pulling pods cost.
     progress_seconds: float = Field(default=5.0, gt=0)
+    # The leader keeps the route table in this ConfigMap of route_snapshot_namespace (the
+    # gateways'), for a gateway that starts while no control plane answers
+    # (route_snapshot.py); empty: none.
+    route_snapshot_configmap: str = ""
+    route_snapshot_namespace: str = ""
+    # The leader also writes each service event as a Kubernetes Event on the service's
+    # Deployment (events.py; the Role needs `create` on events).
+    events: bool = True
 
     @model_validator(mode="after")
     def _grace_covers_prestop_and_exit(self) -> KubernetesSettings:
