@@ -7,8 +7,10 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from controlplane.runtime.base import DesiredReplicaSet, Resources
+from controlplane.eas_spec import Storage
+from controlplane.runtime.base import DesiredReplicaSet, Image, Mount, Resources
 from controlplane.spec import StoredSpec, k8s_name
+from processors import registry
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,19 @@ def desired(state: ServiceState) -> DesiredReplicaSet:
         memory_mb=metadata.memory,
         resource_group=metadata.resource,
     )
+    work = spec.workload
+    image = _image(spec)
+    mounts = tuple(_mount(s) for s in spec.storage or [])
+    types = tuple(spec.cloud.computing.types) if spec.cloud and spec.cloud.computing else ()
+    rolling = _rolling(spec)
+    grace = metadata.eas.termination_grace_period if metadata.eas else None
     template = {
-        "processor": spec.processor,
-        "params": spec.processor_params,
+        "processor": work.processor,
+        "params": work.params,
+        **({"image": repr(image), "mounts": repr(mounts)} if image or mounts else {}),
+        **({"types": types} if types else {}),
+        **({"rolling": rolling} if rolling else {}),
+        **({"grace": grace} if grace is not None else {}),
         "oss_endpoint": spec.oss_endpoint,
         **({"warm_up": spec.warm_up_data_path} if spec.warm_up_data_path else {}),
         "resources": [resources.cpu, resources.gpu, resources.memory_mb, resources.resource_group],
@@ -51,13 +63,65 @@ def desired(state: ServiceState) -> DesiredReplicaSet:
         uid=state.uid,
         generation=state.generation,
         replicas=replicas,
-        processor=spec.processor,
-        params=tuple(spec.processor_params),
+        processor=work.processor,
+        params=tuple(work.params),
         oss_endpoint=spec.oss_endpoint,
         resources=resources,
         template_hash=_hash(template),
         warm_up=spec.warm_up_data_path,
+        image=image,
+        mounts=mounts,
+        instance_types=types,
+        rolling=rolling,
+        termination_grace_seconds=grace,
     )
+
+
+def _image(spec: StoredSpec) -> Image | None:
+    """The container as a runtime runs it; a Triton one's flags normalised by the
+    processor (the mount path left as written: the runtime fills it)."""
+    if not spec.containers:
+        return None
+    container = spec.containers[0]
+    argv = container.argv
+    if container.runs_triton:
+        argv = [argv[0], *registry.get("triton").validate(argv[1:])]
+    checks = tuple(
+        (kind, check.model_dump(mode="json", exclude_none=True))
+        for kind, check in (
+            ("startup", container.startup_check),
+            ("liveness", container.liveness_check),
+            ("readiness", container.readiness_check),
+        )
+        if check is not None
+    )
+    return Image(
+        image=container.image,
+        argv=tuple(argv),
+        port=container.port,
+        env=tuple((e.name, e.value) for e in container.env or []),
+        checks=checks,
+        triton=container.runs_triton,
+    )
+
+
+def _mount(storage: Storage) -> Mount:
+    if storage.oss is not None:
+        return Mount(storage.mount_path, "oss", storage.oss.path, read_only=storage.oss.readOnly)
+    if storage.nfs is not None:
+        nfs = storage.nfs
+        return Mount(storage.mount_path, "nfs", nfs.path, nfs.server, nfs.readOnly)
+    size = storage.empty_dir.size_limit if storage.empty_dir else None
+    return Mount(storage.mount_path, "memory", size_gb=size)
+
+
+def _rolling(spec: StoredSpec) -> tuple[int | str, int | str] | None:
+    strategy = spec.metadata.rolling_strategy
+    if strategy is None:
+        return None
+    surge = 1 if strategy.max_surge is None else strategy.max_surge
+    unavailable = 0 if strategy.max_unavailable is None else strategy.max_unavailable
+    return surge, unavailable
 
 
 def _hash(value: object) -> str:
