@@ -50,8 +50,12 @@ def desired(state: ServiceState) -> DesiredReplicaSet:
         "params": work.params,
         **({"image": repr(image), "mounts": repr(mounts)} if image or mounts else {}),
         **({"types": types} if types else {}),
-        **({"rolling": rolling} if rolling else {}),
         **({"grace": grace} if grace is not None else {}),
+        **(
+            {"sigterm": metadata.rpc.enable_sigterm}
+            if metadata.rpc.enable_sigterm is not None
+            else {}
+        ),
         "oss_endpoint": spec.oss_endpoint,
         **({"warm_up": spec.warm_up_data_path} if spec.warm_up_data_path else {}),
         "resources": [resources.cpu, resources.gpu, resources.memory_mb, resources.resource_group],
@@ -74,6 +78,7 @@ def desired(state: ServiceState) -> DesiredReplicaSet:
         instance_types=types,
         rolling=rolling,
         termination_grace_seconds=grace,
+        enable_sigterm=metadata.rpc.enable_sigterm,
     )
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from fastapi import FastAPI
@@ -28,7 +29,7 @@ def deployment_checks(settings: Settings) -> list[Check]:
     """Spec checks that depend on where replicas run (a 4xx at create time, not a Failed
     service later)."""
     if settings.runtime != "kubernetes":
-        return []
+        return [local_checks]
     from controlplane.runtime.kubernetes.manifests import check_resource_group
 
     def resource_group(spec: ServiceSpec) -> list[FieldProblem]:
@@ -37,6 +38,35 @@ def deployment_checks(settings: Settings) -> list[Check]:
         return [FieldProblem("metadata.resource", problem, fix)] if problem else []
 
     return [resource_group]
+
+
+def local_checks(spec: ServiceSpec) -> list[FieldProblem]:
+    """What the local runtime cannot run: NFS mounts, and a container that is not Triton
+    whose program is not on this machine's PATH (it runs no images)."""
+    problems = [
+        FieldProblem(
+            f"storage[{i}].nfs",
+            "the local runtime mounts no NFS share",
+            "deploy on the kubernetes runtime, or copy the files to OSS and mount that",
+        )
+        for i, entry in enumerate(spec.storage or [])
+        if entry.nfs is not None
+    ]
+    for i, container in enumerate(spec.containers or []):
+        argv = container.argv
+        if container.runs_triton or (argv and shutil.which(argv[0])):
+            continue
+        program = argv[0] if argv else "(no command)"
+        problems.append(
+            FieldProblem(
+                f"containers[{i}].image",
+                f"the local runtime runs no images, so {container.image!r} cannot run here, "
+                f"and its command's program {program!r} is not on this machine's PATH",
+                "deploy on the kubernetes runtime, install the program locally, or run "
+                "tritonserver (a Triton container runs through the local Triton processor)",
+            )
+        )
+    return problems
 
 
 def create_app(

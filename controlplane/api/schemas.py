@@ -37,6 +37,8 @@ class ServicePublic(Endpoints):
     Replicas: list[dict[str, Any]]
     # The autoscaler's metric values and last decision, from the leading control plane.
     AutoscalerStatus: dict[str, Any] | None = None
+    # The spec's fields this runtime does not act on, each with why (controlplane.eas_fields).
+    NotHonoured: list[dict[str, str]] = []
 
 
 class ServiceCreated(Endpoints):
@@ -143,7 +145,10 @@ def endpoints(name: str, public_base: str, intranet_base: str) -> Endpoints:
 
 
 def service_public(
-    row: ServiceRow, ends: Endpoints, autoscaler_status: dict[str, Any] | None = None
+    row: ServiceRow,
+    ends: Endpoints,
+    autoscaler_status: dict[str, Any] | None = None,
+    not_honoured: list[dict[str, str]] | None = None,
 ) -> ServicePublic:
     return ServicePublic(
         **ends.model_dump(),
@@ -165,6 +170,7 @@ def service_public(
         ServiceConfig=row.spec.public(),
         Replicas=row.replicas or [],
         AutoscalerStatus=autoscaler_status,
+        NotHonoured=not_honoured or [],
     )
 
 

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
-from controlplane import service_watch
+from controlplane import eas_fields, service_watch
 from controlplane.api import schemas
 from controlplane.api.auth import AdminAuth
 from controlplane.api.problems import json_body
@@ -57,7 +57,8 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
     def public(request: Request, row: ServiceRow, response: Response) -> schemas.ServicePublic:
         response.headers["ETag"] = f'"{row.version}"'
         status = autoscaling.status(row.name) if row.spec.autoscaler else None
-        return schemas.service_public(row, ends(request, row.name), status)
+        notes = eas_fields.not_honoured(row.spec, settings.runtime)
+        return schemas.service_public(row, ends(request, row.name), status, notes)
 
     @api.post("", status_code=200, openapi_extra=SPEC_BODY)
     async def create(request: Request) -> schemas.ServiceCreated:

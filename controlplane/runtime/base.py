@@ -105,6 +105,7 @@ class DesiredReplicaSet:
     # metadata.rolling_strategy as (max_surge, max_unavailable): counts or "25%".
     rolling: tuple[int | str, int | str] | None = None
     termination_grace_seconds: int | None = None  # metadata.eas.termination_grace_period
+    enable_sigterm: bool | None = None  # metadata.rpc.enable_sigterm (None: as true)
 
 
 @dataclass(frozen=True)

@@ -227,11 +227,7 @@ def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manif
         "automountServiceAccountToken": False,
         # Service links put every Service of the namespace into each replica's environment.
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": (
-            settings.termination_grace_seconds
-            if desired.termination_grace_seconds is None
-            else desired.termination_grace_seconds
-        ),
+        "terminationGracePeriodSeconds": _grace(desired, settings),
         "securityContext": _pod_security(settings),
     }
     if init:
@@ -254,6 +250,12 @@ def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manif
     if settings.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": n} for n in settings.image_pull_secrets]
     return spec
+
+
+def _grace(desired: DesiredReplicaSet, settings: KubernetesSettings) -> int:
+    """``metadata.eas.termination_grace_period``, else the runtime's."""
+    grace = desired.termination_grace_seconds
+    return settings.termination_grace_seconds if grace is None else grace
 
 
 def _group(desired: DesiredReplicaSet, settings: KubernetesSettings) -> ResourceGroup | None:
@@ -352,10 +354,14 @@ def _processor_container(
         # the runtime reports, without reading logs.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if settings.prestop_seconds:
+    prestop = settings.prestop_seconds
+    if desired.enable_sigterm is False:
+        # EAS's rpc.enable_sigterm false: no signal before the grace period is over.
+        prestop = _grace(desired, settings)
+    if prestop:
         # Serve on while the gateways learn the pod is going (its readiness drops at once),
         # then tritonserver gets SIGTERM and finishes what is in flight.
-        sleep = ["sleep", str(settings.prestop_seconds)]
+        sleep = ["sleep", str(prestop)]
         container["lifecycle"] = {"preStop": {"exec": {"command": sleep}}}
     if env:
         container["env"] = env
