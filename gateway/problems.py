@@ -10,6 +10,8 @@ from http import HTTPStatus
 
 from gateway.server import Request
 
+EAS_TITLES = {450: "Queue Full"}  # EAS's own status, which HTTPStatus does not know
+
 PROBLEM_CONTENT_TYPE = b"application/problem+json"
 
 
@@ -28,7 +30,7 @@ class Problem(Exception):
         super().__init__(detail)
         self.status = status
         self.detail = detail
-        self.title = title or HTTPStatus(status).phrase
+        self.title = title or EAS_TITLES.get(status) or HTTPStatus(status).phrase
         self.headers = headers or {}
         self.service = service
 
