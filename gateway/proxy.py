@@ -3,13 +3,15 @@ once per request; the byte-level work is in :mod:`gateway.upstream`.
 
 A predict call is refused, in this order, with: 404 unknown service · 401 missing/wrong
 token · 403 Triton admin path · 413 body over the limit · 503 no ready replica · 429 over
-the rate limit · 450 over the queue size (``max_queue_size`` in flight, EAS's queue full). A service at zero that its autoscaler wakes is not a 503: the
-call is held (:mod:`gateway.wake`) until a replica is ready, then admitted again — 450 when
-too many are held already, 504 when none is ready within the service's timeout.
+the rate limit · 450 over the queue size (``max_queue_size`` in flight: EAS's queue full).
+A service at zero that its autoscaler wakes is not a 503: the call is held
+(:mod:`gateway.wake`) until a replica is ready, then admitted again — 450 when too many are
+held already, 504 when none is ready within the service's timeout.
 Then it goes to the replica with the fewest requests in flight; one that refuses the
 connection is skipped (nothing was sent to it). Past that point: 408 if the replica does
-not answer within the service's timeout (``rpc.keepalive``, answered as EAS does), 502 if it fails before its response head; a
-failure after the head cuts the client connection, since the status is already out.
+not answer within the service's timeout (``rpc.keepalive``, answered as EAS does), 502 if
+it fails before its response head; a failure after the head cuts the client connection,
+since the status is already out.
 
 Two paths share that logic. The *fast path* — whole small body already read, an idle
 keep-alive connection to the chosen replica — runs entirely in callbacks, here (compiled).

@@ -33,7 +33,8 @@ def test_image_config_with_an_oss_mount_serves_the_seed_client(
         "cloud": {"computing": {"instance_type": "ecs.gn6i-c4g1.xlarge"}},
         "containers": [
             {
-                "image": "eas-registry-vpc.cn-shanghai.cr.aliyuncs.com/pai-eas/tritonserver:25.03-py3",
+                "image": "eas-registry-vpc.cn-shanghai.cr.aliyuncs.com/pai-eas/"
+                "tritonserver:25.03-py3",
                 "command": "tritonserver --model-repository=/models",
                 "port": 8000,
             }
