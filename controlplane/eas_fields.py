@@ -98,7 +98,8 @@ def not_honoured(spec: StoredSpec, runtime: Runtime) -> list[dict[str, str]]:
 
 def _paths(value: Any, prefix: str = "") -> set[str]:
     """Every dotted path in ``value``, list items as ``[]``."""
-    out = {prefix} if prefix else set()
+    # A count left at 0 (metadata.gpu's default) asks for nothing to honour.
+    out = {prefix} if prefix and not (type(value) is int and value == 0) else set()
     if isinstance(value, dict):
         for key, child in value.items():
             out |= _paths(child, f"{prefix}.{key}" if prefix else str(key))
