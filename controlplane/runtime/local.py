@@ -366,7 +366,6 @@ class LocalRuntime:
         argv = [standing_in(word, folders) for word in image.argv]
         env = {k: standing_in(v, folders) for k, v in image.env}
         port = image.port or ports.http
-        env.setdefault("PORT", str(port))
         check = dict(image.checks).get("readiness") or {}
         get = check.get("http_get")
         path = str(get.get("path", "/")) if isinstance(get, dict) else "/"
