@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from sqlalchemy import func, literal, select, tuple_
+from sqlalchemy import JSON, func, literal, select, tuple_, type_coerce
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
@@ -74,6 +74,7 @@ class Services:
         size: int,
         name: str | None = None,
         status: str | None = None,
+        labels: dict[str, str] | None = None,
         sort: SortKey = "createTime",
         order: Literal["asc", "desc"] = "desc",
         page_token: str | None = None,
@@ -86,6 +87,9 @@ class Services:
             filters.append(ServiceRow.name.contains(name, autoescape=True))
         if status:
             filters.append(ServiceRow.status == status)
+        spec = type_coerce(ServiceRow.spec, JSON)
+        for key, value in (labels or {}).items():  # every label must match
+            filters.append(spec[("labels", key)].as_string() == value)
         column = _SORT_COLUMNS[sort]
         key = tuple_(column, ServiceRow.id)
         query = select(ServiceRow).where(*filters)

@@ -7,6 +7,7 @@ as domain exceptions and turned into problem+json by ``controlplane.api.problems
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Annotated, Literal
 
@@ -84,15 +85,20 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         sort: SortKey = "createTime",
         order: Literal["asc", "desc"] = "desc",
         page_token: Annotated[str | None, Query(alias="pageToken", max_length=512)] = None,
+        label: Annotated[list[str] | None, Query(max_length=16)] = None,
+        label_json: Annotated[str | None, Query(alias="Label", max_length=4096)] = None,
     ) -> schemas.ServiceList:
-        """Services of this cluster, paged, filtered by name substring and status. Pages by
-        ``pageNumber``, or by ``pageToken`` (the previous page's ``NextPageToken``): the
-        latter stays stable while services are created and costs the same at any depth."""
+        """Services of this cluster, paged, filtered by name substring, status and labels
+        (``?label=k:v``, repeatable, or ``Label={"k": "v"}`` as EAS's SDK sends it: every
+        label must match). Pages by ``pageNumber``, or by ``pageToken`` (the previous page's
+        ``NextPageToken``): the latter stays stable while services are created and costs
+        the same at any depth."""
         rows, total, next_token = services.page(
             page=page_number,
             size=page_size,
             name=name,
             status=status,
+            labels=label_filter(label or [], label_json),
             sort=sort,
             order=order,
             page_token=page_token,
@@ -227,6 +233,29 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         )
 
     return api
+
+
+def label_filter(pairs: list[str], as_json: str | None) -> dict[str, str]:
+    """``["k:v", ...]`` and ``'{"k": "v"}'`` as one map; 422 naming the parameter."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition(":")
+        if not sep or not key:
+            fix = "write label=key:value, e.g. label=team:vision"
+            raise InvalidSpec([FieldProblem("label", f"{pair!r} is not key:value", fix)])
+        out[key] = value
+    if as_json:
+        try:
+            given = json.loads(as_json)
+        except ValueError:
+            given = None
+        if not isinstance(given, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in given.items()
+        ):
+            fix = 'write Label={"key": "value"} (a JSON object of strings)'
+            raise InvalidSpec([FieldProblem("Label", "not a JSON object of strings", fix)])
+        out.update(given)
+    return out
 
 
 def _version(if_match: str | None) -> int | None:
