@@ -88,8 +88,8 @@ class Services:
         if status:
             filters.append(ServiceRow.status == status)
         spec = type_coerce(ServiceRow.spec, JSON)
-        for key, value in (labels or {}).items():  # every label must match
-            filters.append(spec[("labels", key)].as_string() == value)
+        for label, value in (labels or {}).items():  # every label must match
+            filters.append(spec[("labels", label)].as_string() == value)
         column = _SORT_COLUMNS[sort]
         key = tuple_(column, ServiceRow.id)
         query = select(ServiceRow).where(*filters)

@@ -266,6 +266,12 @@ def _cmd_autoscale(args: argparse.Namespace, client: Client) -> int:
         instance = svc["ServiceConfig"]["metadata"]["instance"]
         print(f"[OK] Autoscaler of {args.name} removed; instances stay at {instance}")
         return 0
+    defined = overrides(args.define)
+    if defined and args.min is None and args.max is None and not args.strategy:
+        # EAS's own form: -Dmin=1 -Dmax=3 -Dstrategies.qps=10 (the server reads it).
+        stored = client.call("PUT", path, json=defined)
+        print(f"[OK] Service {args.name} is autoscaled: {render.autoscaler(stored)}")
+        return 0
     if args.min is None or args.max is None or not args.strategy:
         raise CliError(
             "eascmd: autoscale needs --min N --max N and at least one --strategy METRIC=THRESHOLD"
@@ -291,7 +297,7 @@ def _cmd_autoscale(args: argparse.Namespace, client: Client) -> int:
         "scaleStrategies": strategies(args.strategy),
         "behavior": behavior,
     }
-    stored = client.call("PUT", path, json=body)
+    stored = client.call("PUT", path, json=merge_patch(body, defined))
     print(f"[OK] Service {args.name} is autoscaled: {render.autoscaler(stored)}")
     return 0
 
@@ -420,6 +426,15 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help="with --min 0: instances a request at zero wakes "
         "(onZero.scaleUpActivationReplicas; default 1)",
+    )
+    c.add_argument(
+        "-D",
+        dest="define",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="EAS's form, e.g. -Dmin=1 -Dmax=3 -Dstrategies.qps=10 (repeatable; "
+        "beside the flags above, it sets the field it names)",
     )
     c.add_argument("--off", action="store_true", help="remove the autoscaler")
     c.set_defaults(run=_cmd_autoscale)
