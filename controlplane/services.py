@@ -20,6 +20,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from contract.merge import merge_patch
 from contract.wire import token_digest
 from controlplane import groups, paging, store
+from controlplane.eas_fields import Runtime, not_honoured
 from controlplane.errors import (
     Conflict,
     FieldProblem,
@@ -56,11 +57,13 @@ class Services:
         cluster: str,
         sealer: TokenSealer,
         checks: Sequence[Check] = (),
+        runtime: Runtime = "local",
     ) -> None:
         self._sessions = sessions
         self.cluster = cluster
         self.sealer = sealer
         self._checks = checks
+        self.runtime: Runtime = runtime  # where replicas run: what of a spec is honoured
 
     # -- reads ---------------------------------------------------------------------------
     def get(self, cluster: str, name: str) -> ServiceRow:
@@ -139,6 +142,8 @@ class Services:
                 pending_instances=stored.metadata.instance,
             )
             row.add_event("Created", f"service created with {stored.metadata.instance} instance(s)")
+            for note in not_honoured(stored, self.runtime):
+                row.add_event("NotHonoured", f"{note['field']}: {note['reason']}", warning=True)
             with self._sessions() as s:
                 _check_mirror(s, self.cluster, stored, None)
                 if custom_token and store.token_taken(s, self.cluster, row.token_sha256):

@@ -83,7 +83,9 @@ def create_app(
     problems.install(app)
     sessions = make_sessions(engine)
     sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
-    services = Services(sessions, settings.cluster_id, sealer, deployment_checks(settings))
+    services = Services(
+        sessions, settings.cluster_id, sealer, deployment_checks(settings), settings.runtime
+    )
     # Without a reconciler in this process nothing leads: load reports are answered 421.
     scaling = autoscaling or Autoscaling(sessions, services)
     app.include_router(services_api.router(services, settings, scaling))
