@@ -37,7 +37,23 @@ def deployment_checks(settings: Settings) -> list[Check]:
         fix = "use one of the resource groups configured in OPENEAS_K8S_RESOURCE_GROUPS"
         return [FieldProblem("metadata.resource", problem, fix)] if problem else []
 
-    return [resource_group]
+    return [resource_group, image_warm_up]
+
+
+def image_warm_up(spec: ServiceSpec) -> list[FieldProblem]:
+    """On Kubernetes a container's image runs its own server, without the processor that
+    replays warm-up requests: refused rather than dropped."""
+    if not (spec.containers and spec.warm_up_data_path):
+        return []
+    return [
+        FieldProblem(
+            "warm_up_data_path",
+            "on Kubernetes a containers[] image serves by itself, and nothing in it replays "
+            "warm-up requests",
+            'use "processor": "triton" with processor_params for a warm-up, or remove '
+            "warm_up_data_path",
+        )
+    ]
 
 
 def local_checks(spec: ServiceSpec) -> list[FieldProblem]:

@@ -45,3 +45,13 @@ def test_what_the_local_runtime_cannot_run_is_refused_with_why(client: TestClien
     r = client.post("/api/v2/services", json=nfs)
     assert r.status_code == 422 and "mounts no NFS" in errors_of(r)["storage[0].nfs"]
     assert client.get("/api/v2/services").json()["TotalCount"] == 0  # nothing half-written
+
+
+def test_kubernetes_refuses_a_warm_up_it_could_not_replay() -> None:
+    from controlplane.api.app import image_warm_up
+    from controlplane.spec import validate_spec
+
+    spec = validate_spec(issue_config(warm_up_data_path="oss://bucket/warm-up"))
+    [problem] = image_warm_up(spec)
+    assert problem.field == "warm_up_data_path" and "processor" in problem.fix
+    assert image_warm_up(validate_spec(issue_config())) == []
