@@ -7,7 +7,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from controlplane.eas_spec import Storage
+from controlplane.eas_spec import Container, Storage
 from controlplane.runtime.base import DesiredReplicaSet, Image, Mount, Resources
 from controlplane.spec import StoredSpec, k8s_name
 from processors import registry
@@ -41,6 +41,7 @@ def desired(state: ServiceState) -> DesiredReplicaSet:
     )
     work = spec.workload
     image = _image(spec)
+    sidecars = tuple(_sidecar(c) for c in (spec.containers or [])[1:])
     mounts = tuple(_mount(s) for s in spec.storage or [])
     types = tuple(spec.cloud.computing.types) if spec.cloud and spec.cloud.computing else ()
     rolling = _rolling(spec)
@@ -49,6 +50,7 @@ def desired(state: ServiceState) -> DesiredReplicaSet:
         "processor": work.processor,
         "params": work.params,
         **({"image": repr(image), "mounts": repr(mounts)} if image or mounts else {}),
+        **({"sidecars": repr(sidecars)} if sidecars else {}),
         **({"types": types} if types else {}),
         **({"grace": grace} if grace is not None else {}),
         **(
@@ -74,6 +76,7 @@ def desired(state: ServiceState) -> DesiredReplicaSet:
         template_hash=_hash(template),
         warm_up=spec.warm_up_data_path,
         image=image,
+        sidecars=sidecars,
         mounts=mounts,
         instance_types=types,
         rolling=rolling,
@@ -91,6 +94,15 @@ def _image(spec: StoredSpec) -> Image | None:
     argv = container.argv
     if container.runs_triton:
         argv = [argv[0], *registry.get("triton").validate(argv[1:])]
+    return _as_image(container, argv, triton=container.runs_triton)
+
+
+def _sidecar(container: Container) -> Image:
+    """A container beside the serving one: run as written."""
+    return _as_image(container, container.argv, triton=False)
+
+
+def _as_image(container: Container, argv: list[str], *, triton: bool) -> Image:
     checks = tuple(
         (kind, check.model_dump(mode="json", exclude_none=True))
         for kind, check in (
@@ -106,7 +118,7 @@ def _image(spec: StoredSpec) -> Image | None:
         port=container.port,
         env=tuple((e.name, e.value) for e in container.env or []),
         checks=checks,
-        triton=container.runs_triton,
+        triton=triton,
     )
 
 

@@ -21,6 +21,7 @@ NO_IMAGES = (
     "Triton processor (tritonserver from this machine), any other command as a local process"
 )
 LOCAL_PORTS = "the local runtime gives each replica free loopback ports"
+SIDECARS = "containers[1:]"  # the containers beside the first, which serves
 LOCAL_PROBES = "the local runtime probes Triton's /v2/health/ready (or the container's port)"
 
 
@@ -62,6 +63,7 @@ FIELDS: tuple[Field, ...] = (
     Field("containers[].startup_check", "kubernetes", LOCAL_PROBES),
     Field("containers[].liveness_check", "kubernetes", LOCAL_PROBES),
     Field("containers[].readiness_check", "kubernetes", LOCAL_PROBES),
+    Field(SIDECARS, "kubernetes", "the local runtime runs the first container only"),
     Field("storage[].oss", "honoured"),
     Field("storage[].nfs", "kubernetes", "the local runtime mounts nothing"),
     Field(
@@ -93,6 +95,9 @@ def not_honoured(spec: StoredSpec, runtime: Runtime) -> list[dict[str, str]]:
             continue
         prefix = "not honoured on the local runtime: " if field.status == "kubernetes" else ""
         out.append({"field": field.path, "reason": prefix + field.why})
+    if runtime == "local" and spec.containers and len(spec.containers) > 1:
+        why = BY_PATH[SIDECARS].why
+        out.append({"field": SIDECARS, "reason": f"not honoured on the local runtime: {why}"})
     return out
 
 

@@ -201,7 +201,8 @@ class StoredSpec(_Strict):
     metadata: Metadata = Field(default_factory=Metadata)
     autoscaler: Autoscaler | None = None
     labels: dict[str, str] | None = None
-    containers: list[Container] | None = Field(default=None, min_length=1, max_length=1)
+    # The first container serves; the others run beside it (sidecars, Kubernetes only).
+    containers: list[Container] | None = Field(default=None, min_length=1, max_length=8)
     storage: list[Storage] | None = Field(default=None, max_length=16)
     cloud: Cloud | None = None
 

@@ -68,7 +68,7 @@ def local_checks(spec: ServiceSpec) -> list[FieldProblem]:
         for i, entry in enumerate(spec.storage or [])
         if entry.nfs is not None
     ]
-    for i, container in enumerate(spec.containers or []):
+    for i, container in enumerate((spec.containers or [])[:1]):  # the others: Kubernetes only
         argv = container.argv
         if container.runs_triton or (argv and shutil.which(argv[0])):
             continue

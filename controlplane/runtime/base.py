@@ -100,6 +100,7 @@ class DesiredReplicaSet:
     template_hash: str
     warm_up: str | None = None  # the spec's warm_up_data_path
     image: Image | None = None  # the spec's containers[0] (None: the processor form)
+    sidecars: tuple[Image, ...] = ()  # the spec's containers[1:]
     mounts: tuple[Mount, ...] = ()  # the spec's storage[]
     instance_types: tuple[str, ...] = ()  # cloud.computing's EAS instance types
     # metadata.rolling_strategy as (max_surge, max_unavailable): counts or "25%".

@@ -256,3 +256,13 @@ def test_the_docs_table_is_the_module_table() -> None:
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "spec.md").read_text()
     assert eas_fields.table() in doc
+
+
+def test_sidecars_are_noted_on_the_local_runtime_only() -> None:
+    body = issue_config()
+    body["containers"].append({"image": "registry/agent:1", "command": "agent"})
+    spec = stored(body)
+    assert spec.workload.processor == "triton"  # the first container serves
+    local = {n["field"] for n in eas_fields.not_honoured(spec, "local")}
+    k8s = {n["field"] for n in eas_fields.not_honoured(spec, "kubernetes")}
+    assert "containers[1:]" in local and "containers[1:]" not in k8s

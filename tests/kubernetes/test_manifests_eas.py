@@ -238,3 +238,32 @@ async def test_the_replica_is_reached_on_the_containers_port(
         assert all(r.endpoint and r.endpoint.endswith(":9000") for r in replicas)
     finally:
         await rt.close()
+
+
+def test_containers_after_the_first_run_beside_it() -> None:
+    body = config()
+    body["containers"].append(
+        {
+            "image": "registry/log-agent:1",
+            "command": "agent --watch /models",
+            "port": 9100,
+            "env": [{"name": "LEVEL", "value": "debug"}],
+            "liveness_check": {"tcp_socket": {"port": 9100}},
+        }
+    )
+    p = pod(body)
+    main, side = p["containers"]
+    assert main["image"] == IMAGE and main["command"] == ["tritonserver"]
+    assert side["name"] == "sidecar-1"
+    assert (side["image"], side["command"], side["args"]) == (
+        "registry/log-agent:1",
+        ["agent"],
+        ["--watch", "/models"],
+    )
+    assert side["ports"] == [{"name": "side-9100", "containerPort": 9100, "protocol": "TCP"}]
+    assert side["env"] == [{"name": "LEVEL", "value": "debug"}]
+    assert side["livenessProbe"] == {"tcpSocket": {"port": 9100}}
+    assert {"name": "mount-0", "mountPath": "/models", "readOnly": False} in side["volumeMounts"]
+    for version in VERSIONS[-1:]:
+        for manifest in desired_objects(want(body), settings()):
+            assert kubernetes_validate.validate(manifest, version, strict=True)

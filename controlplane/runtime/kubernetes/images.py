@@ -131,6 +131,22 @@ def serve(image: Image, container: Manifest) -> Manifest:
     return container
 
 
+def sidecar(image: Image, container: Manifest) -> Manifest:
+    """A container beside the serving one, as written: its port named ``side-<port>``, its
+    checks as probes, no default probe."""
+    container["image"] = image.image
+    if image.argv:
+        container["command"], container["args"] = list(image.argv[:1]), list(image.argv[1:])
+    if image.port:
+        name = f"side-{image.port}"
+        container["ports"] = [{"name": name, "containerPort": image.port, "protocol": "TCP"}]
+    if image.env:
+        container["env"] = [{"name": k, "value": v} for k, v in image.env]
+    for kind, check in image.checks:
+        container[f"{kind}Probe"] = probe(check)
+    return container
+
+
 def _free(http: int, port: int) -> int:
     return port if port != http else port + 10
 

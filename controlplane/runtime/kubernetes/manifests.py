@@ -233,6 +233,16 @@ def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manif
     if init:
         spec["initContainers"] = init
     spec["containers"] = [_processor_container(plan, image, mounts, desired, settings)]
+    for i, sidecar in enumerate(desired.sidecars, start=1):
+        base: Manifest = {
+            "name": f"sidecar-{i}",
+            "imagePullPolicy": settings.image_pull_policy,
+            "securityContext": _container_security(),
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        }
+        if mounts:
+            base["volumeMounts"] = list(mounts)
+        spec["containers"].append(images.sidecar(sidecar, base))
     if volumes:
         spec["volumes"] = volumes
     if settings.service_account:
