@@ -30,6 +30,9 @@ class Field:
     path: str  # dotted, ``[]`` for list items
     status: Status
     why: str = ""  # for kubernetes: why the local runtime cannot; for ignored: why not
+    # Recorded as a NotHonoured event at create (else describe alone says so): off for the
+    # seed config's own fields, which the local runtime has always run without.
+    event: bool = True
 
 
 FIELDS: tuple[Field, ...] = (
@@ -39,8 +42,13 @@ FIELDS: tuple[Field, ...] = (
     Field("metadata.instance", "honoured"),
     Field("metadata.cpu", "honoured"),
     Field("metadata.memory", "honoured"),
-    Field("metadata.gpu", "kubernetes", "the local runtime does not reserve GPUs"),
-    Field("metadata.resource", "kubernetes", "resource groups are Kubernetes node pools"),
+    Field("metadata.gpu", "kubernetes", "the local runtime does not reserve GPUs", event=False),
+    Field(
+        "metadata.resource",
+        "kubernetes",
+        "resource groups are Kubernetes node pools",
+        event=False,
+    ),
     Field("metadata.rpc.keepalive", "honoured"),
     Field("metadata.rpc.max_queue_size", "honoured"),
     Field("metadata.rpc.rate_limit", "honoured"),
@@ -83,15 +91,20 @@ FIELDS: tuple[Field, ...] = (
 BY_PATH = {f.path: f for f in FIELDS}
 
 
-def not_honoured(spec: StoredSpec, runtime: Runtime) -> list[dict[str, str]]:
+def not_honoured(
+    spec: StoredSpec, runtime: Runtime, *, events: bool = False
+) -> list[dict[str, str]]:
     """``[{"field": path, "reason": why}]`` for each field the spec carries that
-    ``runtime`` does not act on, in the table's order."""
+    ``runtime`` does not act on, in the table's order; ``events``: only those worth a
+    NotHonoured event."""
     present = _paths(spec.public())
     out = []
     for field in FIELDS:
         if field.status == "honoured" or field.path not in present:
             continue
         if field.status == "kubernetes" and runtime == "kubernetes":
+            continue
+        if events and not field.event:
             continue
         prefix = "not honoured on the local runtime: " if field.status == "kubernetes" else ""
         out.append({"field": field.path, "reason": prefix + field.why})

@@ -142,7 +142,7 @@ class Services:
                 pending_instances=stored.metadata.instance,
             )
             row.add_event("Created", f"service created with {stored.metadata.instance} instance(s)")
-            for note in not_honoured(stored, self.runtime):
+            for note in not_honoured(stored, self.runtime, events=True):
                 row.add_event("NotHonoured", f"{note['field']}: {note['reason']}", warning=True)
             with self._sessions() as s:
                 _check_mirror(s, self.cluster, stored, None)
