@@ -71,3 +71,18 @@ def test_modify_with_dotted_metadata_and_region_names(
     # <region>/<service>: the region is the cluster; another one holds no such service
     code, out, err = eascmd("desc", "cn-shanghai/triton_test")
     assert code != 0 and "unknown cluster 'cn-shanghai'" in out + err
+
+
+def test_desc_shows_containers_mounts_labels_and_what_is_not_honoured(
+    eascmd: Any, tmp_path: Path
+) -> None:
+    from tests.controlplane.test_eas_spec import issue_config
+
+    assert eascmd("create", write(tmp_path, issue_config()), "--no-wait")[0] == 0
+    code, out, err = eascmd("desc", "triton_mnist")
+    assert code == 0, err
+    assert "| Container[0]     | registry/pai-eas/tritonserver:25.03-py3: " in out
+    assert "tritonserver --model-repository=/models" in out
+    assert "/models <- oss://bucket/models/triton/" in out
+    assert "$SYSTEM_SERVICE_DEPLOY_TYPE=triton" in out
+    assert "| containers[].image" in out and "runs no images" in out
