@@ -19,7 +19,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from contract.merge import merge_patch
 from contract.wire import token_digest
-from controlplane import groups, paging, store
+from controlplane import eas_spec, groups, paging, store
 from controlplane.eas_fields import Runtime, not_honoured
 from controlplane.errors import (
     Conflict,
@@ -314,7 +314,7 @@ class Services:
 
         def change(s: Session, row: ServiceRow) -> None:
             current = row.spec.public()
-            merged = patch(current) if callable(patch) else merge_patch(current, patch)
+            merged = patch(current) if callable(patch) else merge_patch(current, _nested(patch))
             spec = validate_spec(merged, self._checks)
             stored, token = split_token(spec)  # a token only when the patch carries one
             asked, have = stored.metadata.instance, row.spec.metadata.instance
@@ -399,6 +399,18 @@ class Services:
                         raise TokenInUse() from e  # a concurrent write took the token first
                     raise
         raise Conflict(f"service {name!r} is being changed concurrently: try again")
+
+
+def _nested(patch: dict[str, Any]) -> dict[str, Any]:
+    """A patch in EAS's other spellings (``"rpc.keepalive"``, ``strategies``) as the stored
+    nested form, so it replaces what is stored instead of contradicting it."""
+    try:
+        nested: dict[str, Any] = eas_spec.normalise(patch)
+    except ValueError as e:  # a contradiction within the patch itself
+        raise InvalidSpec([FieldProblem("body", str(e), "write each field once")]) from e
+    if "name" not in patch:
+        nested.pop("name", None)  # metadata.name alone: the same service, not a rename
+    return nested
 
 
 def _owned(spec: StoredSpec, instance: int) -> StoredSpec:

@@ -55,3 +55,21 @@ def test_kubernetes_refuses_a_warm_up_it_could_not_replay() -> None:
     [problem] = image_warm_up(spec)
     assert problem.field == "warm_up_data_path" and "processor" in problem.fix
     assert image_warm_up(validate_spec(issue_config())) == []
+
+
+def test_a_patch_in_eas_spellings_replaces_what_is_stored(client: TestClient) -> None:
+    body = issue_config()
+    body["metadata"]["rpc.keepalive"] = 3000
+    assert client.post("/api/v2/services", json=body).status_code == 200
+    path = "/api/v2/services/local/triton_mnist"
+    r = client.put(path, json={"metadata": {"rpc.keepalive": 5000}})
+    assert r.status_code == 200, r.text
+    assert client.get(path).json()["ServiceConfig"]["metadata"]["rpc"] == {"keepalive": 5000}
+    r = client.put(path, json={"autoscaler": {"min": 1, "max": 2, "strategies": {"qps": 5}}})
+    assert r.status_code == 200, r.text
+    r = client.put(path, json={"autoscaler": {"strategies": {"cpu": 70}}})
+    assert r.status_code == 200, r.text
+    auto = client.get(path).json()["ServiceConfig"]["autoscaler"]
+    assert auto["scaleStrategies"] == [{"metricName": "cpu", "threshold": 70.0}]
+    r = client.put(path, json={"metadata": {"name": "renamed"}})
+    assert r.status_code == 422 and "metadata.name" in r.text
