@@ -207,6 +207,8 @@ def _cmd_desc(args: argparse.Namespace, client: Client) -> int:
 def _cmd_list(args: argparse.Namespace, client: Client) -> int:
     params = {"pageNumber": args.page, "pageSize": args.page_size}
     params |= {k: v for k, v in (("name", args.filter), ("status", args.status)) if v}
+    if args.label:
+        params["label"] = args.label
     print(render.service_list(client.call("GET", "/api/v2/services", params=params)))
     return 0
 
@@ -444,6 +446,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--status", help="only services in this status, e.g. Running (default: all)")
     c.add_argument("--page", type=int, default=1, help="page number (default 1)")
     c.add_argument("--page-size", type=int, default=50, help="services per page (default 50)")
+    c.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY:VALUE",
+        help="only services with this label, e.g. team:vision (repeatable: all must match)",
+    )
     c.set_defaults(run=_cmd_list)
 
     groups.add_parsers(sub)

@@ -86,7 +86,7 @@ class Client:
     ) -> Response:
         url = self._base + path
         if params:
-            url += "?" + urllib.parse.urlencode(params)
+            url += "?" + urllib.parse.urlencode(params, doseq=True)  # a list: repeated
         headers = dict(self._headers)
         data = None
         if json is not None:

@@ -86,3 +86,12 @@ def test_desc_shows_containers_mounts_labels_and_what_is_not_honoured(
     assert "/models <- oss://bucket/models/triton/" in out
     assert "$SYSTEM_SERVICE_DEPLOY_TYPE=triton" in out
     assert "| containers[].image" in out and "runs no images" in out
+
+
+def test_list_filters_on_labels(eascmd: Any, tmp_path: Path) -> None:
+    for name, team in (("vision_a", "vision"), ("speech_a", "speech")):
+        body = seed_spec(name=name, labels={"team": team})
+        assert eascmd("create", write(tmp_path, body, f"{name}.json"), "--no-wait")[0] == 0
+    code, out, err = eascmd("list", "--label", "team:vision")
+    assert code == 0, err
+    assert "vision_a" in out and "speech_a" not in out
