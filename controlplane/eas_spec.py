@@ -96,6 +96,14 @@ class Container(_Strict):
     def _run(self) -> Container:
         if self.command is not None and self.script is not None:
             raise ValueError("a container takes command or script, not both")
+        if self.command is not None:
+            try:
+                shlex.split(self.command)
+            except ValueError as e:  # an unclosed quote
+                raise ValueError(
+                    f"command {self.command[:60]!r} cannot be split into words ({e}); "
+                    "close its quotes"
+                ) from None
         return self
 
     @property

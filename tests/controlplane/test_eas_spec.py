@@ -266,3 +266,8 @@ def test_sidecars_are_noted_on_the_local_runtime_only() -> None:
     local = {n["field"] for n in eas_fields.not_honoured(spec, "local")}
     k8s = {n["field"] for n in eas_fields.not_honoured(spec, "kubernetes")}
     assert "containers[1:]" in local and "containers[1:]" not in k8s
+
+
+def test_a_command_with_an_unclosed_quote_is_refused_with_the_field() -> None:
+    body = issue_config(containers=[{"image": "i", "command": "tritonserver '--model-repository"}])
+    assert "close its quotes" in problems(body)["containers[0]"]

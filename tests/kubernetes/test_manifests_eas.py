@@ -267,3 +267,12 @@ def test_containers_after_the_first_run_beside_it() -> None:
     for version in VERSIONS[-1:]:
         for manifest in desired_objects(want(body), settings()):
             assert kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def test_a_mount_pull_goes_through_the_node_cache_when_it_is_on() -> None:
+    url = "http://openeas-model-cache.openeas.svc:8090"
+    s = settings(model_cache_url=url, model_cache_token="cache-token-for-tests")
+    [init] = pod(config(), s)["initContainers"]
+    env = {e["name"]: e for e in init["env"]}
+    assert env["OPENEAS_MODEL_CACHE_URL"]["value"] == url
+    assert "secretKeyRef" in env["OPENEAS_MODEL_CACHE_TOKEN"]["valueFrom"]
