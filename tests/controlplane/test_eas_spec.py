@@ -271,3 +271,20 @@ def test_sidecars_are_noted_on_the_local_runtime_only() -> None:
 def test_a_command_with_an_unclosed_quote_is_refused_with_the_field() -> None:
     body = issue_config(containers=[{"image": "i", "command": "tritonserver '--model-repository"}])
     assert "close its quotes" in problems(body)["containers[0]"]
+
+
+@pytest.mark.parametrize(("ready", "limit"), [(0, 5), (1, 5), (3, 15)])
+def test_rate_limit_is_per_instance_at_the_gateway(ready: int, limit: int) -> None:
+    from controlplane import route_feed
+    from controlplane.models import ServiceRow
+
+    spec = stored({**issue_config(), "metadata": {"name": "triton_mnist", "rpc.rate_limit": 5}})
+    replicas: list[dict[str, Any]] = [
+        {"state": "Running", "endpoint": f"http://10.0.0.{i}:8000"} for i in range(ready)
+    ]
+    replicas.append({"state": "Pending", "endpoint": None})
+    row = ServiceRow(
+        name="triton_mnist", spec=spec, replicas=replicas, token_sha256="0" * 64, status="Running"
+    )
+    row.stopped, row.deleting = False, False
+    assert route_feed._route(row, 600_000).rate_limit == limit
