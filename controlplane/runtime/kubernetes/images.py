@@ -26,11 +26,16 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ADMIN_KEY_ENV = "OPENEAS_ADMIN_KEY"
 POD_NAME_ENV = "OPENEAS_POD_NAME"
 DEFAULT_PORT = 8000
-TRITON_PROBES = {"startup": "/v2/health/live", "readiness": "/v2/health/ready"}
-TRITON_PROBES["liveness"] = "/v2/health/live"
+# A Triton container without its own checks is probed as the processor's replicas are.
+TRITON_PROBES = {
+    "startup": "/v2/health/live",
+    "readiness": "/v2/health/ready",
+    "liveness": "/v2/health/live",
+}
 
 
 def http_port(image: Image) -> int:
+    """The port the gateway sends traffic to: the container's, else Triton's default."""
     return image.port or DEFAULT_PORT
 
 
