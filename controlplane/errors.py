@@ -18,11 +18,13 @@ class ControlPlaneError(Exception):
 
     status = 400
     title = "Bad request"
+    code = "InvalidParameter"  # the API's ``Code``: Alibaba Cloud's common codes, EAS's own
 
 
 class InvalidSpec(ControlPlaneError):
     status = 422
     title = "Invalid service spec"
+    code = "InvalidParameter"
 
     def __init__(self, problems: list[FieldProblem]) -> None:
         self.problems = problems
@@ -35,6 +37,7 @@ class TokenInUse(InvalidSpec):
 
     status = 409
     title = "Token already in use"
+    code = "InvalidToken.Duplicate"
 
     def __init__(self) -> None:
         super().__init__(
@@ -52,16 +55,19 @@ class TokenInUse(InvalidSpec):
 class ServiceNotFound(ControlPlaneError):
     status = 404
     title = "Service not found"
+    code = "InvalidService.NotFound"
 
 
 class GroupNotFound(ControlPlaneError):
     status = 404
     title = "Group not found"
+    code = "InvalidGroup.NotFound"
 
 
 class ServiceExists(ControlPlaneError):
     status = 409
     title = "Service already exists"
+    code = "InvalidService.AlreadyExists"
 
 
 class Conflict(ControlPlaneError):
@@ -69,8 +75,23 @@ class Conflict(ControlPlaneError):
 
     status = 409
     title = "Conflict"
+    code = "Conflict"
 
 
 class PreconditionFailed(ControlPlaneError):
     status = 412
     title = "Precondition failed"
+    code = "PreconditionFailed"
+
+
+class Refused(ControlPlaneError):
+    """A request whose credential is missing, wrong or short of the right: ``code`` is
+    Alibaba Cloud's (``SignatureDoesNotMatch``, ``Forbidden``...), ``principal`` who the
+    request claimed to be, for the audit trail."""
+
+    def __init__(self, status: int, code: str, message: str, principal: str = "anonymous") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.title = "Forbidden" if status == 403 else "Unauthorized"
+        self.principal = principal

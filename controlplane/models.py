@@ -217,3 +217,48 @@ class InstallationRow(Base):
 
     uid: Mapped[str] = mapped_column(String(36), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class AccessKeyRow(Base):
+    """An AccessKey pair: the id is public, the secret sealed (controlplane.sealing). A
+    revoked key's row is deleted, so it is refused exactly as an unknown one."""
+
+    __tablename__ = "access_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # the AccessKeyId
+    secret: Mapped[str] = mapped_column(String(512))  # sealed
+    role: Mapped[str] = mapped_column(String(16))  # admin | developer | viewer
+    services: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # globs; None: all
+    description: Mapped[str] = mapped_column(Text, default="", server_default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class NonceRow(Base):
+    """A signature nonce seen within its request's validity window: the primary key makes a
+    second use fail on every control-plane replica. Pruned once expired."""
+
+    __tablename__ = "signature_nonces"
+    __table_args__ = (Index("ix_signature_nonces_expires", "expires_at"),)
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)  # "<AccessKeyId>:<nonce>"
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class AuditRow(Base):
+    """One write or refused request on the API. Pruned past the retention setting."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (
+        Index("ix_audit_log_time", "time"),
+        Index("ix_audit_log_principal", "principal", "time"),
+        Index("ix_audit_log_resource", "resource", "time"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    principal: Mapped[str] = mapped_column(String(64))  # AccessKeyId, admin-token, anonymous
+    action: Mapped[str] = mapped_column(String(64))
+    resource: Mapped[str] = mapped_column(String(128))
+    status: Mapped[int] = mapped_column(Integer)
+    request_id: Mapped[str] = mapped_column(String(64))
+    source_ip: Mapped[str] = mapped_column(String(64))

@@ -5,6 +5,10 @@ Work comes from changes — a new generation in the database (a cheap indexed po
 several control-plane processes can share one database), the runtime's ``notify`` — plus a
 periodic resync. Temporary errors requeue with backoff; permanent ones set ``Failed`` and
 wait for a new generation.
+
+Nothing is touched until the runtime grants the database's installation id (``claim``):
+a control plane on another installation's database reconciles nothing and says why. Only
+the resync deletes orphans, and only within :func:`resync.orphans_deletable`'s share.
 """
 
 from __future__ import annotations
@@ -69,6 +73,11 @@ class Reconciler:
         self._queued: set[str] = set()
         self._failures: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Orphans the last resync allowed to go, until they are gone.
+        self._doomed: set[str] = set()
+        self._kept: frozenset[str] = frozenset()  # orphans kept back, as last reported
+        # Why this process may not reconcile (another installation's namespace), or None.
+        self.refused: str | None = None
         self.autoscaling = autoscaling  # runs while this reconciler leads
 
     # -- wake-ups ------------------------------------------------------------------------
@@ -100,12 +109,21 @@ class Reconciler:
             # In a thread: a first import of the runtime and its client (about a second)
             # would stall this process's API just as it takes over from a dead leader.
             self.runtime = await asyncio.to_thread(self._runtime_factory, self.notify)
+            installation = await asyncio.to_thread(self.store.installation)
+            refused = await self.runtime.claim(installation)
         except RuntimeError_ as e:
             # No runtime (bad kubeconfig, no service account): say so and try again later
             # instead of leading with nothing to act through.
             log.error("reconciler: cannot start the runtime: %s", e)
-            await asyncio.to_thread(self.lease.release)  # let a healthier process lead
+            await self._step_aside()
             return
+        if refused is not None:
+            if refused != self.refused:
+                log.error("reconciler: %s", refused)
+            self.refused = refused
+            await self._step_aside()
+            return
+        self.refused = None
         self._leading = True
         log.info("reconciler: leading as %s", self.lease.holder)
         tasks = [
@@ -126,6 +144,13 @@ class Reconciler:
             await self.runtime.close()
             self.runtime = None
             self._leading = False
+
+    async def _step_aside(self) -> None:
+        """Leave the lead to another process (or to a later try of this one)."""
+        if self.runtime is not None:
+            await self.runtime.close()
+            self.runtime = None
+        await asyncio.to_thread(self.lease.release)
 
     @property
     def is_leader(self) -> bool:
@@ -163,9 +188,32 @@ class Reconciler:
         while True:
             assert self.runtime is not None
             stored = await asyncio.to_thread(self.store.summaries)
-            for name in resync.drifted(stored, await self.runtime.summary()):
+            observed = await self.runtime.summary()
+            await self._judge_orphans(resync.orphans(stored, observed), len(observed))
+            for name in resync.drifted(stored, observed):
                 self._enqueue(name)
             await asyncio.sleep(self.resync_seconds)
+
+    async def _judge_orphans(self, orphans: set[str], observed: int) -> None:
+        """Let ``orphans`` be deleted, or keep them all and tell the operator (once per
+        set) when they are more than a resync may delete."""
+        assert self.runtime is not None
+        if resync.orphans_deletable(len(orphans), observed):
+            self._doomed = orphans
+            self._kept = frozenset()
+            return
+        self._doomed = set()
+        if self._kept != orphans:
+            self._kept = frozenset(orphans)
+            share = f"{len(orphans)} of the {observed} services running"
+            message = (
+                f"{share} have no row in the database; more than "
+                f"{resync.MAX_ORPHAN_SHARE:.0%} at once looks like a wrong or emptied "
+                "database, so none is deleted. If they are really unwanted, run "
+                f"'openeas gc --confirm'. First few: {', '.join(sorted(orphans)[:10])}"
+            )
+            log.warning("reconciler: %s", message)
+            await self.runtime.warn("OrphansKept", message)
 
     async def _work(self) -> None:
         while True:
@@ -194,7 +242,9 @@ class Reconciler:
         assert runtime is not None
         state, previous = await asyncio.to_thread(self.store.state, name)
         if state is None:
-            await runtime.delete(name)  # an orphan: nothing stored wants it
+            # An orphan: nothing stored wants it. Deleted only when the resync allowed it.
+            if name in self._doomed and await runtime.delete(name):
+                self._doomed.discard(name)
             if self.autoscaling is not None:
                 self.autoscaling.forget(name)
             return

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from sqlalchemy import JSON, func, literal, select, tuple_, type_coerce
+from sqlalchemy import JSON, false, func, literal, or_, select, tuple_, type_coerce
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
@@ -31,6 +31,7 @@ from controlplane.errors import (
     TokenInUse,
 )
 from controlplane.models import EventRow, ServiceRow, utcnow
+from controlplane.roles import like_pattern
 from controlplane.sealing import TokenSealer
 from controlplane.spec import Check, Mirror, StoredSpec, split_token, validate_spec
 
@@ -81,11 +82,16 @@ class Services:
         sort: SortKey = "createTime",
         order: Literal["asc", "desc"] = "desc",
         page_token: str | None = None,
+        globs: Sequence[str] | None = None,
     ) -> tuple[list[ServiceRow], int, str | None]:
         """One page and the total count (an index count, no row bodies); with
         ``page_token`` the page starts after the row the previous page ended on (keyset),
-        else at ``page``. Also returns the token of the next page (None on the last)."""
+        else at ``page``. Also returns the token of the next page (None on the last).
+        ``globs``: only names matching one of them (an AccessKey's ``Services``)."""
         filters = [ServiceRow.cluster == self.cluster]
+        if globs is not None:
+            like = [ServiceRow.name.like(like_pattern(g), escape="\\") for g in globs]
+            filters.append(or_(*like) if like else false())
         if name:
             filters.append(ServiceRow.name.contains(name, autoescape=True))
         if status:

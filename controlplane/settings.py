@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     routes_token: str = Field(default="", repr=False)
     # Seals service and group tokens at rest (controlplane.sealing); empty: a key file.
     secret_key: str = Field(default="", repr=False)
+    # How long the audit trail keeps an entry (controlplane.audit).
+    audit_retention_days: float = Field(default=90.0, gt=0)
     cluster_id: str = "local"
     public_url: str = ""  # what endpoints are shown as; empty: the server's own address
     intranet_url: str = ""

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from controlplane import sealing
 from controlplane.commits import commit_watch
 from controlplane.desired import ServiceState
-from controlplane.models import GroupRow, RouteRemovalRow, ServiceRow, utcnow
+from controlplane.models import GroupRow, InstallationRow, RouteRemovalRow, ServiceRow, utcnow
 from controlplane.resync import StoredSummary
 from controlplane.sealing import TokenSealer
 from controlplane.status import Status
@@ -92,6 +92,14 @@ class ReconcileStore:
     def commits(self) -> Callable[[], bool]:
         """Whether anything was committed since its last call (:func:`commit_watch`)."""
         return commit_watch(self._sessions)
+
+    def installation(self) -> str:
+        """The database's installation id (written by migration 0005)."""
+        with self._sessions() as s:
+            uid = s.scalar(select(InstallationRow.uid))
+        if uid is None:
+            raise RuntimeError("the installation table is empty: run 'openeas migrate'")
+        return str(uid)
 
     def needing_work(self) -> list[str]:
         """Services with a generation not yet acted on, or being deleted (read through the

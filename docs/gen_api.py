@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,49 @@ HEADER = """\
 # REST API reference
 
 Generated from the control plane's OpenAPI document by `python docs/gen_api.py`; do not edit.
-The live document is served at `/openapi.json` (and browsable at `/docs`). Every call except
-the health checks needs `Authorization: Bearer <admin token>`; errors are
+The live document is served at `/openapi.json` (and browsable at `/docs`). Errors are
 `application/problem+json` (`type`, `title`, `status`, `detail`, and `errors` for invalid
-specs). A body that is not JSON gets `400` with `errors` naming `line`, `column` and the
-line as it should read, and `corrected`: the whole text with every fixable line corrected
-(typographic quotes, a dash for `--`, trailing commas), as `eascmd` reports a config file.
-`{cluster}` is the control plane's `OPENEAS_CLUSTER_ID`.
+specs) with Alibaba Cloud's `RequestId`, `Code` and `Message` beside them (the same
+RequestId is in the `x-acs-request-id` header), so EAS's SDK shows the code. A body that is
+not JSON gets `400` with `errors` naming `line`, `column` and the line as it should read,
+and `corrected`: the whole text with every fixable line corrected (typographic quotes, a
+dash for `--`, trailing commas), as `eascmd` reports a config file. `{cluster}` is the
+control plane's `OPENEAS_CLUSTER_ID`.
+
+## Authentication
+
+Every call except the health checks carries one credential:
+
+- **AccessKey signature, `ACS3-HMAC-SHA256`**, as EAS's OpenAPI SDK sends it by default
+  (and `eascmd config -i <AccessKeyId> -k <secret>`): `Authorization: ACS3-HMAC-SHA256
+  Credential=<AccessKeyId>,SignedHeaders=…,Signature=…`, signing at least `host`,
+  `x-acs-date` (UTC, within 15 minutes of the server), `x-acs-signature-nonce` (accepted
+  once) and `x-acs-content-sha256` (the body's SHA-256).
+- **AccessKey signature, ROA v1**: `Authorization: acs <AccessKeyId>:<base64 HMAC-SHA1>`
+  (the SDK with `signature_algorithm="v2"`), with `Date` within 15 minutes and
+  `x-acs-signature-nonce` accepted once; it covers the body only when `Content-MD5` is sent.
+- **Bearer**: `Authorization: Bearer <credential>` or `x-acs-bearer-token: <credential>`,
+  the credential being the admin token (`OPENEAS_ADMIN_TOKEN`, the root credential), the
+  gateway's route-reader token (`/internal/v1/*` only), or `<AccessKeyId>:<AccessKeySecret>`.
+
+AccessKey pairs (`POST /api/v2/accesskeys`, `eascmd accesskey create`) have a role:
+`admin` (everything, AccessKeys and the audit trail included), `developer` (services and
+groups: create, change, scale, delete, tokens) or `viewer` (reads only), and optionally
+`Services`, globs (`*`, `?`) of the service and group names they cover (all when omitted;
+an admin is never narrowed; the names a write's body gives, a new service's `name` and the
+`metadata.group` it joins, must match too). The action of a call is its route's name below
+(the SDK's action name); an action `controlplane/roles.py` does not classify is admin-only. The
+secret is shown once and sealed at rest with `OPENEAS_SECRET_KEY`; a deleted key is refused
+by every control-plane replica within a second.
+
+Refusals: `401` `MissingAuthorization`, `InvalidAccessKeyId.NotFound` (unknown or revoked),
+`SignatureDoesNotMatch` (secret, path, query, a signed header or the body changed),
+`InvalidTimeStamp.Expired`, `InvalidTimeStamp.Format`, `SignatureNonceUsed`,
+`InvalidBearerToken`, `InvalidAccessKeySecret`; `400` `IncompleteSignature`; `403`
+`Forbidden` (the role or the globs do not allow the action). Other codes: `InvalidParameter`,
+`InvalidService.NotFound`, `InvalidService.AlreadyExists`, `InvalidGroup.NotFound`,
+`Conflict`, `PreconditionFailed`. Every write and every refusal is recorded in the audit
+trail (`GET /api/v2/audit`, `eascmd audit`). Using the official SDK: [sdk.md](sdk.md).
 """
 
 
@@ -79,6 +116,9 @@ def _operations(document: Schema, tag: str | None) -> list[tuple[str, str, Schem
 def _operation(path: str, method: str, op: Schema) -> list[str]:
     text = " ".join((op.get("description") or op.get("summary", "")).split())
     lines = [f"### `{method.upper()} {path}`\n", text.rstrip(".") + ".", ""]
+    action = re.match(r"[A-Z][A-Za-z]+(?=_)", op.get("operationId", ""))
+    if action:  # the route's name=: the SDK's action, what roles are granted
+        lines[1:1] = [f"Action: `{action.group(0)}`.", ""]
     params = op.get("parameters", [])
     if params:
         lines += ["| parameter | in | type | required |", "|---|---|---|---|"]

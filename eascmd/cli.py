@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from contract.configfile import ConfigFileError, ConfigSyntaxError, parse, repaired
 from contract.configfile import read_config as _read
 from contract.merge import merge_patch
-from eascmd import completion, groups, mirror, render
+from eascmd import completion, groups, identities, mirror, render
 from eascmd.live import LiveLine
 from eascmd.profile import NoProfile, Profile, load, save
 
@@ -163,7 +163,7 @@ def _cmd_completion(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    where = save(Profile(args.endpoint, args.key, args.region))
+    where = save(Profile(args.endpoint, args.key, args.region, args.access_key_id or ""))
     print(f"[OK] configuration saved to {where}")
     return 0
 
@@ -208,9 +208,17 @@ def _cmd_list(args: argparse.Namespace, client: Client) -> int:
     params = {"pageNumber": args.page, "pageSize": args.page_size}
     params |= {k: v for k, v in (("name", args.filter), ("status", args.status)) if v}
     if args.label:
-        params["label"] = args.label
+        # As EAS's SDK sends it (one parameter, so a signed query holds it once).
+        params["Label"] = json.dumps(dict(_label(pair) for pair in args.label))
     print(render.service_list(client.call("GET", "/api/v2/services", params=params)))
     return 0
+
+
+def _label(pair: str) -> tuple[str, str]:
+    key, sep, value = pair.partition(":")
+    if not sep or not key:
+        raise CliError(f"eascmd: --label {pair}: expected KEY:VALUE, e.g. --label team:vision")
+    return key, value
 
 
 def _cmd_events(args: argparse.Namespace, client: Client) -> int:
@@ -314,11 +322,25 @@ def parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="command")
 
-    c = sub.add_parser("config", help="save the control plane's endpoint and admin token")
+    c = sub.add_parser(
+        "config", help="save the control plane's endpoint and credential (admin token or AccessKey)"
+    )
     c.add_argument(
         "-e", "--endpoint", required=True, help="control plane URL (overridden by EAS_ENDPOINT)"
     )
-    c.add_argument("-k", "--key", required=True, help="admin token (overridden by EAS_TOKEN)")
+    c.add_argument(
+        "-i",
+        "--id",
+        dest="access_key_id",
+        help="AccessKeyId: requests are then signed with the pair, -k being its AccessKeySecret "
+        "(default: none, -k is the admin token; overridden by EAS_ACCESS_KEY_ID)",
+    )
+    c.add_argument(
+        "-k",
+        "--key",
+        required=True,
+        help="admin token, or with -i the AccessKeySecret (overridden by EAS_TOKEN)",
+    )
     c.add_argument(
         "-r",
         "--region",
@@ -457,6 +479,7 @@ def parser() -> argparse.ArgumentParser:
 
     groups.add_parsers(sub)
     mirror.add_parsers(sub)
+    identities.add_parsers(sub)
 
     c = sub.add_parser(
         "lint",

@@ -1,6 +1,9 @@
 """HTTP client of ``eascmd`` for the control plane's REST API. Turns problem+json answers
 and connection failures into :class:`ApiError` with a message a user can act on.
 
+With an AccessKey pair in the profile each request is signed (``ACS3-HMAC-SHA256``, by
+``contract.signing``, as EAS's own SDK signs); else it carries the admin token as a bearer.
+
 On the standard library's ``urllib.request`` (proxies from the environment, HTTPS with the
 system's CAs): an HTTP library's import cost more than most commands' whole request.
 """
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Any
 
+from contract import signing
 from eascmd.profile import Profile
 
 
@@ -50,7 +54,9 @@ class Client:
         self.profile = profile
         self.timeout = timeout
         self._base = profile.endpoint.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {profile.token}", "Accept": "application/json"}
+        self._headers = {"Accept": "application/json"}
+        if not profile.access_key_id:
+            self._headers["Authorization"] = f"Bearer {profile.token}"
         self._open = urllib.request.build_opener(_NoRedirects).open
 
     def service_path(self, name: str, action: str = "") -> str:
@@ -85,13 +91,27 @@ class Client:
         params: dict[str, Any] | None = None,
     ) -> Response:
         url = self._base + path
-        if params:
-            url += "?" + urllib.parse.urlencode(params, doseq=True)  # a list: repeated
+        query = {k: str(v) for k, v in (params or {}).items()}
+        if query:
+            url += "?" + urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
         headers = dict(self._headers)
         data = None
         if json is not None:
             data = _dumps(json)
             headers["Content-Type"] = "application/json"
+        if self.profile.access_key_id:
+            parts = urllib.parse.urlsplit(url)
+            headers |= signing.acs3_headers(
+                self.profile.access_key_id,
+                self.profile.token,
+                method,
+                parts.netloc,
+                parts.path,
+                query,
+                data or b"",
+                content_type=headers.get("Content-Type", ""),
+            )
+            headers.pop("Content-Type", None)  # signed as content-type: sent once
         request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
             with self._open(request, timeout=self.timeout) as answer:
@@ -121,6 +141,9 @@ def _problem_text(response: Response) -> str:
     if not isinstance(body, dict):
         return f"HTTP {response.status} from the control plane"
     title = body.get("title", "Error")
+    code = body.get("Code")
+    if isinstance(code, str) and code.replace(".", "") != title.replace(" ", ""):
+        title = f"{title} [{code}]"  # Alibaba Cloud's error code, as EAS's SDK shows it
     errors = body.get("errors") or []
     if not errors:
         return f"{title}: {body.get('detail', '')}"

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "manifests": "controlplane.runtime.kubernetes.manifest_cli:main",
     "processor": "processors.cli:main",
     "secrets": "controlplane.secrets_cli:main",
+    "gc": "controlplane.gc_cli:main",
 }
 
 SUMMARIES: dict[str, str] = {
@@ -32,6 +33,7 @@ SUMMARIES: dict[str, str] = {
     "manifests": "print the Kubernetes objects a service config becomes (a dry run)",
     "processor": "what a replica runs: pull a model repository, run tritonserver",
     "secrets": "create the platform's generated Secrets once (the chart's install hook)",
+    "gc": "list, or delete with --confirm, replicas whose service has no database row",
 }
 
 

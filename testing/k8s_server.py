@@ -58,7 +58,8 @@ field selectors, pagination (``limit``/``continue``), JSON patch
 leaf field, lists as a whole), admission (quotas, webhooks, defaults beyond a few shown
 below), cluster-scoped resources other than discovery, RBAC (one token may do
 everything), protobuf/CBOR, TLS, ``dryRun``, server-side ``fieldValidation`` modes (always
-strict), events, and the status subresource of a Deployment as a client would write it.
+strict), Events beyond storing and listing them, and the status subresource of a
+Deployment as a client would write it.
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ RESOURCES = {
     ("v1", "services"): Resource("services", "Service", "v1", "label"),
     ("v1", "pods"): Resource("pods", "Pod", "v1", "subdomain"),
     ("v1", "secrets"): Resource("secrets", "Secret", "v1", "subdomain"),
+    ("v1", "configmaps"): Resource("configmaps", "ConfigMap", "v1", "subdomain"),
+    ("v1", "events"): Resource("events", "Event", "v1", "subdomain"),
     ("policy/v1", "poddisruptionbudgets"): Resource(
         "poddisruptionbudgets", "PodDisruptionBudget", "policy/v1", "subdomain"
     ),
@@ -606,6 +609,8 @@ class ApiStandIn:
             raise ApiError(
                 500, "InternalError", "resourceVersion should not be set on objects to be created"
             )
+        if not meta.get("name"):  # generateName: the server adds five random characters
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         key = (resource.plural, ns, meta["name"])
         if key in self._objects:
             raise ApiError(
@@ -1220,6 +1225,8 @@ def _default(resource: Resource, obj: Obj, live: Obj | None) -> None:
     do (the runtime must compare hashes, not objects)."""
     if resource.kind == "Secret":  # no spec; type defaults to Opaque
         obj.setdefault("type", "Opaque")
+        return
+    if resource.kind in ("ConfigMap", "Event"):  # no spec
         return
     spec = obj.setdefault("spec", {})
     if resource.kind == "Deployment":

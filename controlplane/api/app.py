@@ -11,9 +11,11 @@ from fastapi.openapi.utils import get_openapi
 from sqlalchemy import Engine, text
 
 from controlplane import sealing
-from controlplane.api import console, internal, problems
+from controlplane.accesskeys import AccessKeys
+from controlplane.api import auth, console, identities, internal, problems
 from controlplane.api import groups as groups_api
 from controlplane.api import services as services_api
+from controlplane.audit import AuditTrail
 from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
@@ -99,6 +101,10 @@ def create_app(
     problems.install(app)
     sessions = make_sessions(engine)
     sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
+    keys = AccessKeys(sessions, sealer)
+    trail = AuditTrail(sessions, settings.audit_retention_days)
+    auth.install(app, auth.Authenticator(settings.admin_token, settings.routes_token, keys), trail)
+    app.include_router(identities.router(keys, trail))
     services = Services(
         sessions, settings.cluster_id, sealer, deployment_checks(settings), settings.runtime
     )

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from controlplane.api.auth import AdminAuth
+from controlplane.api.auth import authorize
 from controlplane.metrics_history import POINTS, STEP_S
 from controlplane.services import Services
 from controlplane.settings import Settings
@@ -72,7 +72,8 @@ def router(services: Services, settings: Settings, signals: Signals) -> APIRoute
     @api.get(
         "/api/v2/services/{cluster}/{name}/metrics",
         tags=["services"],
-        dependencies=[Depends(AdminAuth(settings.admin_token))],
+        dependencies=[Depends(authorize)],
+        name="DescribeServiceMetrics",
     )
     def metrics(
         cluster: str,

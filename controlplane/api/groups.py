@@ -5,16 +5,17 @@
 from __future__ import annotations
 
 import uuid
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.api import schemas
-from controlplane.api.auth import AdminAuth
+from controlplane.api.auth import authorize
 from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.groups import Group, Groups, TrafficMode
 from controlplane.models import ServiceRow
+from controlplane.roles import Principal
 from controlplane.services import Services
 from controlplane.settings import Settings
 
@@ -64,7 +65,7 @@ def _request_id() -> str:
 
 
 def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
-    api = APIRouter(tags=["groups"], dependencies=[Depends(AdminAuth(settings.admin_token))])
+    api = APIRouter(tags=["groups"], dependencies=[Depends(authorize)])
 
     def public(request: Request, group: Group) -> schemas.GroupPublic:
         own = str(request.base_url).rstrip("/")
@@ -73,36 +74,41 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
         )
         return schemas.group_public(group, ends)
 
-    @api.get("/api/v2/groups")
-    def list_groups(request: Request) -> schemas.GroupList:
-        """Every group of this cluster with its members (tokens are never shown here)."""
+    @api.get("/api/v2/groups", name="ListGroups")
+    def list_groups(
+        request: Request, principal: Annotated[Principal, Depends(authorize)]
+    ) -> schemas.GroupList:
+        """Every group of this cluster with its members (tokens are never shown here); for
+        an AccessKey with ``Services``, the groups they match."""
         found = groups.list()
+        if principal.role != "admin":
+            found = [g for g in found if principal.covers(g.row.name)]
         return schemas.GroupList(
             RequestId=_request_id(),
             TotalCount=len(found),
             Groups=[public(request, g) for g in found],
         )
 
-    @api.get("/api/v2/groups/{cluster}/{group}")
+    @api.get("/api/v2/groups/{cluster}/{group}", name="DescribeGroup")
     def describe(request: Request, cluster: str, group: str) -> schemas.GroupPublic:
         """Members, weights, traffic states, expected shares, the endpoint and how to
         authenticate against it."""
         return public(request, groups.get(cluster, group))
 
-    @api.put("/api/v2/groups/{cluster}/{group}")
+    @api.put("/api/v2/groups/{cluster}/{group}", name="UpdateGroup")
     def set_mode(
         request: Request, cluster: str, group: str, body: TrafficModeRequest
     ) -> schemas.GroupPublic:
         """``auto`` splits by members' running instances, ``customized`` by weights."""
         return public(request, groups.set_mode(cluster, group, body.TrafficMode))
 
-    @api.get("/api/v2/groups/{cluster}/{group}/token")
+    @api.get("/api/v2/groups/{cluster}/{group}/token", name="DescribeGroupToken")
     def show_token(cluster: str, group: str) -> schemas.GroupToken:
         """The group token (opens /api/predict/<group>); never in describe or list."""
         found, token = groups.token(cluster, group)
         return schemas.GroupToken(RequestId=_request_id(), GroupName=found.row.name, Token=token)
 
-    @api.post("/api/v2/groups/{cluster}/{group}/token")
+    @api.post("/api/v2/groups/{cluster}/{group}/token", name="RotateGroupToken")
     def rotate_token(cluster: str, group: str) -> schemas.GroupToken:
         found, token = groups.rotate_token(cluster, group)
         return schemas.GroupToken(RequestId=_request_id(), GroupName=found.row.name, Token=token)
@@ -115,7 +121,7 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
         ends = schemas.endpoints(row.name, settings.public_base(own), settings.intranet_base(own))
         return schemas.service_public(row, ends)
 
-    @api.put("/api/v2/services/{cluster}/{name}/release", tags=["services"])
+    @api.put("/api/v2/services/{cluster}/{name}/release", tags=["services"], name="ReleaseService")
     def release(
         request: Request, response: Response, cluster: str, name: str, body: ReleaseRequest
     ) -> schemas.ServicePublic:
@@ -124,7 +130,9 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
         row = services.release(cluster, name, body.Weight, body.TrafficState)
         return service_public(request, response, row)
 
-    @api.put("/api/v2/services/{cluster}/{name}/mirror", tags=["services"])
+    @api.put(
+        "/api/v2/services/{cluster}/{name}/mirror", tags=["services"], name="UpdateServiceMirror"
+    )
     def mirror(
         request: Request, response: Response, cluster: str, name: str, body: MirrorRequest
     ) -> schemas.ServicePublic:

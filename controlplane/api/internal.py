@@ -1,4 +1,4 @@
-"""Internal, admin-authenticated endpoints: the route table the gateway watches, its load
+"""Internal endpoints: the route table the gateway watches, its load
 reports and wake-ups (these three also open with the gateway's route-reader token), and
 replica logs (from the runtime's log source, so any control-plane replica answers)."""
 
@@ -23,7 +23,7 @@ from contract.wire import (
     WakeRequest,
 )
 from controlplane import route_feed
-from controlplane.api.auth import AdminAuth
+from controlplane.api.auth import authorize
 from controlplane.autoscaling import Autoscaling, NotWakeable
 from controlplane.runtime.base import LogSource, RuntimeError_
 from controlplane.services import Services
@@ -60,12 +60,18 @@ def router(
     scaling: Autoscaling,
 ) -> APIRouter:
     api = APIRouter()
-    admin = [Depends(AdminAuth(settings.admin_token))]
-    route_reader = [Depends(AdminAuth(settings.admin_token, also=settings.routes_token))]
+    # The route-reader token opens the gateway's three calls only (controlplane.roles).
+    admin = route_reader = [Depends(authorize)]
 
     watch = route_feed.VersionWatch(sessions, POLL_SECONDS)
 
-    @api.get(ROUTES_PATH, tags=["internal"], response_model=None, dependencies=route_reader)
+    @api.get(
+        ROUTES_PATH,
+        tags=["internal"],
+        response_model=None,
+        dependencies=route_reader,
+        name="GetRouteTable",
+    )
     async def route_table(
         request: Request,
         after: Annotated[int, Query(ge=-1)] = -1,
@@ -80,7 +86,13 @@ def router(
             route_feed.table, sessions, settings.cluster_id, settings.default_timeout_ms, after
         )
 
-    @api.post(SIGNALS_PATH, tags=["internal"], status_code=204, dependencies=route_reader)
+    @api.post(
+        SIGNALS_PATH,
+        tags=["internal"],
+        status_code=204,
+        dependencies=route_reader,
+        name="ReportLoad",
+    )
     def load_report(report: LoadReport) -> Response:
         """A gateway process's per-service load for the autoscaler, sent with the gateway's
         own credential (the route-reader token, or the admin token). 421 from a control
@@ -89,7 +101,7 @@ def router(
         scaling.signals.receive(report)
         return Response(status_code=204)
 
-    @api.post(WAKE_PATH, tags=["internal"], dependencies=route_reader)
+    @api.post(WAKE_PATH, tags=["internal"], dependencies=route_reader, name="WakeService")
     async def wake(request: WakeRequest) -> WakeAnswer:
         """A gateway holds requests for a service at zero: scale it to its
         ``scaleUpActivationReplicas`` at once (the autoscaler's write, a ``Woken`` event).
@@ -102,7 +114,12 @@ def router(
             raise HTTPException(409, str(e)) from e
         return WakeAnswer(service=request.service, instances=instances)
 
-    @api.get("/api/v2/services/{cluster}/{name}/logs", tags=["services"], dependencies=admin)
+    @api.get(
+        "/api/v2/services/{cluster}/{name}/logs",
+        tags=["services"],
+        dependencies=admin,
+        name="DescribeServiceLog",
+    )
     async def logs(
         cluster: str,
         name: str,

@@ -17,11 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane import eas_fields, service_watch
 from controlplane.api import schemas
-from controlplane.api.auth import AdminAuth
+from controlplane.api.auth import authorize
 from controlplane.api.problems import json_body
 from controlplane.autoscaling import Autoscaling
 from controlplane.errors import FieldProblem, InvalidSpec, ServiceNotFound
 from controlplane.models import ServiceRow
+from controlplane.roles import Principal
 from controlplane.services import Services, SortKey
 from controlplane.settings import Settings
 from controlplane.spec import Autoscaler
@@ -48,7 +49,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
     api = APIRouter(
         prefix="/api/v2/services",
         tags=["services"],
-        dependencies=[Depends(AdminAuth(settings.admin_token))],
+        dependencies=[Depends(authorize)],
     )
 
     def ends(request: Request, name: str) -> schemas.Endpoints:
@@ -61,7 +62,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         notes = eas_fields.not_honoured(row.spec, settings.runtime)
         return schemas.service_public(row, ends(request, row.name), status, notes)
 
-    @api.post("", status_code=200, openapi_extra=SPEC_BODY)
+    @api.post("", status_code=200, openapi_extra=SPEC_BODY, name="CreateService")
     async def create(request: Request) -> schemas.ServiceCreated:
         """Create a service from an EAS spec; answers its endpoints and token."""
         row, token = await run_in_threadpool(services.create, json_body(await request.body()))
@@ -75,9 +76,10 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
             Token=token,
         )
 
-    @api.get("")
+    @api.get("", name="ListServices")
     def list_services(
         request: Request,
+        principal: Annotated[Principal, Depends(authorize)],
         page_number: Annotated[int, Query(alias="pageNumber", ge=1)] = 1,
         page_size: Annotated[int, Query(alias="pageSize", ge=1, le=100)] = 20,
         name: Annotated[str | None, Query(max_length=63)] = None,
@@ -92,7 +94,8 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         (``?label=k:v``, repeatable, or ``Label={"k": "v"}`` as EAS's SDK sends it: every
         label must match). Pages by ``pageNumber``, or by ``pageToken`` (the previous page's
         ``NextPageToken``): the latter stays stable while services are created and costs
-        the same at any depth."""
+        the same at any depth. An AccessKey with ``Services`` lists only the names its globs
+        match."""
         rows, total, next_token = services.page(
             page=page_number,
             size=page_size,
@@ -102,6 +105,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
             sort=sort,
             order=order,
             page_token=page_token,
+            globs=principal.services if principal.role != "admin" else None,
         )
         return schemas.ServiceList(
             RequestId=_request_id(),
@@ -112,7 +116,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
             NextPageToken=next_token,
         )
 
-    @api.get("/{cluster}/{name}")
+    @api.get("/{cluster}/{name}", name="DescribeService")
     async def describe(
         request: Request,
         response: Response,
@@ -138,7 +142,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
                 return body
             await commits.wait_past(seen, min(left, service_watch.REREAD_S))
 
-    @api.put("/{cluster}/{name}", openapi_extra=SPEC_BODY)
+    @api.put("/{cluster}/{name}", openapi_extra=SPEC_BODY, name="UpdateService")
     async def update(
         request: Request,
         response: Response,
@@ -154,33 +158,37 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         row = await run_in_threadpool(services.update, cluster, name, patch, _version(if_match))
         return public(request, row, response)
 
-    @api.delete("/{cluster}/{name}")
+    @api.delete("/{cluster}/{name}", name="DeleteService")
     def delete(
         request: Request, response: Response, cluster: str, name: str
     ) -> schemas.ServicePublic:
         """Delete: the replicas go first, then the service (status ``Deleting`` meanwhile)."""
         return public(request, services.request_delete(cluster, name), response)
 
-    @api.put("/{cluster}/{name}/start")
+    @api.put("/{cluster}/{name}/start", name="StartService")
     def start(
         request: Request, response: Response, cluster: str, name: str
     ) -> schemas.ServicePublic:
         return public(request, services.set_stopped(cluster, name, False), response)
 
-    @api.put("/{cluster}/{name}/stop")
+    @api.put("/{cluster}/{name}/stop", name="StopService")
     def stop(
         request: Request, response: Response, cluster: str, name: str
     ) -> schemas.ServicePublic:
         return public(request, services.set_stopped(cluster, name, True), response)
 
-    @api.put("/{cluster}/{name}/scale")
+    @api.put("/{cluster}/{name}/scale", name="ScaleService")
     def scale(
         request: Request, response: Response, cluster: str, name: str, body: ScaleRequest
     ) -> schemas.ServicePublic:
         """Set the instance count (``{"Instance": n}``)."""
         return public(request, services.scale(cluster, name, body.Instance), response)
 
-    @api.get("/{cluster}/{name}/autoscaler", response_model_exclude_none=True)
+    @api.get(
+        "/{cluster}/{name}/autoscaler",
+        response_model_exclude_none=True,
+        name="DescribeServiceAutoScaler",
+    )
     def get_autoscaler(cluster: str, name: str) -> Autoscaler:
         """The service's autoscaler (404 when it has none)."""
         auto = services.get(cluster, name).spec.autoscaler
@@ -195,6 +203,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         "/{cluster}/{name}/autoscaler",
         openapi_extra=_body("Autoscaler"),
         response_model_exclude_none=True,
+        name="UpdateServiceAutoScaler",
     )
     async def put_autoscaler(request: Request, cluster: str, name: str) -> Autoscaler:
         """Set or replace the autoscaler (EAS's UpdateServiceAutoscaler); from now on it
@@ -204,26 +213,26 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         assert row.spec.autoscaler is not None
         return row.spec.autoscaler
 
-    @api.delete("/{cluster}/{name}/autoscaler")
+    @api.delete("/{cluster}/{name}/autoscaler", name="DeleteServiceAutoScaler")
     def delete_autoscaler(
         request: Request, response: Response, cluster: str, name: str
     ) -> schemas.ServicePublic:
         """Remove the autoscaler; the instance count stays where it was, set by hand again."""
         return public(request, services.set_autoscaler(cluster, name, None), response)
 
-    @api.post("/{cluster}/{name}/token")
+    @api.post("/{cluster}/{name}/token", name="RotateServiceToken")
     def rotate_token(cluster: str, name: str) -> schemas.TokenPublic:
         """Replace the service token; the old one stops working at the gateway."""
         row, token = services.rotate_token(cluster, name)
         return schemas.TokenPublic(RequestId=_request_id(), ServiceName=row.name, Token=token)
 
-    @api.get("/{cluster}/{name}/token")
+    @api.get("/{cluster}/{name}/token", name="DescribeServiceToken")
     def show_token(cluster: str, name: str) -> schemas.TokenPublic:
         """The explicit admin call that reveals a service's token (never in describe/list)."""
         row, token = services.token(cluster, name)
         return schemas.TokenPublic(RequestId=_request_id(), ServiceName=row.name, Token=token)
 
-    @api.get("/{cluster}/{name}/events")
+    @api.get("/{cluster}/{name}/events", name="DescribeServiceEvent")
     def events(cluster: str, name: str) -> schemas.EventList:
         rows = services.events(cluster, name)
         return schemas.EventList(

@@ -1,7 +1,9 @@
 // The OpenEAS console: one module, no dependencies, served by the control plane.
 // Views are built from the REST API (docs/api.md) with DOM calls and textContent only, so
-// nothing a service or a user typed is ever parsed as HTML. The admin token lives in this
-// tab's sessionStorage and travels as an Authorization header: no cookie, no CSRF surface.
+// nothing a service or a user typed is ever parsed as HTML. The credential (the admin token,
+// or an AccessKey pair as "<AccessKeyId>:<AccessKeySecret>", which the API takes as a bearer)
+// lives in this tab's sessionStorage and travels as an Authorization header: no cookie, no
+// CSRF surface.
 
 const TOKEN_KEY = "openeas.admin";
 const LIST_POLL_MS = 3000;
@@ -83,7 +85,7 @@ async function api(path, { method = "GET", body, headers = {}, text = false } = 
   }
   const r = await fetch(path, init);
   if (r.status === 401) {
-    signOut("The admin token was not accepted: sign in again.");
+    signOut("The admin token or AccessKey pair was not accepted: sign in again.");
     throw new ApiError(401, null);
   }
   if (text && r.ok) return r.text();
@@ -148,7 +150,13 @@ function signIn(message) {
   form.querySelector("input").focus();
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    sessionStorage.setItem(TOKEN_KEY, form.querySelector("input").value.trim());
+    const value = (id) => form.querySelector(id).value.trim();
+    const [token, keyId, secret] = [value("#admin-token"), value("#access-key-id"), value("#access-key-secret")];
+    if (!token && !(keyId && secret)) {
+      error.textContent = "Give the admin token, or both the AccessKeyId and its AccessKeySecret.";
+      return;
+    }
+    sessionStorage.setItem(TOKEN_KEY, token || `${keyId}:${secret}`);
     try {
       await api("/api/v2/services?pageSize=1");
       route();

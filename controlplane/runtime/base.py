@@ -163,6 +163,14 @@ class LogSource(Protocol):
 
 
 class Runtime(Protocol):
+    async def claim(self, installation: str) -> str | None:
+        """Act for the installation whose database has id ``installation``; why not, when
+        the place replicas run belongs to another one. Called before any other method."""
+
+    async def warn(self, reason: str, message: str) -> None:
+        """Tell the operator, where they look for this runtime's events, of something no
+        service owns."""
+
     async def apply(self, desired: DesiredReplicaSet) -> None:
         """Move the replicas one step toward ``desired``; idempotent, never blocks for
         long (readiness arrives later through ``notify``)."""

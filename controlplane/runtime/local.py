@@ -154,6 +154,13 @@ class LocalRuntime:
         self._http: aiohttp.ClientSession | None = None
 
     # -- Runtime protocol -----------------------------------------------------------------
+    async def claim(self, installation: str) -> str | None:
+        """Always granted: every replica here is a process this runtime started."""
+        return None
+
+    async def warn(self, reason: str, message: str) -> None:
+        log.warning("%s: %s", reason, message)
+
     async def apply(self, desired: DesiredReplicaSet) -> None:
         live = [r for r in self._replicas.get(desired.service, []) if not r.stopping]
         current = [r for r in live if r.desired.template_hash == desired.template_hash]

@@ -309,3 +309,34 @@ def test_phone_width_keeps_everything_on_screen(seeded: Platform, page: Page) ->
         page.locator("main h2").first.wait_for()
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, (hash_, width)  # wide tables scroll inside their box
+
+
+def test_sign_in_with_an_access_key_pair(seeded: Platform, page: Page) -> None:
+    """A viewer's pair opens the console; what it may not do is refused with the reason."""
+    seeded.create("ak_visible", 1)  # the newest: on the list's first page
+    made = seeded.api.post("/api/v2/accesskeys", json={"Role": "viewer"})
+    assert made.status_code == 200, made.text
+    key_id, secret = made.json()["AccessKeyId"], made.json()["AccessKeySecret"]
+    page.goto(seeded.url + "/")
+    page.get_by_label("AccessKeyId").fill(key_id)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text(
+        "both the AccessKeyId and its AccessKeySecret"
+    )
+    page.get_by_label("AccessKeySecret").fill("wrong")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("not accepted")
+
+    page.get_by_label("AccessKeyId").fill(key_id)
+    page.get_by_label("AccessKeySecret").fill(secret)
+    page.get_by_role("button", name="Sign in").click()
+    row = page.locator("table.services").get_by_role("row").filter(has_text="ak_visible")
+    expect(row).to_contain_text("Running")
+    assert page.evaluate("sessionStorage.getItem('openeas.admin')") == f"{key_id}:{secret}"
+    page.goto(seeded.url + "/#/services/local/ak_visible")
+    page.get_by_role("button", name="Show token").click()
+    expect(page.get_by_text("may only read")).to_be_visible()
+    assert (
+        seeded.api.get("/api/v2/audit", params={"principal": key_id}).json()["Entries"][0]["Action"]
+        == "DescribeServiceToken"
+    )

@@ -28,6 +28,7 @@ from controlplane.runtime.base import (
 )
 from controlplane.sealing import TokenSealer
 from controlplane.services import Services
+from controlplane.store import ReconcileStore
 from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec
 
@@ -45,6 +46,16 @@ class FakeRuntime:
         self.closed = False
         self.observed: list[str] = []
         self.summaries = 0
+        self.installation = ""  # claimed
+        self.refuse = ""  # claim answers this when set
+        self.warnings: list[tuple[str, str]] = []
+
+    async def claim(self, installation: str) -> str | None:
+        self.installation = installation
+        return self.refuse or None
+
+    async def warn(self, reason: str, message: str) -> None:
+        self.warnings.append((reason, message))
 
     async def apply(self, desired: DesiredReplicaSet) -> None:
         self.applied.append(desired)
@@ -119,6 +130,9 @@ class Harness:
             return self.runtime
 
         return Reconciler(self.sessions, factory, "local", poll_seconds=0.05, **kw)
+
+    def installation(self) -> str:
+        return ReconcileStore(self.sessions, "local").installation()
 
     def row(self, name: str = "triton_test") -> Any:
         return self.services.get("local", name)
@@ -254,7 +268,7 @@ async def test_stop_start_and_delete(running: tuple[Harness, Reconciler]) -> Non
 
 
 async def test_resync_reconciles_only_what_drifted(harness: Harness) -> None:
-    names = [f"s{i}" for i in range(6)]
+    names = [f"s{i}" for i in range(10)]  # one orphan among 11: within the share deleted
     for name in names:
         harness.services.create(seed_spec(name=name, metadata={"instance": 1}))
     reconciler = harness.make_reconciler(lease_ttl=5.0, resync_seconds=0.1)
@@ -293,16 +307,75 @@ async def test_resync_reconciles_only_what_drifted(harness: Harness) -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_orphans_in_the_runtime_are_removed(harness: Harness) -> None:
-    reconciler = harness.make_reconciler(lease_ttl=1.0)
+def ghost(runtime: FakeRuntime, name: str) -> None:
+    """A service the runtime runs that no row asks for."""
+    runtime.replicas[name] = [ReplicaStatus(f"{name}-0", "h", "Running")]
+
+
+async def test_a_notification_alone_deletes_no_orphan(harness: Harness) -> None:
+    """Only a resync judges orphans (test_resync_reconciles_only_what_drifted deletes one
+    within the share); a watch event naming one deletes nothing."""
+    for i in range(9):
+        harness.services.create(seed_spec(name=f"s{i}", metadata={"instance": 1}))
+    reconciler = harness.make_reconciler(lease_ttl=1.0, resync_seconds=3600)
     task = asyncio.create_task(reconciler.run())
-    await harness.until(lambda: reconciler.is_leader)
-    assert harness.runtime is not None
-    harness.runtime.replicas["ghost"] = [ReplicaStatus("ghost-0", "h", "Running")]
-    await reconciler.reconcile("ghost")
-    assert "ghost" not in harness.runtime.replicas
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    try:
+        await harness.until(lambda: reconciler.is_leader)
+        runtime = harness.runtime
+        assert runtime is not None
+        await harness.until(lambda: all(f"s{i}" in runtime.replicas for i in range(9)))
+        ghost(runtime, "ghost")
+        await reconciler.reconcile("ghost")
+        assert "ghost" in runtime.replicas
+        assert runtime.installation == harness.installation()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_empty_database_deletes_nothing_and_says_why(harness: Harness) -> None:
+    """A control plane pointed at an empty (or wrong) database sees every service as an
+    orphan: more than a resync may delete, so none is, and the operator is told once."""
+    reconciler = harness.make_reconciler(lease_ttl=1.0, resync_seconds=0.05)
+    task = asyncio.create_task(reconciler.run())
+    try:
+        await harness.until(lambda: reconciler.is_leader)
+        runtime = harness.runtime
+        assert runtime is not None
+        for i in range(3):
+            ghost(runtime, f"other{i}")
+        seen = runtime.summaries
+        await harness.until(lambda: runtime.summaries >= seen + 5)
+        assert sorted(runtime.replicas) == ["other0", "other1", "other2"]
+        [(reason, message)] = runtime.warnings  # once for the same set, not every resync
+        assert reason == "OrphansKept"
+        assert "3 of the 3 services" in message and "openeas gc --confirm" in message
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_refused_claim_reconciles_nothing(harness: Harness) -> None:
+    harness.services.create(seed_spec())
+    reconciler = harness.make_reconciler(lease_ttl=0.3)
+    refusal = "ConfigMap openeas-installation-openeas records installation x"
+
+    def refusing(notify: Notify) -> FakeRuntime:
+        harness.runtime = FakeRuntime(notify)
+        harness.runtime.refuse = refusal
+        return harness.runtime
+
+    reconciler._runtime_factory = refusing
+    task = asyncio.create_task(reconciler.run())
+    try:
+        await harness.until(lambda: reconciler.refused == refusal)
+        await asyncio.sleep(0.5)  # more than a lease: it tried again, and still refused
+        assert harness.runtime is not None and harness.runtime.closed
+        assert harness.runtime.applied == [] and not reconciler.is_leader
+        assert harness.row().status == "Creating"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_only_one_of_two_reconcilers_leads(harness: Harness) -> None:

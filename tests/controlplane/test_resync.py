@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane import resync
 from controlplane.resync import StoredSummary, drifted
 from controlplane.runtime.base import ReplicaSummary
 
@@ -36,3 +37,20 @@ def test_drifted(
     stored: list[StoredSummary], observed: dict[str, ReplicaSummary], expected: set[str]
 ) -> None:
     assert drifted(stored, observed) == expected
+
+
+@pytest.mark.parametrize(
+    ("orphans", "observed", "deletable"),
+    [
+        (0, 0, True),
+        (0, 100, True),
+        (1, 10, True),  # exactly the share
+        (1, 11, True),
+        (1, 9, False),  # a lone orphan among few services waits for `openeas gc --confirm`
+        (10, 100, True),
+        (11, 100, False),
+        (3, 3, False),  # an empty or wrong database: everything looks orphaned
+    ],
+)
+def test_orphans_deletable(orphans: int, observed: int, deletable: bool) -> None:
+    assert resync.orphans_deletable(orphans, observed) is deletable

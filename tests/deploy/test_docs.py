@@ -134,7 +134,8 @@ def test_configuration_names_every_variable_and_no_other() -> None:
 # Quoted CamelCase words in the modules that set replica and service reasons which are not
 # reasons: Kubernetes kinds and fields, states, condition types, watch event types.
 NOT_REASONS = {
-    "ALL", "AlwaysAllow", "BOOKMARK", "Background", "ClusterIP", "DELETED", "Deleting",
+    "ALL", "AlwaysAllow", "BOOKMARK", "Background", "ClusterIP", "ConfigMap", "DELETED",
+    "Deleting", "Event",
     "Deployment", "ERROR", "Failed", "FallbackToLogsOnError", "False", "KUBECONFIG", "Memory",
     "Opaque", "PYTHONUNBUFFERED", "Pending", "Pod", "PodDisruptionBudget", "PodScheduled", "Ready",
     "ReplicaFailure", "RollingUpdate", "Running", "RuntimeDefault", "ScheduleAnyway", "Secret",

@@ -30,7 +30,7 @@ from controlplane.spec import StoredSpec
 from testing import k8s_server as ks
 from testing.waiting import wait_until_async
 from tests.deploy.chart import ROOT, VALUE_SETS, Obj, find, render
-from tests.kubernetes.conftest import RESOURCE_GROUPS
+from tests.kubernetes.conftest import INSTALLATION, RESOURCE_GROUPS
 
 SERVING = "openeas-serving"
 NAME, OBJECT, UID = "triton_test", "triton-test", "6f3c7a52-8d0e-4c1b-9a55-0b7f3e1d2a44"
@@ -142,6 +142,8 @@ async def run_a_service_through_its_life(
     )
     client = SpyClient(settings)
     runtime = KubernetesRuntime(settings, lambda _service: None, client=client)
+    assert await runtime.claim(INSTALLATION) is None  # records the installation (ConfigMap)
+    await runtime.warn("OrphansKept", "a warning for the operator")  # an Event
     try:
         await runtime.apply(want())  # creates the Deployment, Service and budget
         [pod] = api.sync_pods(OBJECT)

@@ -41,7 +41,7 @@ CHART_OWNED: dict[str, tuple[type[BaseSettings], set[str]]] = {
     "serving": (
         KubernetesSettings,
         {
-            "namespace", "in_cluster", "kubeconfig", "context", "processor_image",
+            "namespace", "release", "in_cluster", "kubeconfig", "context", "processor_image",
             "image_pull_policy", "image_pull_secrets", "resource_groups", "instance_types",
             "gpu_tolerations",
             "oss_secret", "oss_endpoint", "oss_region", "model_cache_url", "model_cache_token",
@@ -181,7 +181,12 @@ def test_config_maps_offer_exactly_the_settings_the_chart_leaves_open(component:
 
 
 SAMPLE: dict[str, Any] = {
-    "controlplane": {"defaultTimeoutMs": 120000, "resyncSeconds": 12.5, "leaseSeconds": 20},
+    "controlplane": {
+        "defaultTimeoutMs": 120000,
+        "resyncSeconds": 12.5,
+        "leaseSeconds": 20,
+        "auditRetentionDays": 30.0,
+    },
     "gateway": {
         "maxBodyBytes": 1048576,
         "defaultTimeoutMs": 30000,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from testing.k8s_server import ApiStandIn
 
@@ -40,3 +41,16 @@ def k8s_settings(
         resource_groups=RESOURCE_GROUPS,  # type: ignore[arg-type]
         request_timeout_seconds=5,
     )
+
+
+# The installation id a test's runtime acts for (a database's, written by migration 0005).
+INSTALLATION = "0b7c2f4e-5d1a-4c3e-9f00-000000000001"
+
+
+async def claimed(
+    runtime: KubernetesRuntime, installation: str = INSTALLATION
+) -> KubernetesRuntime:
+    """``runtime``, once it acts for ``installation`` (as the reconciler's does)."""
+    refused = await runtime.claim(installation)
+    assert refused is None, refused
+    return runtime

@@ -17,6 +17,7 @@ from testing.k8s_server import ApiStandIn
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_autoscaling import report
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
+from tests.kubernetes.conftest import claimed
 
 NAME = "triton_test"
 AUTO = {
@@ -91,7 +92,7 @@ async def test_cpu_comes_from_the_metrics_api(
 ) -> None:
     h = harness
     scaling = Autoscaling(h.sessions, h.services, tick_s=0.1)
-    runtime = KubernetesRuntime(k8s_settings, lambda _: None)
+    runtime = await claimed(KubernetesRuntime(k8s_settings, lambda _: None))
     auto = {**AUTO, "scaleStrategies": [{"metricName": "cpu", "threshold": 50}]}
     h.services.create(seed_spec(autoscaler=auto, metadata={"instance": 1, "cpu": 2}))
     await runtime.apply(want_of(h))

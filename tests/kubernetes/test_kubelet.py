@@ -21,6 +21,7 @@ from testing.k8s_server import ApiStandIn
 from testing.kubelet import Kubelet
 from testing.service_proxy import ServiceProxy
 from testing.waiting import wait_until, wait_until_async
+from tests.kubernetes.conftest import claimed
 from tests.kubernetes.test_runtime import NAME, OBJECT, Recorder, want
 
 
@@ -35,7 +36,7 @@ async def test_pods_run_real_replicas_until_their_prestop_has_passed(
     k8s: ApiStandIn, k8s_settings: KubernetesSettings, kubelet: Kubelet
 ) -> None:
     settings = k8s_settings.model_copy(update={"prestop_seconds": 1})
-    runtime = KubernetesRuntime(settings, Recorder())
+    runtime = await claimed(KubernetesRuntime(settings, Recorder()))
     try:
         await runtime.apply(want())
 

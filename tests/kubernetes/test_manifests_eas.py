@@ -22,6 +22,7 @@ from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.spec import split_token, validate_spec
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
+from tests.kubernetes.conftest import claimed
 from tests.kubernetes.test_manifests import VERSIONS
 
 REPO = "oss://triton-model-repo/models/"
@@ -224,7 +225,7 @@ async def test_the_replica_is_reached_on_the_containers_port(
         ]
     )
     d = want(body)
-    rt = KubernetesRuntime(k8s_settings, lambda _name: None)
+    rt = await claimed(KubernetesRuntime(k8s_settings, lambda _name: None))
     try:
         await rt.apply(d)
         written = k8s.get("deployments", "triton-mnist")

@@ -14,6 +14,7 @@ from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async
+from tests.kubernetes.conftest import claimed
 from tests.kubernetes.test_runtime import NAME, OBJECT, Recorder, want
 
 PULLING = Progress("pulling", 1, 4, 1_000, 4_000, rate=500.0, eta_s=6.0)
@@ -25,7 +26,7 @@ async def runtime(
     k8s_settings: KubernetesSettings, notified: Recorder
 ) -> AsyncIterator[KubernetesRuntime]:
     settings = k8s_settings.model_copy(update={"progress_seconds": 0.2})
-    rt = KubernetesRuntime(settings, notified)
+    rt = await claimed(KubernetesRuntime(settings, notified))
     yield rt
     await rt.close()
 

@@ -31,6 +31,7 @@ from controlplane.spec import StoredSpec
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async
+from tests.kubernetes.conftest import INSTALLATION, claimed
 
 NAME, OBJECT, UID = "triton_test", "triton-test", "0b6f2a0e-5d7c-4a59-9d0e-7d7f3f8c1a11"
 
@@ -71,7 +72,7 @@ async def notified() -> Recorder:
 async def runtime(
     k8s_settings: KubernetesSettings, notified: Recorder
 ) -> AsyncIterator[KubernetesRuntime]:
-    rt = KubernetesRuntime(k8s_settings, notified)
+    rt = await claimed(KubernetesRuntime(k8s_settings, notified))
     yield rt
     await rt.close()
 
@@ -98,6 +99,7 @@ async def test_a_service_walks_from_waiting_to_running(
     d = want()
     await runtime.apply(d)
     assert {w[:2] for w in k8s.writes} == {
+        ("create", "configmaps"),  # the installation's record, by claim()
         ("patch", "deployments"),
         ("patch", "services"),
         ("patch", "poddisruptionbudgets"),
@@ -350,7 +352,7 @@ async def test_a_missing_namespace_is_a_permanent_error(
     rt = KubernetesRuntime(settings, notified)
     try:
         with pytest.raises(PermanentRuntimeError, match='namespaces "nowhere" not found'):
-            await rt.apply(want())
+            await rt.claim(INSTALLATION)  # its first write: the installation's record
     finally:
         await rt.close()
 
@@ -366,11 +368,12 @@ async def test_an_unreachable_api_server_is_a_temporary_error(
 async def test_an_unknown_resource_group_fails_without_writing(
     runtime: KubernetesRuntime, k8s: ApiStandIn
 ) -> None:
+    before = k8s.write_count()
     with pytest.raises(PermanentRuntimeError) as caught:
         await runtime.apply(want(resource="eas-r-nope"))
     assert caught.value.reason == "UnknownResourceGroup"
     assert "eas-r-a10, eas-r-cpu" in caught.value.message
-    assert k8s.write_count() == 0
+    assert k8s.write_count() == before
 
 
 async def test_an_object_of_someone_else_is_left_alone(
@@ -414,7 +417,7 @@ async def test_after_410_gone_the_watch_relists_and_still_notifies(
 async def test_close_stops_the_watch_threads(
     k8s_settings: KubernetesSettings, notified: Recorder
 ) -> None:
-    rt = KubernetesRuntime(k8s_settings, notified)
+    rt = await claimed(KubernetesRuntime(k8s_settings, notified))
     await rt.services()  # starts watching
     watchers = list(rt._watchers)
     assert watchers and all(w.is_alive() for w in watchers)
@@ -568,14 +571,14 @@ async def test_the_model_cache_token_is_kept_for_pull_init_containers(
     cached = k8s_settings.model_copy(
         update={"model_cache_url": "http://cache:8090", "model_cache_token": SecretStr("t1")}
     )
-    rt = KubernetesRuntime(cached, notified)
+    rt = await claimed(KubernetesRuntime(cached, notified))
     try:
         await rt.apply(want())
         assert stored() == b"t1"
     finally:
         await rt.close()
     rotated = cached.model_copy(update={"model_cache_token": SecretStr("t2")})
-    rt = KubernetesRuntime(rotated, notified)
+    rt = await claimed(KubernetesRuntime(rotated, notified))
     try:
         await rt.apply(want())
         assert stored() == b"t2"

@@ -49,7 +49,11 @@ SERVICE = Kind("Service", "v1", "service")
 POD = Kind("Pod", "v1", "pod")
 DISRUPTION_BUDGET = Kind("PodDisruptionBudget", "policy/v1", "pod_disruption_budget")
 SECRET = Kind("Secret", "v1", "secret")  # only the node cache's token (manifests.py)
-KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD, DISRUPTION_BUDGET, SECRET)}
+CONFIG_MAP = Kind("ConfigMap", "v1", "config_map")  # only the installation's record
+EVENT = Kind("Event", "v1", "event")  # written, never read back
+KINDS = {
+    k.kind: k for k in (DEPLOYMENT, SERVICE, POD, DISRUPTION_BUDGET, SECRET, CONFIG_MAP, EVENT)
+}
 
 
 class Conflict(TemporaryRuntimeError):
@@ -116,6 +120,20 @@ class KubeClient:
                     **self._opts(),
                 )
             )
+
+    def create(self, manifest: Object) -> bool:
+        """Create ``manifest``; False when an object of that name already exists (it is
+        left as it is: create never takes over another writer's object)."""
+        kind = KINDS[manifest["kind"]]
+        metadata = manifest["metadata"]
+        what = f"create {kind.kind} {metadata.get('name') or metadata.get('generateName')}"
+        try:
+            with _boundary(what):
+                # The client serializes a plain dict as it is, like the manifests it applies.
+                self._call("create", kind)(self.namespace, manifest, **self._opts())
+        except Conflict:
+            return False
+        return True
 
     def delete(self, kind: Kind, name: str) -> bool:
         """Ask for deletion (dependents go in the background); False when already gone."""

@@ -26,6 +26,7 @@ from controlplane.runtime.base import (
     PermanentRuntimeError,
 )
 from controlplane.runtime.kubernetes import images
+from controlplane.runtime.kubernetes.ownership import LABEL_PREFIX, MANAGED_BY, Owner
 from controlplane.runtime.kubernetes.settings import (
     SURGE,
     KubernetesSettings,
@@ -39,13 +40,11 @@ from processors.storage.node_cache import ENV_URL as NODE_CACHE_ENV
 
 Manifest = dict[str, Any]
 
-LABEL_PREFIX = "openeas.io/"
 SERVICE_LABEL = LABEL_PREFIX + "service"  # the EAS name (label values may hold '_')
 UID_LABEL = LABEL_PREFIX + "service-uid"
 GENERATION_LABEL = LABEL_PREFIX + "generation"
 TEMPLATE_HASH_LABEL = LABEL_PREFIX + "template-hash"  # DesiredReplicaSet.template_hash
 HASH_ANNOTATION = LABEL_PREFIX + "desired-hash"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "openeas"}
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=openeas," + SERVICE_LABEL
 
 PROCESSOR_CONTAINER = "processor"
@@ -86,8 +85,11 @@ def check_resource_group(resource: str | None, settings: KubernetesSettings) -> 
     return f"unknown resource group {resource!r}; known resource groups: {known}"
 
 
-def desired_objects(desired: DesiredReplicaSet, settings: KubernetesSettings) -> list[Manifest]:
-    """The Deployment, Service and PodDisruptionBudget for ``desired``. Raises
+def desired_objects(
+    desired: DesiredReplicaSet, settings: KubernetesSettings, owner: Owner | None = None
+) -> list[Manifest]:
+    """The Deployment, Service and PodDisruptionBudget for ``desired``, each (and each pod)
+    labelled with ``owner``'s identity (None only for a dry run). Raises
     PermanentRuntimeError when the spec cannot be placed (unknown resource group, params the
     processor rejects)."""
     problem = check_resource_group(desired.resources.resource_group, settings)
@@ -96,6 +98,10 @@ def desired_objects(desired: DesiredReplicaSet, settings: KubernetesSettings) ->
     objects = [_deployment(desired, settings), _service(desired, settings)]
     if settings.disruption_budget:
         objects.append(_disruption_budget(desired, settings))
+    if owner is not None:
+        for o in objects:
+            o["metadata"]["labels"].update(owner.labels())
+        objects[0]["spec"]["template"]["metadata"]["labels"].update(owner.labels())
     return [_stamped(o) for o in objects]
 
 
@@ -103,7 +109,7 @@ MODEL_CACHE_SECRET = "openeas-model-cache"
 CACHE_TOKEN_KEY = "token"
 
 
-def model_cache_secret(settings: KubernetesSettings) -> Manifest | None:
+def model_cache_secret(settings: KubernetesSettings, owner: Owner | None = None) -> Manifest | None:
     """The Secret the pull init containers read the node cache's token from, in the serving
     namespace (the chart's generated token lives in the release namespace, which a pod
     cannot reference). None without a cache (or without its token: then none is used)."""
@@ -113,7 +119,10 @@ def model_cache_secret(settings: KubernetesSettings) -> Manifest | None:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": MODEL_CACHE_SECRET, "labels": dict(MANAGED_BY)},
+        "metadata": {
+            "name": MODEL_CACHE_SECRET,
+            "labels": {**MANAGED_BY, **(owner.labels() if owner else {})},
+        },
         "type": "Opaque",
         "data": {CACHE_TOKEN_KEY: base64.b64encode(token.encode()).decode()},
     }

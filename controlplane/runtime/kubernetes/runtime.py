@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
 from contract.progress import Progress, from_log
 from controlplane.runtime.base import (
@@ -29,6 +30,7 @@ from controlplane.runtime.base import (
 )
 from controlplane.runtime.kubernetes import replicas
 from controlplane.runtime.kubernetes.client import (
+    CONFIG_MAP,
     DEPLOYMENT,
     DISRUPTION_BUDGET,
     KINDS,
@@ -51,6 +53,13 @@ from controlplane.runtime.kubernetes.manifests import (
     model_cache_secret,
     selector,
 )
+from controlplane.runtime.kubernetes.ownership import (
+    Owner,
+    config_map_name,
+    identity_config_map,
+    identity_problem,
+    warning_event,
+)
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 
 log = logging.getLogger(__name__)
@@ -65,8 +74,10 @@ WATCH_BACKOFF_MAX = 30.0
 class KubernetesRuntime:
     """Services as Deployments, Services and PodDisruptionBudgets in
     ``settings.namespace``. Construction connects the client (a bad kubeconfig is a
-    PermanentRuntimeError at once); the watch threads start with the first call and stop in
-    :meth:`close`."""
+    PermanentRuntimeError at once); :meth:`claim` must succeed before any other call, and
+    from then on every listing, watch, write and delete is limited to objects labelled
+    with this installation's identity. The watch threads start with the first call after it
+    and stop in :meth:`close`."""
 
     def __init__(
         self, settings: KubernetesSettings, notify: Notify, *, client: KubeClient | None = None
@@ -80,26 +91,60 @@ class KubernetesRuntime:
         # A pulled replica's last report, kept while it loads (one read each).
         self._pulled: dict[tuple[str, str], Progress] = {}  # (service, pod) → report
         self._progress_due: set[str] = set()  # services with a progress re-read scheduled
-        self._cache_secret = model_cache_secret(settings)  # kept once, before the first apply
+        self._owner: Owner | None = None  # set by claim()
+        self._cache_secret: Object | None = None  # kept once, before the first apply
 
     # -- Runtime --------------------------------------------------------------------------
+    async def claim(self, installation: str) -> str | None:
+        """Act for the installation whose database has id ``installation``: None when the
+        serving namespace's record names it (written now when there is none), else why
+        not, and the runtime stays unusable."""
+        owner = Owner(installation, self.settings.release)
+        problem = await asyncio.to_thread(self._claim, owner)
+        if problem is None:
+            self._owner = owner
+            self._cache_secret = model_cache_secret(self.settings, owner)
+        return problem
+
+    async def warn(self, reason: str, message: str) -> None:
+        """A Warning Event on the installation's record, for what an operator must act on
+        and no service owns (orphans kept back by the deletion guard)."""
+        event = warning_event(self.owner, self.settings.namespace, reason, message, _now())
+        try:
+            await asyncio.to_thread(self._client.create, event)
+        except RuntimeError_ as e:  # the log line stands; the event is a courtesy
+            log.warning("kubernetes: could not record event %s: %s", reason, e)
+
+    @property
+    def owner(self) -> Owner:
+        if self._owner is None:
+            raise PermanentRuntimeError(
+                "NotClaimed", "the runtime acts only for a claimed installation (claim())"
+            )
+        return self._owner
+
     async def apply(self, desired: DesiredReplicaSet) -> None:
+        owner = self.owner
         self._start_watching()
         if self._cache_secret is not None:
             await asyncio.to_thread(self._keep_secret, self._cache_secret)
             self._cache_secret = None
-        for manifest in desired_objects(desired, self.settings):
+        for manifest in desired_objects(desired, self.settings, owner):
             await asyncio.to_thread(self._apply_one, desired.service, manifest)
 
     async def observe(self, service: str) -> Observation:
         self._start_watching()
-        deployments, _ = await asyncio.to_thread(self._client.list, DEPLOYMENT, selector(service))
-        pods, _ = await asyncio.to_thread(self._client.list, POD, selector(service))
+        deployments, _ = await asyncio.to_thread(self._client.list, DEPLOYMENT, self._of(service))
+        pods, _ = await asyncio.to_thread(self._client.list, POD, self._of(service))
         pulls = await self._pull_progress(service, pods)
         return replicas.observation(deployments, pods, pulls)
 
     async def cpu_cores(self, service: str) -> list[float]:
-        return list((await asyncio.to_thread(self._client.pod_cpu, selector(service))).values())
+        return list((await asyncio.to_thread(self._client.pod_cpu, self._of(service))).values())
+
+    def _of(self, service: str) -> str:
+        """The selector of this installation's objects of ``service``."""
+        return self.owner.selector(selector(service))
 
     async def delete(self, service: str) -> bool:
         """Ask for every object of ``service`` to go; True once none is left (pods included:
@@ -114,10 +159,11 @@ class KubernetesRuntime:
         """Three listings whatever the number of services: Deployments, and the Services and
         budgets a half-deleted service may leave (orphans to delete)."""
         self._start_watching()
-        deployments, _ = await asyncio.to_thread(self._client.list, DEPLOYMENT, MANAGED_SELECTOR)
+        ours = self.owner.selector(MANAGED_SELECTOR)
+        deployments, _ = await asyncio.to_thread(self._client.list, DEPLOYMENT, ours)
         others: list[Object] = []
         for kind in (SERVICE, DISRUPTION_BUDGET):
-            others += (await asyncio.to_thread(self._client.list, kind, MANAGED_SELECTOR))[0]
+            others += (await asyncio.to_thread(self._client.list, kind, ours))[0]
         out = {_service_of(o): ReplicaSummary(0, 0, frozenset()) for o in others}
         out.update({_service_of(d): replicas.summary(d) for d in deployments})
         return out
@@ -177,6 +223,20 @@ class KubernetesRuntime:
         if not self._stop.is_set():
             self._notify(service)
 
+    # -- identity -------------------------------------------------------------------------
+    def _claim(self, owner: Owner) -> str | None:
+        name = config_map_name(owner.release)
+        recorded = self._client.get(CONFIG_MAP, name)
+        if recorded is None and self._client.create(identity_config_map(owner)):
+            log.info(
+                "kubernetes: recorded installation %s as release %s",
+                owner.installation,
+                owner.release,
+            )
+            return None
+        # Another control plane may have written it first: what it wrote is the record.
+        return identity_problem(recorded or self._client.get(CONFIG_MAP, name), owner)
+
     # -- apply ----------------------------------------------------------------------------
     def _apply_one(self, service: str, manifest: Object) -> None:
         kind, name = KINDS[manifest["kind"]], manifest["metadata"]["name"]
@@ -184,6 +244,9 @@ class KubernetesRuntime:
             live = self._client.get(kind, name)
             if live is not None:
                 _check_ours(live, service, self.settings.namespace)
+                foreign = self.owner.conflict(live)
+                if foreign is not None:
+                    raise PermanentRuntimeError("NameTaken", foreign)
                 if _up_to_date(live, manifest):
                     return
                 # The read we decided on is the precondition: a change in between is a 409.
@@ -205,7 +268,7 @@ class KubernetesRuntime:
     def _delete(self, service: str) -> bool:
         left = 0
         for kind in OWNED:
-            items, _ = self._client.list(kind, selector(service))
+            items, _ = self._client.list(kind, self._of(service))
             for item in items:
                 left += 1
                 if kind is not POD and not item["metadata"].get("deletionTimestamp"):
@@ -213,7 +276,7 @@ class KubernetesRuntime:
         if left == 0:
             return True
         # Deletion is asynchronous (graceful pod shutdown, garbage collection): look again.
-        return all(not self._client.list(kind, selector(service))[0] for kind in OWNED)
+        return all(not self._client.list(kind, self._of(service))[0] for kind in OWNED)
 
     # -- watch ----------------------------------------------------------------------------
     def _start_watching(self) -> None:
@@ -227,8 +290,9 @@ class KubernetesRuntime:
             except RuntimeError:  # the loop closed under us: nobody is listening any more
                 self._stop.set()
 
+        ours = self.owner.selector(MANAGED_SELECTOR)
         self._watchers = [
-            _Watcher(kind, self._client, self.settings, self._stop, notify)
+            _Watcher(kind, ours, self._client, self.settings, self._stop, notify)
             for kind in (DEPLOYMENT, POD)
         ]
         for watcher in self._watchers:
@@ -243,6 +307,7 @@ class _Watcher(threading.Thread):
     def __init__(
         self,
         kind: Kind,
+        ours: str,
         client: KubeClient,
         settings: KubernetesSettings,
         stop: threading.Event,
@@ -250,6 +315,7 @@ class _Watcher(threading.Thread):
     ) -> None:
         super().__init__(name=f"k8s-watch-{kind.method}", daemon=True)
         self.kind = kind
+        self._ours = ours  # the installation's selector: another's objects are never seen
         self._client = client
         self._settings = settings
         self._halt = stop
@@ -266,7 +332,7 @@ class _Watcher(threading.Thread):
                     listed_at = time.monotonic()
                 left = self._settings.resync_seconds - (time.monotonic() - listed_at)
                 timeout = max(1, min(self._settings.watch_timeout_seconds, int(left) + 1))
-                for event in self._client.watch(self.kind, MANAGED_SELECTOR, version, timeout):
+                for event in self._client.watch(self.kind, self._ours, version, timeout):
                     if self._halt.is_set():
                         return
                     version = self._event(event) or version
@@ -284,7 +350,7 @@ class _Watcher(threading.Thread):
                 backoff = min(backoff * 2, WATCH_BACKOFF_MAX)
 
     def _relist(self) -> str:
-        items, version = self._client.list(self.kind, MANAGED_SELECTOR)
+        items, version = self._client.list(self.kind, self._ours)
         self.relists += 1
         current = {item["metadata"]["name"]: _identity(item) for item in items}
         changed = {svc for name, (svc, rv) in current.items() if self._seen.get(name) != (svc, rv)}
@@ -331,6 +397,10 @@ def _check_ours(live: Object, service: str, namespace: str) -> None:
         )
     if metadata.get("deletionTimestamp"):
         raise TemporaryRuntimeError(f"{what} is still being deleted; retrying when it is gone")
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _with_version(manifest: Object, version: str) -> Object:

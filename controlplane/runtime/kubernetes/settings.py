@@ -94,6 +94,11 @@ class KubernetesSettings(BaseSettings):
 
     # Where every service's objects live (the control plane needs RBAC there only).
     namespace: str = "openeas-serving"
+    # This installation's release name (the chart's), stamped on every object beside the
+    # database's installation id; several releases may share one serving namespace.
+    release: str = Field(
+        default="openeas", min_length=1, max_length=40, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )
 
     # -- connection: in-cluster service account, or a kubeconfig --------------------------
     # None: in-cluster when KUBERNETES_SERVICE_HOST is set and no kubeconfig is named.
