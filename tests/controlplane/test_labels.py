@@ -65,3 +65,21 @@ def test_labels_are_checked(client: TestClient) -> None:
     assert r.status_code == 422 and "labels.team" in errors_of(r)
     r = client.post("/api/v2/services", json=seed_spec(labels={"": "x"}))
     assert r.status_code == 422 and "labels" in errors_of(r)
+
+
+def test_the_sdk_lists_by_label_over_http(live_api: Any) -> None:
+    """EAS's unmodified OpenAPI SDK, signed with an AccessKey, against uvicorn."""
+    from alibabacloud_eas20210701 import models as eas
+
+    from tests.controlplane.test_identities_sdk import admin_http, new_key, sdk
+
+    with admin_http(live_api) as c:
+        for name, team in (("vision_a", "vision"), ("speech_a", "speech"), ("bare", None)):
+            body = seed_spec(name=name)
+            if team:
+                body["labels"] = {"team": team}
+            assert c.post("/api/v2/services", json=body).status_code == 200
+    client = sdk(live_api, new_key(live_api, "viewer"))
+    listed = client.list_services(eas.ListServicesRequest(label={"team": "vision"})).body
+    assert [s.service_name for s in listed.services] == ["vision_a"]
+    assert listed.total_count == 1
