@@ -37,7 +37,7 @@ else:
     with open(record, "w") as f:
         f.write(native.record_lines(native.COMPILED, "gateway"))
     ext_modules = mypycify([*MYPY_OPTIONS, *native.sources()], opt_level="3")
-    # A socket write that holds the GIL (gateway/writes.py says why).
-    ext_modules.append(Extension("gateway._nowait", native.C_SOURCES))
+    # A socket write that holds the GIL (gateway/http/writes.py says why).
+    ext_modules.append(Extension("gateway.http._nowait", native.C_SOURCES))
 
 setup(ext_modules=ext_modules)

@@ -39,7 +39,7 @@ shows as throughput Triton loses, as it would on a busy node. For both models (`
    pause of a whole proxy shows. With ``--new-connections`` every call comes on a connection
    of its own (``Connection: close``), as from a client without keep-alive: closed
    connections left garbage in reference cycles, and the collector's full passes it brought
-   were such pauses (``contract/heap.py``, ``HttpConnection.connection_lost``).
+   were such pauses (``startup/heap.py``, ``HttpConnection.connection_lost``).
 
 The ``floor`` target (``--targets …,floor``) is a blind TCP forwarder written on the
 gateway's event loop (uvloop), pinned like the proxies: bytes pass to Triton as sent, nothing

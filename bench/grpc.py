@@ -155,7 +155,7 @@ def serve_gateway(grpc_port: int, http_upstream: str, grpc_upstream: str, token:
     from contract.wire import Route, RouteTable, token_digest
     from gateway.app import start_gateway
     from gateway.cli import run
-    from gateway.grpc_server import start_grpc
+    from gateway.grpc.server import start_grpc
     from gateway.route_source import StaticRouteSource
     from gateway.settings import GatewaySettings
 
@@ -173,7 +173,7 @@ def serve_gateway(grpc_port: int, http_upstream: str, grpc_upstream: str, token:
         runner = await start_gateway(
             settings, StaticRouteSource(RouteTable(version=1, routes=[route])), port=0
         )
-        door = await start_grpc(runner.gateway, host="127.0.0.1", port=grpc_port)
+        door = await start_grpc(runner.gateway.grpc_door(), host="127.0.0.1", port=grpc_port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)

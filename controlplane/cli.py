@@ -11,11 +11,11 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from contract.heap import freeze_startup_heap
-from contract.helptext import settings_epilog
 from controlplane import migrate
 from controlplane.db import make_engine
 from controlplane.settings import Settings, ensure_admin_token
+from startup.heap import freeze_startup_heap
+from startup.helptext import settings_epilog
 
 
 def _parser(prog: str, description: str | None) -> argparse.ArgumentParser:

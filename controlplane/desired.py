@@ -23,6 +23,8 @@ class ServiceState:
     spec: StoredSpec
     stopped: bool
     deleting: bool
+    restarts: int = 0  # RestartService: each one rolls every replica
+    retire: tuple[str, ...] = ()  # DeleteServiceInstances: these replicas are replaced
 
     @property
     def wakeable(self) -> bool:
@@ -61,6 +63,8 @@ def desired(state: ServiceState) -> DesiredReplicaSet:
         "oss_endpoint": spec.oss_endpoint,
         **({"warm_up": spec.warm_up_data_path} if spec.warm_up_data_path else {}),
         "resources": [resources.cpu, resources.gpu, resources.memory_mb, resources.resource_group],
+        # Absent until the first restart, so templates made before it keep their hash.
+        **({"restarts": state.restarts} if state.restarts else {}),
     }
     replicas = 0 if state.stopped or state.deleting else metadata.instance
     return DesiredReplicaSet(
@@ -82,6 +86,7 @@ def desired(state: ServiceState) -> DesiredReplicaSet:
         rolling=rolling,
         termination_grace_seconds=grace,
         enable_sigterm=metadata.rpc.enable_sigterm,
+        retire=frozenset(state.retire),
     )
 
 

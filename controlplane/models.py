@@ -121,6 +121,19 @@ class ServiceRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # Optimistic concurrency: every UPDATE checks and bumps it, so no write is lost.
     version: Mapped[int] = mapped_column(Integer, default=1)
+    # EAS's service labels ({key: value}; None: none), kept beside the spec.
+    labels: Mapped[dict[str, str] | None] = mapped_column(JSON, default=None)
+    # EAS's safety lock: "" (none), "dangerous" or "all" (controlplane.safety_lock).
+    safety_lock: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    # EAS's scheduled scaler as its API takes it ({"ScaleJobs": [...], "ExcludeDates": [...]}).
+    cron_scaler: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    # The version (ServiceVersionRow.version) whose spec the service runs.
+    current_version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    latest_version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # Restarts asked for: part of the replica template once above 0, so each one rolls.
+    restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Replicas DeleteServiceInstances last asked to replace (names never come back).
+    retired_instances: Mapped[list[str] | None] = mapped_column(JSON, default=None)
 
     # Write-only: adding an event never loads the (unbounded) history.
     events: WriteOnlyMapped[EventRow] = relationship(
@@ -152,6 +165,22 @@ class EventRow(Base):
     message: Mapped[str] = mapped_column(Text)
 
     service: Mapped[ServiceRow] = relationship(back_populates="events")
+
+
+class ServiceVersionRow(Base):
+    """A service's spec as one of its versions: version 1 at create, one more for each
+    update that changes what replicas run. UpdateServiceVersion goes back to one."""
+
+    __tablename__ = "service_versions"
+    __table_args__ = (
+        UniqueConstraint("service_id", "version", name="uq_service_versions_version"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    service_id: Mapped[int] = mapped_column(ForeignKey("services.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class GroupRow(Base):

@@ -27,6 +27,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from controlplane import resync, route_feed
 from controlplane import status as status_mod
 from controlplane.autoscaling import Autoscaling
+from controlplane.cronscaling import CronScaling
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
 from controlplane.runtime.base import (
@@ -60,6 +61,7 @@ class Reconciler:
         lease_ttl: float = 15.0,
         holder: str | None = None,
         autoscaling: Autoscaling | None = None,
+        cron: CronScaling | None = None,
     ) -> None:
         self.store = ReconcileStore(sessions, cluster)
         self._runtime_factory = runtime_factory
@@ -79,6 +81,7 @@ class Reconciler:
         # Why this process may not reconcile (another installation's namespace), or None.
         self.refused: str | None = None
         self.autoscaling = autoscaling  # runs while this reconciler leads
+        self.cron = cron  # so does the scheduled scaler
 
     # -- wake-ups ------------------------------------------------------------------------
     def notify(self, service: str) -> None:
@@ -133,6 +136,8 @@ class Reconciler:
         ]
         if self.autoscaling is not None:
             tasks.append(asyncio.create_task(self.autoscaling.run(self.runtime)))
+        if self.cron is not None:
+            tasks.append(asyncio.create_task(self.cron.run()))
         try:
             while await self._renew():
                 await asyncio.sleep(self.lease.ttl / 3)

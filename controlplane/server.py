@@ -14,6 +14,7 @@ import uvicorn
 from controlplane import migrate, sealing
 from controlplane.api.app import create_app
 from controlplane.autoscaling import Autoscaling
+from controlplane.cronscaling import CronScaling
 from controlplane.db import make_engine, make_sessions
 from controlplane.reconciler import Reconciler
 from controlplane.runtime import make_runtime
@@ -61,7 +62,8 @@ class ControlPlane:
             raise SchemaOutOfDate("the database schema is not up to date: run 'openeas migrate'")
         sessions = make_sessions(self.engine)
         sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
-        self.autoscaling = Autoscaling(sessions, Services(sessions, settings.cluster_id, sealer))
+        services = Services(sessions, settings.cluster_id, sealer)
+        self.autoscaling = Autoscaling(sessions, services)
         self.reconciler = (
             Reconciler(
                 sessions,
@@ -70,6 +72,7 @@ class ControlPlane:
                 resync_seconds=settings.resync_seconds,
                 lease_ttl=settings.lease_seconds,
                 autoscaling=self.autoscaling,
+                cron=CronScaling(sessions, services),
             )
             if reconcile
             else None
@@ -110,7 +113,7 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # Accepted connections inherit it (Linux). uvicorn writes a response's head and body
-    # separately; with Nagle the body waited for the client's delayed ACK: +40 ms on every
+    # separately; with Nagle the body waits for the client's delayed ACK on every
     # keep-alive request (eascmd, the console, the gateway's route long-poll).
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))

@@ -12,14 +12,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from sqlalchemy import JSON, false, func, literal, or_, select, tuple_, type_coerce
+from sqlalchemy import false, func, literal, or_, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
 from contract.merge import merge_patch
 from contract.wire import token_digest
-from controlplane import eas_spec, groups, paging, store
+from controlplane import eas_spec, groups, paging, safety_lock, store
 from controlplane.eas_fields import Runtime, not_honoured
 from controlplane.errors import (
     Conflict,
@@ -30,7 +30,7 @@ from controlplane.errors import (
     ServiceNotFound,
     TokenInUse,
 )
-from controlplane.models import EventRow, ServiceRow, utcnow
+from controlplane.models import EventRow, ServiceRow, ServiceVersionRow, utcnow
 from controlplane.roles import like_pattern
 from controlplane.sealing import TokenSealer
 from controlplane.spec import Check, Mirror, StoredSpec, split_token, validate_spec
@@ -78,16 +78,18 @@ class Services:
         size: int,
         name: str | None = None,
         status: str | None = None,
-        labels: dict[str, str] | None = None,
         sort: SortKey = "createTime",
         order: Literal["asc", "desc"] = "desc",
         page_token: str | None = None,
+        group: str | None = None,
+        labels: dict[str, str] | None = None,
         globs: Sequence[str] | None = None,
     ) -> tuple[list[ServiceRow], int, str | None]:
         """One page and the total count (an index count, no row bodies); with
         ``page_token`` the page starts after the row the previous page ended on (keyset),
         else at ``page``. Also returns the token of the next page (None on the last).
-        ``globs``: only names matching one of them (an AccessKey's ``Services``)."""
+        ``labels``: only services carrying every one of these labels; ``globs``: only
+        names matching one of them (an AccessKey's ``Services``)."""
         filters = [ServiceRow.cluster == self.cluster]
         if globs is not None:
             like = [ServiceRow.name.like(like_pattern(g), escape="\\") for g in globs]
@@ -96,9 +98,10 @@ class Services:
             filters.append(ServiceRow.name.contains(name, autoescape=True))
         if status:
             filters.append(ServiceRow.status == status)
-        spec = type_coerce(ServiceRow.spec, JSON)
-        for label, value in (labels or {}).items():  # every label must match
-            filters.append(spec[("labels", label)].as_string() == value)
+        if group:
+            filters.append(ServiceRow.group_name == group)
+        for label, value in (labels or {}).items():
+            filters.append(ServiceRow.labels[label].as_string() == value)
         column = _SORT_COLUMNS[sort]
         key = tuple_(column, ServiceRow.id)
         query = select(ServiceRow).where(*filters)
@@ -129,8 +132,19 @@ class Services:
             )
             return list(reversed(s.scalars(query).all()))
 
+    def versions(self, cluster: str, name: str) -> tuple[ServiceRow, list[ServiceVersionRow]]:
+        """The service and its versions, newest first."""
+        with self._sessions() as s:
+            row = self._load(s, cluster, name)
+            query = (
+                select(ServiceVersionRow)
+                .where(ServiceVersionRow.service_id == row.id)
+                .order_by(ServiceVersionRow.version.desc())
+            )
+            return row, list(s.scalars(query))
+
     # -- writes --------------------------------------------------------------------------
-    def create(self, data: Any) -> tuple[ServiceRow, str]:
+    def create(self, data: Any, labels: dict[str, str] | None = None) -> tuple[ServiceRow, str]:
         spec = validate_spec(data, self._checks)
         stored, custom_token = split_token(spec)
         stored = _owned(stored, stored.metadata.instance)
@@ -146,6 +160,9 @@ class Services:
                 status="Creating",
                 total_instances=stored.metadata.instance,
                 pending_instances=stored.metadata.instance,
+                # The spec's labels are the service's labels, as the SDK's label routes
+                # set them; the SDK's Labels parameter adds to them.
+                labels={**(stored.labels or {}), **(labels or {})} or None,
             )
             row.add_event("Created", f"service created with {stored.metadata.instance} instance(s)")
             for note in not_honoured(stored, self.runtime, events=True):
@@ -157,6 +174,7 @@ class Services:
                 s.add(row)
                 try:
                     s.flush()
+                    s.add(ServiceVersionRow(service_id=row.id, version=1, spec=stored.public()))
                     groups.follow(s, row, None, self.sealer)
                     s.commit()
                     return row, token
@@ -172,14 +190,47 @@ class Services:
         raise Conflict(f"group {spec.metadata.group!r} is being created concurrently: try again")
 
     def update(
-        self, cluster: str, name: str, patch: dict[str, Any], if_match: int | None = None
+        self,
+        cluster: str,
+        name: str,
+        patch: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]],
+        if_match: int | None = None,
     ) -> ServiceRow:
-        """Apply an RFC 7386 merge patch to the spec; the result is validated whole."""
-        if "name" in patch and patch["name"] != name:
+        """Apply an RFC 7386 merge patch (or a function of the spec) to the spec; the result
+        is validated whole."""
+        if isinstance(patch, dict) and "name" in patch and patch["name"] != name:
             raise InvalidSpec(
                 [FieldProblem("name", "a service cannot be renamed", f"use {name!r} or omit it")]
             )
-        return self._patch(cluster, name, patch, ("Updated", "spec updated"), if_match)
+        return self._patch(
+            cluster, name, patch, ("Updated", "spec updated"), if_match, action="UpdateService"
+        )
+
+    def use_version(self, cluster: str, name: str, version: int) -> ServiceRow:
+        """EAS's UpdateServiceVersion: run the spec of an earlier (or later) version again;
+        no new version is made, the service's current version becomes ``version``."""
+        _, found = self.versions(cluster, name)
+        spec = next((v.spec for v in found if v.version == version), None)
+        if spec is None:
+            known = ", ".join(str(v.version) for v in reversed(found))
+            raise InvalidSpec(
+                [
+                    FieldProblem(
+                        "Version",
+                        f"service {name!r} has no version {version}",
+                        f"use one of: {known} (ListServiceVersions)",
+                    )
+                ]
+            )
+        event = ("VersionChanged", f"version {version} deployed again")
+        return self._patch(
+            cluster,
+            name,
+            lambda _: dict(spec),
+            event,
+            action="UpdateServiceVersion",
+            to_version=version,
+        )
 
     def release(
         self, cluster: str, name: str, weight: int | None, traffic_state: str | None
@@ -192,7 +243,8 @@ class Services:
         if traffic_state is not None:
             metadata["traffic_state"] = traffic_state
         detail = ", ".join(f"{k} {v}" for k, v in metadata.items()) or "nothing changed"
-        return self._patch(cluster, name, {"metadata": metadata}, ("Released", detail))
+        event = ("Released", detail)
+        return self._patch(cluster, name, {"metadata": metadata}, event, action="ReleaseService")
 
     def mirror(
         self, cluster: str, name: str, ratio: int, targets: list[str], tolerance: float | None
@@ -208,7 +260,8 @@ class Services:
             patch = {"metadata": {"mirror": mirror}}
             within = "byte-equal" if tolerance is None else f"within {tolerance:g}"
             detail = f"{ratio}% mirrored to {', '.join(targets)}, compared {within}"
-        return self._patch(cluster, name, patch, ("Mirrored", detail))
+        event = ("Mirrored", detail)
+        return self._patch(cluster, name, patch, event, action="UpdateServiceMirror")
 
     def scale(self, cluster: str, name: str, instance: int) -> ServiceRow:
         row = self.get(cluster, name)
@@ -220,9 +273,12 @@ class Services:
                 f"the autoscaler off with 'eascmd autoscale {name} --off' first"
             )
         patch = {"metadata": {"instance": instance}}
-        return self._patch(cluster, name, patch, ("Scaled", f"instances set to {instance}"))
+        event = ("Scaled", f"instances set to {instance}")
+        return self._patch(cluster, name, patch, event, action="ScaleService")
 
-    def set_autoscaler(self, cluster: str, name: str, autoscaler: Any) -> ServiceRow:
+    def set_autoscaler(
+        self, cluster: str, name: str, autoscaler: Any, action: str = "UpdateServiceAutoScaler"
+    ) -> ServiceRow:
         """Replace (``None``: remove) the spec's ``autoscaler`` as a whole, validated."""
 
         def patch(spec: dict[str, Any]) -> dict[str, Any]:
@@ -234,7 +290,9 @@ class Services:
             if autoscaler is None
             else ("AutoscalerSet", "autoscaler set")
         )
-        return self._patch(cluster, name, patch, event)
+        if autoscaler is None:
+            action = "DeleteServiceAutoScaler"
+        return self._patch(cluster, name, patch, event, action=action)
 
     def autoscale(
         self,
@@ -265,6 +323,35 @@ class Services:
         self._write(cluster, name, change)
         return written
 
+    def cron_scale(self, cluster: str, name: str, job: str, target: int, at: str) -> None:
+        """A scheduled job fired: the instance count becomes ``target``; beside an
+        autoscaler, its range does instead (as Alibaba's CronHPA does to an HPA): ``min``
+        becomes ``target``, and ``max`` too when below it; the count moves into the new
+        range and the autoscaler scales from there. The job's last run is kept with the
+        scheduled scaler for DescribeServiceCronScaler."""
+
+        def change(s: Session, row: ServiceRow) -> None:
+            spec, auto = row.spec, row.spec.autoscaler
+            if auto is not None:
+                auto = auto.model_copy(update={"min": target, "max": max(auto.max, target, 1)})
+                spec = spec.model_copy(update={"autoscaler": auto})
+                what = f"autoscaler range set to [{auto.min}, {auto.max}] by scheduled job {job!r}"
+            else:
+                what = f"instances set to {target} by scheduled job {job!r}"
+            instance = auto.clamp(spec.metadata.instance) if auto else target
+            spec = spec.model_copy(
+                update={"metadata": spec.metadata.model_copy(update={"instance": instance})}
+            )
+            if spec != row.spec:
+                row.spec = spec
+                _bump(row, "CronScaled", what)
+            if row.cron_scaler is not None:
+                status = dict(row.cron_scaler.get("JobStatus", {}))
+                status[job] = {"LastProbeTime": at, "State": "Succeeded", "Message": what}
+                row.cron_scaler = {**row.cron_scaler, "JobStatus": status}
+
+        self._write(cluster, name, change)
+
     def note(self, cluster: str, name: str, reason: str, message: str) -> None:
         """An event alone (no change to the spec), e.g. a cold start's breakdown."""
         self._write(cluster, name, lambda s, row: row.add_event(reason, message))
@@ -280,7 +367,78 @@ class Services:
                 )
                 row.status = "Stopping" if stopped else "Updating"
 
-        return self._write(cluster, name, change)
+        return self._write(
+            cluster, name, change, action="StopService" if stopped else "StartService"
+        )
+
+    def restart(self, cluster: str, name: str) -> ServiceRow:
+        """Roll every replica (a new one up before an old one goes, as an update)."""
+
+        def change(s: Session, row: ServiceRow) -> None:
+            row.restarts += 1
+            _bump(row, "Restarting", "restart requested")
+
+        return self._write(cluster, name, change, action="RestartService")
+
+    def restart_instances(self, cluster: str, name: str, instances: list[str]) -> ServiceRow:
+        """Replace these replicas (a new one up before each goes, as an update). Names asked
+        for before stay while their replicas are still seen (not replaced yet)."""
+
+        def change(s: Session, row: ServiceRow) -> None:
+            seen = {r.get("name") for r in row.replicas or []}
+            pending = {n for n in row.retired_instances or () if n in seen}
+            row.retired_instances = sorted(pending | set(instances))
+            _bump(row, "InstancesRestarting", "restart requested: " + ", ".join(instances))
+
+        return self._write(cluster, name, change, action="DeleteServiceInstances")
+
+    def set_labels(self, cluster: str, name: str, labels: dict[str, str]) -> ServiceRow:
+        """Add or replace these labels; the others stay."""
+
+        def change(s: Session, row: ServiceRow) -> None:
+            merged = {**(row.labels or {}), **labels}
+            if merged != (row.labels or {}):
+                row.labels = merged
+                row.add_event("Labeled", "labels set: " + ", ".join(sorted(labels)))
+
+        return self._write(cluster, name, change, action="UpdateServiceLabel")
+
+    def delete_labels(self, cluster: str, name: str, keys: list[str]) -> ServiceRow:
+        def change(s: Session, row: ServiceRow) -> None:
+            kept = {k: v for k, v in (row.labels or {}).items() if k not in keys}
+            if kept != (row.labels or {}):
+                row.labels = kept or None
+                row.add_event("Unlabeled", "labels removed: " + ", ".join(sorted(keys)))
+
+        return self._write(cluster, name, change, action="DeleteServiceLabel")
+
+    def set_lock(self, cluster: str, name: str, lock: safety_lock.Level) -> ServiceRow:
+        stored = "" if lock == "none" else lock
+
+        def change(s: Session, row: ServiceRow) -> None:
+            if row.safety_lock != stored:
+                row.safety_lock = stored
+                row.add_event("SafetyLock", f"safety lock set to {lock}")
+
+        return self._write(cluster, name, change, action=safety_lock.UNLOCK)
+
+    def set_cron_scaler(
+        self, cluster: str, name: str, cron: dict[str, Any] | None, action: str
+    ) -> ServiceRow:
+        """Replace (None: remove) the scheduled scaler, already validated by the caller."""
+
+        def change(s: Session, row: ServiceRow) -> None:
+            if row.cron_scaler != cron:
+                row.cron_scaler = cron
+                jobs = len(cron["ScaleJobs"]) if cron else 0
+                row.add_event(
+                    "CronScalerSet" if cron else "CronScalerRemoved",
+                    f"scheduled scaler set with {jobs} job(s)"
+                    if cron
+                    else "scheduled scaler removed",
+                )
+
+        return self._write(cluster, name, change, action=action)
 
     def request_delete(self, cluster: str, name: str) -> ServiceRow:
         """Mark for deletion; the reconciler removes the replicas, then the row."""
@@ -293,7 +451,7 @@ class Services:
                 # The last member takes its group along.
                 groups.follow(s, row, row.group_name, self.sealer)
 
-        return self._write(cluster, name, change)
+        return self._write(cluster, name, change, action="DeleteService")
 
     def rotate_token(self, cluster: str, name: str) -> tuple[ServiceRow, str]:
         token = new_token()
@@ -302,7 +460,7 @@ class Services:
             self._set_token(row, token)
             row.add_event("TokenRotated", "service token rotated")
 
-        return self._write(cluster, name, change), token
+        return self._write(cluster, name, change, action="RotateServiceToken"), token
 
     # -- plumbing ------------------------------------------------------------------------
     def _patch(
@@ -312,11 +470,16 @@ class Services:
         patch: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]],
         event: tuple[str, str],
         if_match: int | None = None,
+        *,
+        action: str | None = None,
+        to_version: int | None = None,
     ) -> ServiceRow:
         """Merge ``patch`` (or apply it, when a function) into the stored spec (and token),
         validate the whole, and record a new generation with ``event`` only when the spec
         really changed — only the event when just routing fields changed (a release or a
-        group move rolls no replica). An autoscaled service keeps the autoscaler's count."""
+        group move rolls no replica). An autoscaled service keeps the autoscaler's count.
+        A change to what replicas run is a new version, unless ``to_version`` names the
+        version being gone back to."""
 
         def change(s: Session, row: ServiceRow) -> None:
             current = row.spec.public()
@@ -343,14 +506,22 @@ class Services:
             if stored != row.spec:
                 _check_mirror(s, cluster, stored, row.spec.metadata.mirror)
                 before, deployment = row.group_name, row.spec.deployment()
+                if stored.labels != row.spec.labels:  # the spec's labels are the service's
+                    dropped = row.spec.labels or {}
+                    kept = {k: v for k, v in (row.labels or {}).items() if k not in dropped}
+                    row.labels = {**kept, **(stored.labels or {})} or None
                 row.spec = stored
                 groups.follow(s, row, before, self.sealer)
                 if stored.deployment() == deployment:
                     row.add_event(*event)
                 else:
                     _bump(row, *event)
+                    if to_version is None:
+                        _new_version(s, row)
+            if to_version is not None:
+                row.current_version = to_version
 
-        return self._write(cluster, name, change, if_match)
+        return self._write(cluster, name, change, if_match, action)
 
     def token(self, cluster: str, name: str) -> tuple[ServiceRow, str]:
         """The explicit admin call that opens a service's sealed token."""
@@ -377,7 +548,11 @@ class Services:
         name: str,
         change: Callable[[Session, ServiceRow], None],
         if_match: int | None = None,
+        action: str | None = None,
     ) -> ServiceRow:
+        """One transaction: ``change`` applied to the row as read, retried on a concurrent
+        write. ``action`` (the SDK action name; None for the control plane's own writes) is
+        checked against the service's safety lock in the same transaction."""
         for _ in range(_RETRIES):
             with self._sessions() as s:
                 row = self._load(s, cluster, name)
@@ -388,6 +563,8 @@ class Services:
                     )
                 if row.deleting:
                     raise Conflict(f"service {name!r} is being deleted")
+                if action is not None:
+                    safety_lock.check(name, row.safety_lock, action)
                 try:
                     with s.no_autoflush:  # so the check below sees what the change did
                         change(s, row)
@@ -429,6 +606,13 @@ def _owned(spec: StoredSpec, instance: int) -> StoredSpec:
     return spec.model_copy(
         update={"metadata": spec.metadata.model_copy(update={"instance": instance})}
     )
+
+
+def _new_version(s: Session, row: ServiceRow) -> None:
+    """Record the row's spec as its next version, and run it."""
+    row.latest_version += 1
+    row.current_version = row.latest_version
+    s.add(ServiceVersionRow(service_id=row.id, version=row.current_version, spec=row.spec.public()))
 
 
 def _bump(row: ServiceRow, reason: str, message: str) -> None:

@@ -133,6 +133,8 @@ class ReconcileStore:
                 spec=row.spec,
                 stopped=row.stopped,
                 deleting=row.deleting,
+                restarts=row.restarts,
+                retire=tuple(row.retired_instances or ()),
             )
             return state, row.status
 

@@ -68,23 +68,53 @@ Refusals: `401` `MissingAuthorization`, `InvalidAccessKeyId.NotFound` (unknown o
 `InvalidService.NotFound`, `InvalidService.AlreadyExists`, `InvalidGroup.NotFound`,
 `Conflict`, `PreconditionFailed`. Every write and every refusal is recorded in the audit
 trail (`GET /api/v2/audit`, `eascmd audit`). Using the official SDK: [sdk.md](sdk.md).
+
+## Actions
+
+Each route is named after the SDK action it serves:
 """
 
 
 def openapi() -> Schema:
+    """The app's OpenAPI document, each operation marked with its SDK action
+    (``x-sdk-action``: the route's name)."""
     if str(ROOT) not in sys.path:  # run as a script from anywhere
         sys.path.insert(0, str(ROOT))
+    from fastapi.routing import APIRoute
     from sqlalchemy import create_engine
 
     from controlplane.api.app import create_app
     from controlplane.settings import Settings
 
     app = create_app(Settings(admin_token="unused"), create_engine("sqlite://"))
-    return app.openapi()
+    document = app.openapi()
+    for route in _routes(app.routes):
+        if isinstance(route, APIRoute) and route.path in document["paths"]:
+            for method in route.methods:
+                op = document["paths"][route.path].get(method.lower())
+                if op is not None:
+                    op["x-sdk-action"] = route.name
+    return document
+
+
+def _routes(routes: list[Any]) -> list[Any]:
+    """Every route, through included routers (kept as routers of their own)."""
+    found = []
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        found += _routes(inner.routes) if inner is not None else [route]
+    return found
 
 
 def render(document: Schema) -> str:
-    lines = [HEADER]
+    lines = [HEADER, "| SDK action | method | path |", "|---|---|---|"]
+    actions = sorted(
+        (op["x-sdk-action"], method.upper(), path)
+        for path, method, op in _operations(document, None)
+        if path.startswith("/api/v2/") and "x-sdk-action" in op
+    )
+    lines += [f"| `{a}` | {m} | `{p}` |" for a, m, p in actions]
+    lines.append("")
     for tag in _tags(document):
         lines.append(f"## {tag.capitalize()}\n")
         for path, method, op in _operations(document, tag):

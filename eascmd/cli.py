@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from contract.configfile import ConfigFileError, ConfigSyntaxError, parse, repaired
 from contract.configfile import read_config as _read
 from contract.merge import merge_patch
-from eascmd import completion, groups, identities, mirror, render
+from eascmd import completion, cronscale, groups, identities, mirror, render
 from eascmd.live import LiveLine
 from eascmd.profile import NoProfile, Profile, load, save
 
@@ -273,7 +273,7 @@ def _cmd_autoscale(args: argparse.Namespace, client: Client) -> int:
     path = client.service_path(args.name, "autoscaler")
     if args.off:
         svc = client.call("DELETE", path)
-        instance = svc["ServiceConfig"]["metadata"]["instance"]
+        instance = render.config(svc)["metadata"]["instance"]
         print(f"[OK] Autoscaler of {args.name} removed; instances stay at {instance}")
         return 0
     defined = overrides(args.define)
@@ -480,6 +480,7 @@ def parser() -> argparse.ArgumentParser:
     groups.add_parsers(sub)
     mirror.add_parsers(sub)
     identities.add_parsers(sub)
+    cronscale.add_parsers(sub)
 
     c = sub.add_parser(
         "lint",

@@ -80,7 +80,7 @@ class Client:
         return body, response.headers.get("X-OpenEAS-State")
 
     def text(self, path: str, **kwargs: Any) -> str:
-        return self._request("GET", path, **kwargs).text
+        return self._request("GET", path, accept="text/plain", **kwargs).text
 
     def _request(
         self,
@@ -89,12 +89,13 @@ class Client:
         *,
         json: Any = None,
         params: dict[str, Any] | None = None,
+        accept: str = "application/json",
     ) -> Response:
         url = self._base + path
         query = {k: str(v) for k, v in (params or {}).items()}
         if query:
             url += "?" + urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
-        headers = dict(self._headers)
+        headers = {**self._headers, "Accept": accept}
         data = None
         if json is not None:
             data = _dumps(json)

@@ -46,7 +46,7 @@ def _release(args: argparse.Namespace, client: Client) -> int:
     if args.state is not None:
         body["TrafficState"] = args.state
     svc = client.call("PUT", client.service_path(args.name, "release"), json=body)
-    metadata = svc["ServiceConfig"]["metadata"]
+    metadata = render.config(svc)["metadata"]
     state = metadata.get("traffic_state", "standalone")
     print(f"[OK] Service {args.name}: {state}, weight {metadata.get('weight', 100)}")
     return 0

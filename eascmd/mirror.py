@@ -24,7 +24,7 @@ def _mirror(args: argparse.Namespace, client: Client) -> int:
         if args.tolerance is not None:
             body["Tolerance"] = args.tolerance
     svc = client.call("PUT", client.service_path(args.name, "mirror"), json=body)
-    mirror = svc["ServiceConfig"]["metadata"].get("mirror")
+    mirror = render.config(svc)["metadata"].get("mirror")
     print(f"[OK] Service {args.name} mirror: {render.mirror_summary(mirror)}")
     return 0
 

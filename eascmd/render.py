@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +38,14 @@ def created(body: dict[str, Any]) -> str:
     )
 
 
+def config(svc: dict[str, Any]) -> dict[str, Any]:
+    """A service's spec: ``ServiceConfig`` is a JSON string, as EAS answers it (a control
+    plane from before that answered the object itself)."""
+    cfg = svc.get("ServiceConfig") or {}
+    parsed: dict[str, Any] = json.loads(cfg) if isinstance(cfg, str) else cfg
+    return parsed
+
+
 def counts(svc: dict[str, Any]) -> str:
     return (
         f"[Total: {svc['TotalInstance']}, Pending: {svc['PendingInstance']}, "
@@ -65,7 +74,7 @@ def autoscaler(auto: dict[str, Any]) -> str:
 
 
 def _autoscaler_rows(svc: dict[str, Any]) -> list[tuple[str, str]]:
-    auto = svc.get("ServiceConfig", {}).get("autoscaler")
+    auto = config(svc).get("autoscaler")
     if not auto:
         return []
     status = svc.get("AutoscalerStatus") or {}
@@ -95,7 +104,7 @@ def progress(svc: dict[str, Any]) -> tuple[str, str]:
 
 
 def describe(svc: dict[str, Any]) -> str:
-    cfg = svc.get("ServiceConfig", {})
+    cfg = config(svc)
     rows = [
         ("ServiceName", svc["ServiceName"]),
         ("Region", svc["Region"]),

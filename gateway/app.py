@@ -1,7 +1,7 @@
 """The gateway: request dispatch, lifecycle and the embeddable entry point.
 
 ``openeas gateway`` (:mod:`gateway.cli`) and ``openeas up`` both call
-:func:`start_gateway`. It runs in the caller's event loop (on :mod:`gateway.server`'s
+:func:`start_gateway`. It runs in the caller's event loop (on :mod:`gateway.http.server`'s
 HTTP/1.1 protocol, not a web framework: see there why), so ``openeas up`` can run it beside
 uvicorn and pass ``fallback_upstream`` to put the control-plane API behind the same port.
 
@@ -23,19 +23,21 @@ from typing import Any
 
 from contract.wire import RouteTable
 from gateway import snapshot
-from gateway.balancer import EndpointPool
-from gateway.forwarding import FallbackProxy
-from gateway.limits import Activity
-from gateway.listener import HttpServer
+from gateway.admission import Admission
+from gateway.grpc.server import GrpcDoor
+from gateway.http.forwarding import FallbackProxy
+from gateway.http.listener import HttpServer
+from gateway.http.pool import UpstreamPool
+from gateway.http.proxy import PredictProxy
+from gateway.http.router import Router
+from gateway.http.server import Request
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
-from gateway.pool import UpstreamPool
-from gateway.proxy import PredictProxy
 from gateway.reporter import LoadReporter
 from gateway.route_source import ControlPlaneRouteSource, Health, RouteSource, iso_time
-from gateway.route_table import RouteChange, RouteState
-from gateway.router import Router
-from gateway.server import Request
+from gateway.routing.balancer import EndpointPool
+from gateway.routing.limits import Activity
+from gateway.routing.route_table import RouteChange, RouteState
 from gateway.settings import GatewaySettings
 from gateway.wake import ControlPlaneWake, Waking
 from gateway.workers import WorkerPeers
@@ -88,6 +90,15 @@ class Gateway:
         # Services at zero are woken with the same credential (without one, held requests
         # wait for a replica to appear on its own, or time out).
         self._wake = ControlPlaneWake(settings.controlplane_url, token) if token else None
+        # Calls held for services at zero, and who is admitted: both doors'.
+        self.waking = Waking(self.routes, self.metrics, self._wake)
+        self.admission = Admission(
+            self.routes,
+            self.activity,
+            max_body_bytes=settings.max_body_bytes,
+            retry_after_s=settings.retry_after_s,
+            wake_queue=settings.wake_queue,
+        )
 
     def _on_table(self, change: RouteChange) -> None:
         self.metrics.route_version.set((), change.table.version)
@@ -104,12 +115,11 @@ class Gateway:
         )
         self._predict = PredictProxy(
             self.settings,
-            self.routes,
+            self.admission,
             self.balancer,
             self.metrics,
             self._upstreams,
-            self.activity,
-            self._wake,
+            self.waking,
         )
         if self.fallback_upstream:
             self._fallback = FallbackProxy(
@@ -212,7 +222,7 @@ class Gateway:
             snapshot.save(*save)
         if self._predict is not None:
             await self._predict.mirrors.close()  # shadows in flight are dropped, not awaited
-            await self._predict.waking.close()
+        await self.waking.close()
         if self._wake is not None:
             await self._wake.close()
         if self._upstreams is not None:
@@ -262,7 +272,7 @@ class Gateway:
         return self._current_metrics().render(others)
 
     def handle(self, request: Request) -> Coroutine[Any, Any, None] | None:
-        """The server's handler (after :meth:`start`; see :class:`gateway.router.Router`)."""
+        """The server's handler (after :meth:`start`; see :class:`gateway.http.router.Router`)."""
         assert self.router is not None, "Gateway.start() was not awaited"
         return self.router.handle(request)
 
@@ -288,11 +298,10 @@ class Gateway:
         body = await self.render_all_metrics()
         request.conn.write_response(200, [(b"content-type", METRICS_CONTENT_TYPE.encode())], body)
 
-    @property
-    def waking(self) -> Waking:
-        """Calls held for services at zero (either door's); after :meth:`start`."""
-        assert self._predict is not None, "the gateway is not started"
-        return self._predict.waking
+    def grpc_door(self) -> GrpcDoor:
+        """The gRPC door on this gateway's admission, balancer, metrics and held calls
+        (:func:`gateway.grpc.server.start_grpc` serves it)."""
+        return GrpcDoor(self.settings, self.admission, self.balancer, self.metrics, self.waking)
 
 
 class GatewayRunner:

@@ -1,6 +1,6 @@
 """``openeas gateway [--host H] [--port P] [--grpc-port G] [--workers N]``: the gateway as its
 own deployable (``--grpc-port`` opens the gRPC door beside the HTTP one, see
-:mod:`gateway.grpc_server`).
+:mod:`gateway.grpc.server`).
 
 Settings come from ``OPENEAS_*`` environment variables (:class:`GatewaySettings`); flags
 override them. The route table is long-polled from ``OPENEAS_CONTROLPLANE_URL`` with
@@ -28,13 +28,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from contract.heap import freeze_startup_heap
-from contract.helptext import settings_epilog
 from gateway.app import start_gateway
-from gateway.grpc_server import start_grpc
+from gateway.grpc.server import start_grpc
 from gateway.route_source import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
 from gateway.workers import WorkerPeers
+from startup.heap import freeze_startup_heap
+from startup.helptext import settings_epilog
 
 log = logging.getLogger("gateway")
 
@@ -84,7 +84,7 @@ async def serve(
     door = None
     if settings.grpc_port is not None:
         try:
-            door = await start_grpc(runner.gateway, reuse_port=reuse_port)
+            door = await start_grpc(runner.gateway.grpc_door(), reuse_port=reuse_port)
         except BaseException:
             await runner.close(0)
             raise
@@ -110,7 +110,7 @@ async def serve(
 def run(main: Coroutine[Any, Any, None]) -> None:
     """Run ``main`` on uvloop when it is installed (it roughly halves the event loop's
     share of the gateway's CPU per request), else on asyncio's default loop; with what the
-    imports built frozen first (:mod:`contract.heap`)."""
+    imports built frozen first (:mod:`startup.heap`)."""
     freeze_startup_heap()
     try:
         import uvloop

@@ -4,7 +4,7 @@ per-service request counts and mean in-flight requests to the control plane's
 sums the reports of every process and expires a silent one.
 
 Started by :class:`gateway.app.Gateway` when it holds a control-plane credential. A report
-carries only the services the proxy saw traffic for (:class:`gateway.limits.Activity`), plus
+carries only the services the proxy saw traffic for (:class:`gateway.routing.limits.Activity`), plus
 once, with zeros, those that just went quiet; with no traffic nothing is sent, and the
 reporter does not wake until a request comes. Each busy service also carries what was
 answered since its last report (count, 5xx, latency histogram), the difference of the
@@ -22,8 +22,8 @@ from collections.abc import Callable
 import aiohttp
 
 from contract.wire import SIGNALS_PATH, LoadReport, ServiceLoad
-from gateway.limits import Activity
 from gateway.metrics import GatewayMetrics
+from gateway.routing.limits import Activity
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The sources that keep the gateway's route table (:mod:`gateway.route_table`) current:
+"""The sources that keep the gateway's route table (:mod:`gateway.routing.route_table`) current:
 
 - :class:`ControlPlaneRouteSource` long-polls the control plane's ``ROUTES_PATH`` (the
   deployable gateway and ``openeas up``);

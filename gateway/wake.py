@@ -1,7 +1,7 @@
 """Requests held for services at zero, and the wake-up that brings them back.
 
 A route marked ``wakeable`` with no ready replica is a service its autoscaler took to zero.
-The proxy (:mod:`gateway.proxy`) parks each authenticated request for it here with
+The proxy (:mod:`gateway.http.proxy`) parks each authenticated request for it here with
 :meth:`Waking.hold`: the first one asks the control plane for a replica (``WAKE_PATH``, one
 push per wake-up, retried while requests wait), the others only wait. The route feed
 releases them: every applied table checks the services being woken — a handful, whatever the
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from contract.wire import WAKE_PATH, WakeRequest
-from gateway.limits import Activity
 from gateway.metrics import GatewayMetrics
-from gateway.route_table import RouteChange, RouteState, ServiceRoute
+from gateway.routing.limits import Activity
+from gateway.routing.route_table import RouteChange, RouteState, ServiceRoute
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ COMMANDS: dict[str, str] = {
     "controlplane": "controlplane.cli:controlplane_main",
     "gateway": "gateway.cli:main",
     "migrate": "controlplane.cli:migrate_main",
-    "manifests": "controlplane.runtime.kubernetes.manifest_cli:main",
+    "manifests": "controlplane.manifest_cli:main",
     "processor": "processors.cli:main",
     "secrets": "controlplane.secrets_cli:main",
     "gc": "controlplane.gc_cli:main",

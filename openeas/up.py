@@ -22,7 +22,7 @@ from controlplane.settings import Settings, ensure_admin_token
 from eascmd import profile
 from gateway import cli as gateway_cli
 from gateway.app import start_gateway
-from gateway.grpc_server import start_grpc
+from gateway.grpc.server import start_grpc
 from gateway.route_source import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
 
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
             gateway_settings, source, sock=public_sock, fallback_upstream=internal
         )
         try:
-            door = await start_grpc(gateway.gateway, host=args.host)
+            door = await start_grpc(gateway.gateway.grpc_door(), host=args.host)
         except BaseException as e:
             await gateway.close(0)
             plane.stop()

@@ -64,6 +64,7 @@ Deployment as a client would write it.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import functools
 import hashlib
@@ -295,7 +296,7 @@ class ApiStandIn:
                 change()
             self._compacted = self._rv
 
-    def sync_pods(self, deployment: str, namespace: str | None = None) -> list[str]:
+    def sync_pods(self, deployment: str, namespace: str | None = None) -> builtins.list[str]:
         """One step of a crude Deployment + ReplicaSet controller; returns the names of the
         pods of the current template.
 
@@ -641,7 +642,7 @@ class ApiStandIn:
         """Store ``new`` in place of ``live``: server-owned fields kept, status untouched
         (the main resource ignores it), no change when nothing changed."""
         new = copy.deepcopy(new)
-        for key in (
+        for kept in (
             "uid",
             "creationTimestamp",
             "namespace",
@@ -649,10 +650,10 @@ class ApiStandIn:
             "generation",
             "resourceVersion",
         ):
-            if key in live["metadata"]:
-                new["metadata"][key] = live["metadata"][key]
+            if kept in live["metadata"]:
+                new["metadata"][kept] = live["metadata"][kept]
             else:
-                new["metadata"].pop(key, None)
+                new["metadata"].pop(kept, None)
         if "status" in live:
             new["status"] = copy.deepcopy(live["status"])
         else:

@@ -109,8 +109,8 @@ class Kubelet:
                 if name not in known and not pod["metadata"].get("deletionTimestamp"):
                     self._admit(pod)
             for name, mine in known.items():
-                pod = pods.get(name)
-                going = pod is None or bool(pod["metadata"].get("deletionTimestamp"))
+                live = pods.get(name)
+                going = live is None or bool(live["metadata"].get("deletionTimestamp"))
                 if going and not mine.stopping:
                     mine.stopping = True
                     threading.Thread(target=self._terminate, args=(mine,), daemon=True).start()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -40,13 +40,33 @@ def wait_until(
         time.sleep(interval)
 
 
+@overload
 async def wait_until_async(
-    condition: Callable[[], T | Awaitable[T]],
+    condition: Callable[[], Awaitable[T]],
+    timeout: float = ...,
+    *,
+    interval: float = ...,
+    what: str = ...,
+) -> T: ...
+
+
+@overload
+async def wait_until_async(
+    condition: Callable[[], T],
+    timeout: float = ...,
+    *,
+    interval: float = ...,
+    what: str = ...,
+) -> T: ...
+
+
+async def wait_until_async(
+    condition: Callable[[], Any],
     timeout: float = DEFAULT_TIMEOUT,
     *,
     interval: float = 0.02,
     what: str = "",
-) -> T:
+) -> Any:
     """:func:`wait_until` for a coroutine; ``condition`` may be sync or async."""
     deadline = time.monotonic() + timeout
     while True:
@@ -54,7 +74,7 @@ async def wait_until_async(
         if isinstance(value, Awaitable):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() >= deadline:
             raise WaitTimeout(_message(condition, timeout, what, value))
         await asyncio.sleep(interval)

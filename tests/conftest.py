@@ -1,5 +1,5 @@
 """Shared pytest set-up: each area keeps its fixtures in its own plugin module; this file
-holds the suite-wide rules (timeouts, what ``slow`` means)."""
+holds the suite-wide rules (timeouts, what ``slow`` means, no skip in CI)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,22 @@ SLOW_TEST_TIMEOUT = 420
 TRITON_FIXTURES = {"triton_server"}
 
 
+# In CI (``CI=true``, as CI services set it; ``.ci/run`` too) every test runs: a skip there
+# would hide a test that no longer runs anywhere, so it fails the run instead.
+CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if CI and report.skipped and not hasattr(report, "wasxfail"):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI=true, where no test may skip: {reason}"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     unmarked = []
     for item in items:
@@ -41,7 +57,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def unfrozen_heap() -> Iterator[None]:
-    """For a test of a server's start-up freeze (contract.heap): the suite's own heap is not
+    """For a test of a server's start-up freeze (startup.heap): the suite's own heap is not
     a server's start-up, so it is unfrozen again after."""
     gc.unfreeze()
     yield

@@ -1,6 +1,11 @@
-"""The import graph has visible floors (DESIGN.md, "Layers you can see"): the shared contract at
-the bottom, the entry points at the top, nothing importing upward and no cycles between modules.
-Read statically from the sources, so a lazy import inside a function counts too."""
+"""The import graph has visible floors (docs/architecture.md, "Layout: floors that import only
+downward"): the shared contract at the bottom, the entry points at the top, nothing importing
+upward and no cycles between modules; inside the gateway, its wings import only the floors
+below them. Read statically from the sources, so a lazy import inside a function counts too.
+
+``python tests/test_layers.py`` prints, per package, its modules, its floors (the longest
+chain of imports inside it), its upward imports, its cycles and the folders of it that import
+each other."""
 
 from __future__ import annotations
 
@@ -11,17 +16,41 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("contract", "processors", "controlplane", "gateway", "eascmd", "openeas", "migrations")
+PACKAGES = (
+    "contract",
+    "startup",
+    "processors",
+    "controlplane",
+    "gateway",
+    "eascmd",
+    "openeas",
+    "migrations",
+)
 
 # What each package may import of ours, besides itself.
 ALLOWED = {
     "contract": set(),
+    "startup": set(),
     "processors": {"contract"},
-    "gateway": {"contract"},
+    "gateway": {"contract", "startup"},
     "eascmd": {"contract"},
-    "controlplane": {"contract", "processors"},
+    "controlplane": {"contract", "startup", "processors"},
     "migrations": {"controlplane"},
     "openeas": {"contract", "processors", "controlplane", "gateway", "eascmd", "migrations"},
+}
+# The gateway's wings and what each may import of the gateway besides itself: routing at the
+# bottom, the one admission core above it, the doors on top; neither door imports the other's
+# admission. (The HTTP door and mirroring still use each other: a mirror's copy is an HTTP
+# exchange, and the proxy starts it.)
+GATEWAY_SHARED = {"gateway.metrics", "gateway.settings", "gateway.wake", "gateway.admission"}
+GATEWAY_WINGS = {
+    "gateway.routing": set(),
+    "gateway.admission": {"gateway.routing", "gateway.wake"},
+    "gateway.mirroring": {"gateway.routing", "gateway.http", "gateway.metrics"},
+    # the gRPC relay writes and yields as the HTTP door does (its socket-level helpers only)
+    "gateway.grpc": {"gateway.routing", "gateway.http.writes", "gateway.http.yielding"}
+    | GATEWAY_SHARED,
+    "gateway.http": {"gateway.routing", "gateway.mirroring"} | GATEWAY_SHARED,
 }
 # eascmd's whole import path: the standard library and our contract (every command must
 # start fast, and it must install without the server's dependencies).
@@ -71,23 +100,46 @@ def test_a_package_imports_only_the_floors_below_it(package: str) -> None:
     assert upward == set()
 
 
-def test_no_import_cycles() -> None:
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+@pytest.mark.parametrize("wing", sorted(GATEWAY_WINGS))
+def test_a_gateway_wing_imports_only_the_floors_below_it(wing: str) -> None:
+    allowed = GATEWAY_WINGS[wing] | {wing}
+    upward = {
+        (module, target)
+        for module, targets in GRAPH.items()
+        if _within(module, wing)
+        for target in targets
+        if _within(target, "gateway") and target != "gateway"
+        if not any(_within(target, a) for a in allowed)
+    }
+    assert upward == set()
+
+
+def cycles(modules: set[str] | None = None) -> list[list[str]]:
+    """The import cycles among ``modules`` (default: all)."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
-    cycles: list[list[str]] = []
+    found: list[list[str]] = []
 
     def visit(module: str, path: list[str]) -> None:
         state[module] = 1
         for target in sorted(GRAPH[module]):
             if state.get(target) == 1:
-                cycles.append([*path[path.index(target) :], target])
+                found.append([*path[path.index(target) :], target])
             elif target not in state:
                 visit(target, [*path, target])
         state[module] = 2
 
-    for module in sorted(GRAPH):
+    for module in sorted(modules if modules is not None else GRAPH):
         if module not in state:
             visit(module, [module])
-    assert cycles == []
+    return found
+
+
+def test_no_import_cycles() -> None:
+    assert cycles() == []
 
 
 def test_eascmd_needs_no_server_library() -> None:
@@ -98,3 +150,47 @@ def test_eascmd_needs_no_server_library() -> None:
         if name.split(".")[0] not in PACKAGES
     }
     assert third_party - set(sys.stdlib_module_names) - {"__future__"} == EASCMD_THIRD_PARTY
+
+
+def _floors(modules: set[str]) -> int:
+    """The longest chain of imports among ``modules``."""
+    depth: dict[str, int] = {}
+
+    def floors(module: str) -> int:
+        if module not in depth:
+            depth[module] = 0  # (no cycles: a module is not below itself)
+            below = [t for t in GRAPH[module] & modules if t != module]
+            depth[module] = 1 + max(map(floors, below), default=0)
+        return depth[module]
+
+    return max(map(floors, modules))
+
+
+def report() -> str:
+    """Per package: modules, floors, upward imports, cycles, and its folders that import
+    each other (the figures of a layering change's closing note)."""
+
+    def folder(module: str) -> str:
+        is_package = (ROOT / module.replace(".", "/") / "__init__.py").exists()
+        return module if is_package else module.rsplit(".", 1)[0]
+
+    lines = [f"{'package':14}{'modules':>8}{'floors':>8}{'upward':>8}{'cycles':>8}  two-way"]
+    for package in PACKAGES:
+        modules = {m for m in GRAPH if m.split(".")[0] == package}
+        upward = sum(
+            1
+            for m in modules
+            for t in GRAPH[m]
+            if t.split(".")[0] not in ALLOWED[package] | {package}
+        )
+        edges = {(folder(m), folder(t)) for m in modules for t in GRAPH[m] & modules}
+        two_way = sorted({tuple(sorted(e)) for e in edges if e[0] != e[1] and e[::-1] in edges})
+        lines.append(
+            f"{package:14}{len(modules):8}{_floors(modules):8}{upward:8}"
+            f"{len(cycles(modules)):8}  {', '.join(' <-> '.join(e) for e in two_way) or '-'}"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(report())

@@ -12,7 +12,16 @@ from sqlalchemy import Engine, text
 
 from controlplane import sealing
 from controlplane.accesskeys import AccessKeys
-from controlplane.api import auth, console, identities, internal, problems
+from controlplane.api import (
+    auth,
+    console,
+    identities,
+    internal,
+    problems,
+    regions,
+    scalers,
+    service_actions,
+)
 from controlplane.api import groups as groups_api
 from controlplane.api import services as services_api
 from controlplane.audit import AuditTrail
@@ -111,6 +120,9 @@ def create_app(
     # Without a reconciler in this process nothing leads: load reports are answered 421.
     scaling = autoscaling or Autoscaling(sessions, services)
     app.include_router(services_api.router(services, settings, scaling))
+    app.include_router(scalers.router(services, settings, scaling))
+    app.include_router(service_actions.router(services, settings))
+    app.include_router(regions.router(settings))
     groups = Groups(sessions, settings.cluster_id, sealer)
     app.include_router(groups_api.router(groups, services, settings))
     logs = log_source or make_log_source(settings)
@@ -118,11 +130,11 @@ def create_app(
 
     app.include_router(console.router(services, settings, scaling.signals))
 
-    @app.get("/healthz", tags=["health"])
+    @app.get("/healthz", tags=["health"], name="Healthz")
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
+    @app.get("/readyz", tags=["health"], name="Readyz")
     def readyz() -> Any:
         try:
             with engine.connect() as conn:

@@ -58,12 +58,12 @@ def router(services: Services, settings: Settings, signals: Signals) -> APIRoute
         headers = {"Content-Security-Policy": CSP, "Cache-Control": "no-cache"}
         return Response(assets[name], media_type=ASSETS[name], headers=headers)
 
-    @api.get("/", include_in_schema=False)
+    @api.get("/", include_in_schema=False, name="Console")
     def index() -> Response:
         """The console (it asks for the admin token and keeps it in the tab only)."""
         return serve("index.html")
 
-    @api.get("/console/{name}", include_in_schema=False)
+    @api.get("/console/{name}", include_in_schema=False, name="ConsoleAsset")
     def asset(name: str) -> Response:
         if name not in assets:
             raise HTTPException(404, f"no console file {name!r}")

@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from controlplane.api import schemas
+from controlplane.api import eas_shapes, schemas
 from controlplane.api.auth import authorize
+from controlplane.api.visibility import sees_token
 from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.groups import Group, Groups, TrafficMode
 from controlplane.models import ServiceRow
@@ -67,33 +68,60 @@ def _request_id() -> str:
 def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
     api = APIRouter(tags=["groups"], dependencies=[Depends(authorize)])
 
-    def public(request: Request, group: Group) -> schemas.GroupPublic:
+    def group_ends(request: Request, name: str) -> schemas.Endpoints:
         own = str(request.base_url).rstrip("/")
-        ends = schemas.endpoints(
-            group.row.name, settings.public_base(own), settings.intranet_base(own)
-        )
-        return schemas.group_public(group, ends)
+        return schemas.endpoints(name, settings.public_base(own), settings.intranet_base(own))
+
+    def public(request: Request, group: Group, token: str | None = None) -> schemas.GroupPublic:
+        return schemas.group_public(group, group_ends(request, group.row.name), token)
 
     @api.get("/api/v2/groups", name="ListGroups")
     def list_groups(
-        request: Request, principal: Annotated[Principal, Depends(authorize)]
+        request: Request,
+        principal: Annotated[Principal, Depends(authorize)],
+        page_number: Annotated[int, Query(alias="PageNumber", ge=1)] = 1,
+        page_size: Annotated[int, Query(alias="PageSize", ge=1, le=100)] = 100,
+        name: Annotated[str | None, Query(alias="Filter", max_length=63)] = None,
     ) -> schemas.GroupList:
-        """Every group of this cluster with its members (tokens are never shown here); for
-        an AccessKey with ``Services``, the groups they match."""
-        found = groups.list()
+        """The groups of this cluster with their members (tokens are never shown here); for
+        an AccessKey with ``Services``, the groups they match; ``Filter``: a part of the
+        name."""
+        found = [g for g in groups.list() if not name or name in g.row.name]
         if principal.role != "admin":
             found = [g for g in found if principal.covers(g.row.name)]
+        start = (page_number - 1) * page_size
         return schemas.GroupList(
             RequestId=_request_id(),
             TotalCount=len(found),
-            Groups=[public(request, g) for g in found],
+            PageNumber=page_number,
+            PageSize=page_size,
+            Groups=[public(request, g) for g in found[start : start + page_size]],
         )
 
     @api.get("/api/v2/groups/{cluster}/{group}", name="DescribeGroup")
     def describe(request: Request, cluster: str, group: str) -> schemas.GroupPublic:
         """Members, weights, traffic states, expected shares, the endpoint and how to
-        authenticate against it."""
+        authenticate against it; the group token in ``AccessToken`` for callers that may
+        see it."""
+        if sees_token(request):
+            found, token = groups.token(cluster, group)
+            return public(request, found, token)
         return public(request, groups.get(cluster, group))
+
+    @api.get("/api/v2/groups/{cluster}/{group}/endpoints", name="DescribeGroupEndpoints")
+    def endpoints(request: Request, cluster: str, group: str) -> dict[str, Any]:
+        """Where to call the group (the gateway's endpoints), with the group token for
+        callers that may see it."""
+        found = groups.get(cluster, group)
+        ends = group_ends(request, found.row.name)
+        answer: dict[str, Any] = {
+            "RequestId": _request_id(),
+            "Message": "",
+            "Endpoints": eas_shapes.endpoints(ends.InternetEndpoint, ends.IntranetEndpoint),
+        }
+        if sees_token(request):
+            answer["AccessToken"] = groups.token(cluster, group)[1]
+        return answer
 
     @api.put("/api/v2/groups/{cluster}/{group}", name="UpdateGroup")
     def set_mode(
@@ -104,7 +132,8 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
 
     @api.get("/api/v2/groups/{cluster}/{group}/token", name="DescribeGroupToken")
     def show_token(cluster: str, group: str) -> schemas.GroupToken:
-        """The group token (opens /api/predict/<group>); never in describe or list."""
+        """The group token (opens /api/predict/<group>); DescribeGroup shows it too, to
+        admin and developer callers; a list never does."""
         found, token = groups.token(cluster, group)
         return schemas.GroupToken(RequestId=_request_id(), GroupName=found.row.name, Token=token)
 
@@ -146,5 +175,40 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
         except InvalidSpec as e:
             raise _as_mirror_call(e) from None
         return service_public(request, response, row)
+
+    @api.post(
+        "/api/v2/services/{cluster}/{name}/mirror", tags=["services"], name="CreateServiceMirror"
+    )
+    def create_mirror(
+        request: Request, response: Response, cluster: str, name: str, body: MirrorRequest
+    ) -> schemas.ServicePublic:
+        """As UpdateServiceMirror (a mirror that exists is replaced)."""
+        return mirror(request, response, cluster, name, body)
+
+    @api.get(
+        "/api/v2/services/{cluster}/{name}/mirror", tags=["services"], name="DescribeServiceMirror"
+    )
+    def describe_mirror(cluster: str, name: str) -> dict[str, Any]:
+        """The mirror: ``Ratio`` (an integer percentage, as the SDK reads it, ``"0"`` without
+        a mirror) and ``Target`` (the target services, comma-separated), and OpenEAS's own
+        ``Targets`` (a list) and ``Tolerance``."""
+        found = services.get(cluster, name).spec.metadata.mirror
+        return {
+            "RequestId": _request_id(),
+            "ServiceName": name,
+            "Ratio": str(found.ratio) if found else "0",
+            "Target": ",".join(found.targets) if found else "",
+            "Targets": list(found.targets) if found else [],
+            "Tolerance": found.tolerance if found else None,
+        }
+
+    @api.delete(
+        "/api/v2/services/{cluster}/{name}/mirror", tags=["services"], name="DeleteServiceMirror"
+    )
+    def delete_mirror(
+        request: Request, response: Response, cluster: str, name: str
+    ) -> schemas.ServicePublic:
+        """Remove the mirror."""
+        return service_public(request, response, services.mirror(cluster, name, 0, [], None))
 
     return api

@@ -5,6 +5,7 @@ replica logs (from the runtime's log source, so any control-plane replica answer
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Coroutine
 from typing import Annotated, Any
 
@@ -119,23 +120,55 @@ def router(
         tags=["services"],
         dependencies=admin,
         name="DescribeServiceLog",
+        response_model=None,
     )
     async def logs(
+        request: Request,
         cluster: str,
         name: str,
         replica: int | None = None,
         tail: Annotated[int, Query(ge=1, le=10_000)] = 200,
-    ) -> PlainTextResponse:
-        """A replica's recent output (``replica`` as shown by describe; default the newest)."""
+        instance: Annotated[str | None, Query(alias="InstanceName", max_length=128)] = None,
+        page_num: Annotated[int, Query(alias="PageNum", ge=1)] = 1,
+        page_size: Annotated[int | None, Query(alias="PageSize", ge=1, le=10_000)] = None,
+        keyword: Annotated[str | None, Query(alias="Keyword", max_length=256)] = None,
+    ) -> PlainTextResponse | dict[str, Any]:
+        """A replica's recent output (``replica`` as shown by describe, or ``InstanceName``;
+        default the newest): plain text, or, to a caller that accepts JSON (the SDK), the
+        SDK's shape: ``Logs`` (lines, newest last, those with ``Keyword`` when given),
+        paged by ``PageNum``/``PageSize`` from the newest."""
         await run_in_threadpool(services.get, cluster, name)  # 404 for unknown services
+        if instance is not None:
+            replica = _replica_index(instance)
         try:
-            return PlainTextResponse(await log_source.logs(name, replica, tail))
+            text = await log_source.logs(name, replica, page_size * page_num if page_size else tail)
+            if "application/json" not in request.headers.get("accept", ""):
+                return PlainTextResponse(text)
+            lines = [ln for ln in text.splitlines() if keyword is None or keyword in ln]
+            size = page_size or max(len(lines), 1)
+            end = len(lines) - (page_num - 1) * size
+            return {
+                "RequestId": str(uuid.uuid4()).upper(),
+                "ServiceName": name,
+                "Logs": lines[max(0, end - size) : max(0, end)],
+                "PageNum": page_num,
+                "TotalCount": len(lines),
+                "TotalPageNum": max(1, -(-len(lines) // size)),
+            }
         except FileNotFoundError as e:
             raise HTTPException(404, str(e)) from e
         except RuntimeError_ as e:  # the cluster's API cannot be reached
             raise HTTPException(503, f"replica logs are unavailable: {e}") from e
 
     return api
+
+
+def _replica_index(instance: str) -> int:
+    """A replica's log index from its instance name (``<service>-<index>``)."""
+    index = instance.rsplit("-", 1)[-1]
+    if not index.isdigit():
+        raise HTTPException(404, f"no instance {instance!r}: name one from ListServiceInstances")
+    return int(index)
 
 
 def _leading(scaling: Autoscaling) -> None:

@@ -3,11 +3,13 @@ stored rows. Input shapes are in ``controlplane.spec``; rows in ``controlplane.m
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from controlplane.api import eas_shapes
 from controlplane.groups import Group, shares
 from controlplane.models import EventRow, ServiceRow
 
@@ -17,8 +19,17 @@ class Endpoints(BaseModel):
     IntranetEndpoint: str
 
 
+class Label(BaseModel):
+    LabelKey: str
+    LabelValue: str
+
+
 class ServicePublic(Endpoints):
+    """The SDK's ``Service`` (its fields as it names and types them) and OpenEAS's own."""
+
+    RequestId: str = Field(default_factory=lambda: str(uuid.uuid4()).upper())
     ServiceId: str
+    ServiceUid: str
     ServiceName: str
     Region: str
     Status: str
@@ -33,8 +44,23 @@ class ServicePublic(Endpoints):
     Stopped: bool
     CreateTime: datetime
     UpdateTime: datetime
-    ServiceConfig: dict[str, Any]
+    # The spec as a JSON string, as EAS answers it (parse it to read the fields).
+    ServiceConfig: str
+    Labels: list[Label]
+    Cpu: int
+    Gpu: int
+    Memory: int
+    Resource: str
+    ServiceGroup: str
+    Weight: int
+    TrafficState: str
+    SafetyLock: str
+    CurrentVersion: int
+    LatestVersion: int
+    Source: str
     Replicas: list[dict[str, Any]]
+    # The service token: only where the caller may see it (controlplane.api.visibility).
+    AccessToken: str | None = None
     # The autoscaler's metric values and last decision, from the leading control plane.
     AutoscalerStatus: dict[str, Any] | None = None
     # The spec's fields this runtime does not act on, each with why (controlplane.eas_fields).
@@ -78,6 +104,9 @@ class EventList(BaseModel):
     RequestId: str
     ServiceName: str
     Events: list[EventPublic]
+    PageNum: int = 1
+    TotalCount: int = 0
+    TotalPageNum: int = 1
 
 
 class GroupMember(BaseModel):
@@ -91,17 +120,27 @@ class GroupMember(BaseModel):
 
 
 class GroupPublic(Endpoints):
+    """The SDK's ``Group`` (``Name``, ``ClusterId``, ``CreateTime``...) and OpenEAS's own."""
+
     GroupName: str
+    Name: str
+    ClusterId: str
+    CreateTime: str
+    UpdateTime: str
     Region: str
     TrafficMode: str  # auto | customized
     Authentication: str
     Members: list[GroupMember]
+    # The group token: only where the caller may see it (controlplane.api.visibility).
+    AccessToken: str | None = None
 
 
 class GroupList(BaseModel):
     RequestId: str
     TotalCount: int
     Groups: list[GroupPublic]
+    PageNumber: int = 1
+    PageSize: int = 100
 
 
 class GroupToken(BaseModel):
@@ -116,11 +155,17 @@ GROUP_AUTH = (
 )
 
 
-def group_public(group: Group, ends: Endpoints) -> GroupPublic:
+def group_public(group: Group, ends: Endpoints, access_token: str | None = None) -> GroupPublic:
     share = shares(group.row.traffic_mode, group.members)
+    created = eas_shapes.eas_time(group.row.created_at)
     return GroupPublic(
         **ends.model_dump(),
         GroupName=group.row.name,
+        Name=group.row.name,
+        ClusterId=group.row.cluster,
+        CreateTime=created,
+        UpdateTime=created,
+        AccessToken=access_token,
         Region=group.row.cluster,
         TrafficMode=group.row.traffic_mode,
         Authentication=GROUP_AUTH,
@@ -148,10 +193,12 @@ def service_public(
     row: ServiceRow,
     ends: Endpoints,
     autoscaler_status: dict[str, Any] | None = None,
+    access_token: str | None = None,
     not_honoured: list[dict[str, str]] | None = None,
 ) -> ServicePublic:
     return ServicePublic(
         **ends.model_dump(),
+        **eas_shapes.service_fields(row),
         ServiceId=row.uid,
         ServiceName=row.name,
         Region=row.cluster,
@@ -167,9 +214,9 @@ def service_public(
         Stopped=row.stopped,
         CreateTime=row.created_at,
         UpdateTime=row.updated_at,
-        ServiceConfig=row.spec.public(),
         Replicas=row.replicas or [],
         AutoscalerStatus=autoscaler_status,
+        AccessToken=access_token,
         NotHonoured=not_honoured or [],
     )
 

@@ -1,4 +1,5 @@
-"""REST handlers for ``/api/v2/services``: EAS-shaped paths, admin-authenticated.
+"""REST handlers for ``/api/v2/services``: EAS-shaped paths, admin-authenticated. Each
+route is named after the EAS SDK action it serves (authorization reads the action from it).
 
 Thin: parse, call :class:`controlplane.services.Services`, shape the answer. Errors are raised
 as domain exceptions and turned into problem+json by ``controlplane.api.problems``.
@@ -7,7 +8,6 @@ as domain exceptions and turned into problem+json by ``controlplane.api.problems
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from typing import Annotated, Literal
 
@@ -16,16 +16,16 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane import eas_fields, service_watch
-from controlplane.api import schemas
+from controlplane.api import eas_shapes, schemas, sdk_query
 from controlplane.api.auth import authorize
 from controlplane.api.problems import json_body
+from controlplane.api.visibility import sees_token
 from controlplane.autoscaling import Autoscaling
-from controlplane.errors import FieldProblem, InvalidSpec, ServiceNotFound
+from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.models import ServiceRow
 from controlplane.roles import Principal
 from controlplane.services import Services, SortKey
 from controlplane.settings import Settings
-from controlplane.spec import Autoscaler
 
 
 def _body(schema: str) -> dict[str, object]:
@@ -56,16 +56,25 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         own = str(request.base_url).rstrip("/")
         return schemas.endpoints(name, settings.public_base(own), settings.intranet_base(own))
 
-    def public(request: Request, row: ServiceRow, response: Response) -> schemas.ServicePublic:
+    def public(
+        request: Request, row: ServiceRow, response: Response, token: bool = False
+    ) -> schemas.ServicePublic:
         response.headers["ETag"] = f'"{row.version}"'
         status = autoscaling.status(row.name) if row.spec.autoscaler else None
+        shown = services.sealer.open(row.token) if token and sees_token(request) else None
         notes = eas_fields.not_honoured(row.spec, settings.runtime)
-        return schemas.service_public(row, ends(request, row.name), status, notes)
+        return schemas.service_public(row, ends(request, row.name), status, shown, notes)
 
     @api.post("", status_code=200, openapi_extra=SPEC_BODY, name="CreateService")
-    async def create(request: Request) -> schemas.ServiceCreated:
-        """Create a service from an EAS spec; answers its endpoints and token."""
-        row, token = await run_in_threadpool(services.create, json_body(await request.body()))
+    async def create(
+        request: Request,
+        labels: Annotated[str | None, Query(alias="Labels", max_length=8192)] = None,
+    ) -> schemas.ServiceCreated:
+        """Create a service from an EAS spec; answers its endpoints and token. ``Labels``
+        (a JSON object, as the SDK sends it) labels it."""
+        tags = sdk_query.label_map(labels) if labels else None
+        body = json_body(await request.body())
+        row, token = await run_in_threadpool(services.create, body, tags)
         return schemas.ServiceCreated(
             **ends(request, row.name).model_dump(),
             RequestId=_request_id(),
@@ -87,24 +96,41 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         sort: SortKey = "createTime",
         order: Literal["asc", "desc"] = "desc",
         page_token: Annotated[str | None, Query(alias="pageToken", max_length=512)] = None,
-        label: Annotated[list[str] | None, Query(max_length=16)] = None,
-        label_json: Annotated[str | None, Query(alias="Label", max_length=4096)] = None,
+        sdk_page_number: Annotated[int | None, Query(alias="PageNumber", ge=1)] = None,
+        sdk_page_size: Annotated[int | None, Query(alias="PageSize", ge=1, le=100)] = None,
+        sdk_name: Annotated[str | None, Query(alias="ServiceName", max_length=63)] = None,
+        sdk_filter: Annotated[str | None, Query(alias="Filter", max_length=63)] = None,
+        sdk_status: Annotated[str | None, Query(alias="ServiceStatus", max_length=16)] = None,
+        sdk_sort: Annotated[str | None, Query(alias="Sort", max_length=32)] = None,
+        sdk_order: Annotated[str | None, Query(alias="Order", max_length=8)] = None,
+        label: Annotated[str | None, Query(alias="Label", max_length=4096)] = None,
+        group: Annotated[str | None, Query(alias="GroupName", max_length=63)] = None,
+        label_pairs: Annotated[list[str] | None, Query(alias="label", max_length=16)] = None,
     ) -> schemas.ServiceList:
-        """Services of this cluster, paged, filtered by name substring, status and labels
-        (``?label=k:v``, repeatable, or ``Label={"k": "v"}`` as EAS's SDK sends it: every
-        label must match). Pages by ``pageNumber``, or by ``pageToken`` (the previous page's
-        ``NextPageToken``): the latter stays stable while services are created and costs
-        the same at any depth. An AccessKey with ``Services`` lists only the names its globs
-        match."""
+        """Services of this cluster, paged, filtered by name substring and status. Pages by
+        ``pageNumber``, or by ``pageToken`` (the previous page's ``NextPageToken``): the
+        latter stays stable while services are created and costs the same at any depth.
+        The SDK's spellings work too: ``PageNumber``, ``PageSize``, ``ServiceName`` or
+        ``Filter`` (a part of the name), ``ServiceStatus``, ``Sort`` (``CreateTime``...),
+        ``Order``, ``Label`` (a JSON object: services with all of these labels) and
+        ``GroupName``; and ``label=k:v`` (repeatable) for people. An AccessKey with
+        ``Services`` lists only the names its globs match."""
+        page_number = sdk_page_number or page_number
+        page_size = sdk_page_size or page_size
         rows, total, next_token = services.page(
             page=page_number,
             size=page_size,
-            name=name,
-            status=status,
-            labels=label_filter(label or [], label_json),
-            sort=sort,
-            order=order,
+            name=sdk_name or sdk_filter or name,
+            status=sdk_status or status,
+            sort=sdk_query.sort_key(sdk_sort) if sdk_sort else sort,
+            order=sdk_query.order(sdk_order) if sdk_order else order,
             page_token=page_token,
+            group=group,
+            labels={
+                **(sdk_query.label_filter(label) or {}),
+                **label_pairs_map(label_pairs or []),
+            }
+            or None,
             globs=principal.services if principal.role != "admin" else None,
         )
         return schemas.ServiceList(
@@ -125,7 +151,8 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         after: Annotated[str | None, Query(max_length=64)] = None,
         wait: Annotated[float, Query(ge=0, le=service_watch.MAX_WAIT_S)] = 0,
     ) -> schemas.ServicePublic:
-        """The service. With `after` (the `X-OpenEAS-State` header of an earlier answer)
+        """The service, with its token in ``AccessToken`` for callers that may see it
+        (admin, developer). With `after` (the `X-OpenEAS-State` header of an earlier answer)
         and `wait` (seconds, at most 30), a long-poll: answers as soon as the service
         differs from that state, else after `wait` seconds as it is."""
         loop = asyncio.get_running_loop()
@@ -134,8 +161,8 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         while True:
             seen = commits.count
             row = await run_in_threadpool(services.get, cluster, name)
-            body = public(request, row, response)
-            state = service_watch.state_digest(body.model_dump_json().encode())
+            body = public(request, row, response, token=True)
+            state = service_watch.state_digest(body.model_dump_json(exclude={"RequestId"}).encode())
             left = deadline - loop.time()
             if after is None or state != after or left <= 0:
                 response.headers["X-OpenEAS-State"] = state
@@ -149,12 +176,16 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         cluster: str,
         name: str,
         if_match: Annotated[str | None, Header()] = None,
+        update_type: Annotated[Literal["merge", "replace"], Query(alias="UpdateType")] = "merge",
     ) -> schemas.ServicePublic:
-        """Merge the body (RFC 7386) into the spec. ``If-Match: "<ResourceVersion>"`` makes
-        the write conditional (412 when the service changed since it was read)."""
+        """Merge the body (RFC 7386) into the spec (``UpdateType=replace``: the body is the
+        whole new spec). ``If-Match: "<ResourceVersion>"`` makes the write conditional
+        (412 when the service changed since it was read)."""
         patch = json_body(await request.body())
         if not isinstance(patch, dict):
             raise InvalidSpec([FieldProblem("body", "expected a JSON object", "send {...}")])
+        if update_type == "replace":
+            patch = _replacing(patch, name)
         row = await run_in_threadpool(services.update, cluster, name, patch, _version(if_match))
         return public(request, row, response)
 
@@ -184,42 +215,6 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         """Set the instance count (``{"Instance": n}``)."""
         return public(request, services.scale(cluster, name, body.Instance), response)
 
-    @api.get(
-        "/{cluster}/{name}/autoscaler",
-        response_model_exclude_none=True,
-        name="DescribeServiceAutoScaler",
-    )
-    def get_autoscaler(cluster: str, name: str) -> Autoscaler:
-        """The service's autoscaler (404 when it has none)."""
-        auto = services.get(cluster, name).spec.autoscaler
-        if auto is None:
-            raise ServiceNotFound(
-                f"service {name!r} has no autoscaler: set one with "
-                f"'eascmd autoscale {name} --min 1 --max 4 --strategy qps=100'"
-            )
-        return auto
-
-    @api.put(
-        "/{cluster}/{name}/autoscaler",
-        openapi_extra=_body("Autoscaler"),
-        response_model_exclude_none=True,
-        name="UpdateServiceAutoScaler",
-    )
-    async def put_autoscaler(request: Request, cluster: str, name: str) -> Autoscaler:
-        """Set or replace the autoscaler (EAS's UpdateServiceAutoscaler); from now on it
-        sets ``metadata.instance`` within [min, max]."""
-        body = json_body(await request.body())
-        row = await run_in_threadpool(services.set_autoscaler, cluster, name, body)
-        assert row.spec.autoscaler is not None
-        return row.spec.autoscaler
-
-    @api.delete("/{cluster}/{name}/autoscaler", name="DeleteServiceAutoScaler")
-    def delete_autoscaler(
-        request: Request, response: Response, cluster: str, name: str
-    ) -> schemas.ServicePublic:
-        """Remove the autoscaler; the instance count stays where it was, set by hand again."""
-        return public(request, services.set_autoscaler(cluster, name, None), response)
-
     @api.post("/{cluster}/{name}/token", name="RotateServiceToken")
     def rotate_token(cluster: str, name: str) -> schemas.TokenPublic:
         """Replace the service token; the old one stops working at the gateway."""
@@ -228,24 +223,51 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
 
     @api.get("/{cluster}/{name}/token", name="DescribeServiceToken")
     def show_token(cluster: str, name: str) -> schemas.TokenPublic:
-        """The explicit admin call that reveals a service's token (never in describe/list)."""
+        """The service token alone (DescribeService shows it too, to admin and developer
+        callers, as EAS does; a list never does)."""
         row, token = services.token(cluster, name)
         return schemas.TokenPublic(RequestId=_request_id(), ServiceName=row.name, Token=token)
 
     @api.get("/{cluster}/{name}/events", name="DescribeServiceEvent")
-    def events(cluster: str, name: str) -> schemas.EventList:
-        rows = services.events(cluster, name)
+    def events(
+        cluster: str,
+        name: str,
+        page_num: Annotated[int, Query(alias="PageNum", ge=1)] = 1,
+        page_size: Annotated[int, Query(alias="PageSize", ge=1, le=200)] = 200,
+        event_type: Annotated[str | None, Query(alias="EventType", max_length=16)] = None,
+        start_time: Annotated[str | None, Query(alias="StartTime", max_length=40)] = None,
+        end_time: Annotated[str | None, Query(alias="EndTime", max_length=40)] = None,
+        instance: Annotated[str | None, Query(alias="InstanceName", max_length=128)] = None,
+    ) -> schemas.EventList:
+        """The service's recent events (the last 200), oldest first; ``PageNum`` and
+        ``PageSize`` page them; ``EventType`` (Normal, Warning), ``StartTime`` and
+        ``EndTime`` (UTC, ``2026-01-02 15:04:05`` or ISO 8601) and ``InstanceName`` (events
+        that name it) filter them."""
+        since = sdk_query.time(start_time, "StartTime")
+        until = sdk_query.time(end_time, "EndTime")
+        rows = [
+            e
+            for e in services.events(cluster, name)
+            if event_type in (None, e.type)
+            and (since is None or e.created_at >= since)
+            and (until is None or e.created_at <= until)
+            and (instance is None or instance in e.message)
+        ]
+        start = (page_num - 1) * page_size
         return schemas.EventList(
             RequestId=_request_id(),
             ServiceName=name,
-            Events=[schemas.event_public(e) for e in rows],
+            Events=[schemas.event_public(e) for e in rows[start : start + page_size]],
+            PageNum=page_num,
+            TotalCount=len(rows),
+            TotalPageNum=eas_shapes.page_count(len(rows), page_size),
         )
 
     return api
 
 
-def label_filter(pairs: list[str], as_json: str | None) -> dict[str, str]:
-    """``["k:v", ...]`` and ``'{"k": "v"}'`` as one map; 422 naming the parameter."""
+def label_pairs_map(pairs: list[str]) -> dict[str, str]:
+    """``["k:v", ...]`` as a map; 422 naming the parameter."""
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition(":")
@@ -253,18 +275,20 @@ def label_filter(pairs: list[str], as_json: str | None) -> dict[str, str]:
             fix = "write label=key:value, e.g. label=team:vision"
             raise InvalidSpec([FieldProblem("label", f"{pair!r} is not key:value", fix)])
         out[key] = value
-    if as_json:
-        try:
-            given = json.loads(as_json)
-        except ValueError:
-            given = None
-        if not isinstance(given, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in given.items()
-        ):
-            fix = 'write Label={"key": "value"} (a JSON object of strings)'
-            raise InvalidSpec([FieldProblem("Label", "not a JSON object of strings", fix)])
-        out.update(given)
     return out
+
+
+def _replacing(spec: dict[str, object], name: str) -> object:
+    """A whole new spec as a merge patch function: everything but the name replaced."""
+
+    def replace(_: dict[str, object]) -> dict[str, object]:
+        return {"name": name, **{k: v for k, v in spec.items() if k != "name"}}
+
+    if spec.get("name", name) != name:
+        raise InvalidSpec(
+            [FieldProblem("name", "a service cannot be renamed", f"use {name!r} or omit it")]
+        )
+    return replace
 
 
 def _version(if_match: str | None) -> int | None:

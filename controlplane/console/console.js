@@ -559,9 +559,11 @@ function serviceView(cluster, name) {
       h("dt", { text: "Created" }), h("dd", { text: when(s.CreateTime) }),
       h("dt", { text: "Updated" }), h("dd", { text: when(s.UpdateTime) }),
     ));
-    if (document.activeElement !== scaleInput) scaleInput.value = s.ServiceConfig.metadata?.instance ?? s.TotalInstance;
+    // ServiceConfig is a JSON string, as EAS answers it.
+    const config = typeof s.ServiceConfig === "string" ? JSON.parse(s.ServiceConfig) : s.ServiceConfig;
+    if (document.activeElement !== scaleInput) scaleInput.value = config.metadata?.instance ?? s.TotalInstance;
     stopStart.textContent = s.Stopped ? "Start" : "Stop";
-    spec.textContent = JSON.stringify(s.ServiceConfig, null, 2);
+    spec.textContent = JSON.stringify(config, null, 2);
     replicas.replaceChildren(replicaTable(s.Replicas));
     logs.replicas(s.Replicas);
   }

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from controlplane.runtime.base import LogSource, Notify, Runtime
+from controlplane.runtime.kubernetes.settings import KubernetesSettings
 
-if TYPE_CHECKING:  # settings import the kubernetes runtime's settings from this package
-    from controlplane.settings import Settings
+
+class Settings(Protocol):
+    """What picks and configures a runtime: :class:`controlplane.settings.Settings` (which
+    embeds the kubernetes runtime's settings, so this package does not import it back)."""
+
+    @property
+    def runtime(self) -> str: ...
+
+    @property
+    def data_dir(self) -> Path: ...
+
+    @property
+    def k8s(self) -> KubernetesSettings: ...
 
 
 def make_runtime(settings: Settings, notify: Notify) -> Runtime:

@@ -107,6 +107,9 @@ class DesiredReplicaSet:
     rolling: tuple[int | str, int | str] | None = None
     termination_grace_seconds: int | None = None  # metadata.eas.termination_grace_period
     enable_sigterm: bool | None = None  # metadata.rpc.enable_sigterm (None: as true)
+    # Replicas (by name) to replace as an update replaces old ones (DeleteServiceInstances):
+    # a name never comes back, so one that is gone stays gone.
+    retire: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

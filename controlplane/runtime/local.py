@@ -163,8 +163,12 @@ class LocalRuntime:
 
     async def apply(self, desired: DesiredReplicaSet) -> None:
         live = [r for r in self._replicas.get(desired.service, []) if not r.stopping]
-        current = [r for r in live if r.desired.template_hash == desired.template_hash]
-        old = [r for r in live if r.desired.template_hash != desired.template_hash]
+
+        def is_old(r: Replica) -> bool:
+            return r.desired.template_hash != desired.template_hash or r.name in desired.retire
+
+        current = [r for r in live if not is_old(r)]
+        old = [r for r in live if is_old(r)]
         surge, unavailable = rollout(desired)
         missing = desired.replicas - len(current)
         if old:  # a rollout: at most surge replicas above the count at any time
@@ -338,9 +342,9 @@ class LocalRuntime:
                 stderr=asyncio.subprocess.STDOUT,
                 env=env,
                 # No orphan even if we are SIGKILLed. Its own process group, so that stopping
-                # it stops tritonserver too; but our session: a new one would be a scheduler
-                # autogroup of its own, and the gateway's sched_yield (gateway/yielding.py)
-                # does not cede the core across autogroups.
+                # it stops tritonserver too; but our session, so that a replica shares its
+                # scheduler autogroup with the process that started it (a yield of the CPU
+                # cedes the core only within an autogroup; a new session is one of its own).
                 preexec_fn=die_with(os.getpid(), own_group=True),
             )
         self.notify(replica.service)

@@ -2,9 +2,9 @@
 
 Where a buffer starts matters to the kernel's copies: into and out of a buffer that begins
 16 bytes past a cache line (where glibc puts a big ``malloc`` block, and so a fresh
-``bytearray`` of 1 MiB) they took about 1.5x as long as into one on a page boundary on the
-bench machine (192 x 1 MiB ``recv_into`` + ``pwrite``: 63 against 43 ms). A buffer here is
-an anonymous mapping of its own, so it starts on a page.
+``bytearray`` of 1 MiB) they are slower than into one on a page boundary
+(docs/performance.md). Invariant: a buffer here is an anonymous mapping of its own, so it
+starts on a page.
 """
 
 from __future__ import annotations

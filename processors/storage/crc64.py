@@ -4,11 +4,11 @@ computes with ``crcmod``). The one module that imports ``fastcrc``.
 
 :mod:`processors.storage.pull` checksums each part as it arrives and
 :mod:`processors.storage.partial` combines the parts' CRCs into the file's, to compare with
-OSS's. ``fastcrc`` (Rust, carry-less multiply) checksums at several GB/s outside the GIL,
-where ``crcmod``'s C extension managed ~350 MB/s holding it, so the pull's threads were
-bound by checksumming rather than the network. The combine works in GF(2) like zlib's
-``crc32_combine``: a few hundred microseconds, where ``oss2``'s matrix version takes tens of
-milliseconds per part.
+OSS's. ``fastcrc`` (Rust, carry-less multiply) checksums outside the GIL, where
+``crcmod``'s C extension held it and bound the pull's threads by checksumming rather than
+the network. The combine works in GF(2) like zlib's ``crc32_combine``, in time logarithmic
+in the part's length (``oss2``'s matrix version is far slower per part; the figures:
+docs/performance.md).
 """
 
 from __future__ import annotations

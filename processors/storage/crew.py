@@ -4,8 +4,8 @@ A pull's fetches run as tasks that take file after file, or part after part, whi
 :class:`~processors.storage.throttle.Throttle` gives them a turn. Most pulls end with one or
 a few turns (a big file on a fast link: one stream; small files on a loopback: two or three
 GETs), so a thread per worker started up front was mostly threads that started, waited for a
-turn that never came and were woken to end: ~0.4 ms each of a pull's fixed cost, seven of
-eight of them for one big file. A :class:`Crew` runs one task of each kind at first, one of
+turn that never came and were woken to end, each a part of a pull's fixed cost, most of
+them for one big file. A :class:`Crew` runs one task of each kind at first, one of
 them on the calling thread (one big file on a fast link starts no thread at all), and another
 on a thread of its own for each turn a throttle opens (``Throttle(..., widened=)``).
 """

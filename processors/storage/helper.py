@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 from processors.storage.errors import TemporaryStorageError
 
-MANY = 128  # small files worth a process: it costs a fork and a connection (~10 ms)
+MANY = 128  # small files worth a process: it costs a fork and a connection
 _POLL = 0.2  # seconds between looks at the pull's stop flag while reading the pipe
 
 Report = Callable[[str], None]  # the helper's side: one line about one file

@@ -3,12 +3,12 @@
 :class:`processors.storage.oss._Transport` sends through :meth:`Connections.get` the GETs
 ``oss2`` built and signed (objects and listings: no body, no proxy; the query encoded by
 :func:`with_query` as ``requests`` would); anything else still goes through ``requests``.
-Through ``requests``, ``urllib3`` and ``http.client`` a small object's GET costs ~0.6 ms of
-CPU in Python layers (URL parsing and re-quoting, header merging and validation, ``email``'s
-header parser, pool bookkeeping), ten times the signing, and a pull's first request there
-~2 ms more (its pool, a connection the object GETs could not reuse): here the request is
-one write and the answer is parsed by hand, and a big body can be read into the caller's
-buffer (:meth:`Response.readinto`).
+Through ``requests``, ``urllib3`` and ``http.client`` a small object's GET spends most of
+its CPU in Python layers (URL parsing and re-quoting, header merging and validation,
+``email``'s header parser, pool bookkeeping), more than the signing, and a pull's first
+request there more again (its pool, a connection the object GETs could not reuse; the
+figures: docs/performance.md): here the request is one write and the answer is parsed by
+hand, and a big body can be read into the caller's buffer (:meth:`Response.readinto`).
 
 It reads what HTTP/1.1 allows a server to send: a ``Content-Length`` body, a chunked one,
 or one ending with the connection; obsolete folded header lines; repeated headers (joined

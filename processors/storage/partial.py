@@ -33,7 +33,7 @@ class Partial:
         self.file = file
         self.data = directory / f"{ident}.data"
         # JSON lines: the layout, then one line per finished part, appended (a rename over
-        # the last state per part made ext4 flush, stalling the stream up to 30 ms a part).
+        # the last state per part made ext4 flush, stalling the stream at every part).
         self._state = directory / f"{ident}.parts"
         self.part_size = part_size
         self.ranges = part_ranges(file.size, part_size)

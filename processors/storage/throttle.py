@@ -2,18 +2,17 @@
 
 A small file's GET is mostly Python work (signing, parsing the answer) under the one
 interpreter lock, then a wait for OSS. More GETs in flight than it takes to keep the lock
-busy during those waits only make the threads hand the lock back and forth (on a loopback,
-8 threads cost a third more CPU per file than 2). How many that is depends on OSS's
+busy during those waits only make the threads hand the lock back and forth, at more CPU
+per file (docs/performance.md). How many that is depends on OSS's
 latency: a :class:`Throttle` lets one worker fetch the first files alone, times their GETs,
 and from then on lets :func:`concurrency` workers fetch (2 or 3 on a loopback, all of them
 at OSS's few milliseconds).
 
 A big file's stream (:mod:`~processors.storage.runs`) is copying: its CPU goes to taking
 bytes from the socket, checksumming and writing them. Where one stream keeps its CPU busy
-(a loopback, a fast link) more only split that CPU, and cost more of it (eight streams
-twice the CPU of one on a loopback); where it waits on the network (OSS gives one stream
-~100-200 MB/s) more streams fill the link. So the first stream runs alone, and its steady
-state says how many follow (:func:`stream_count`).
+(a loopback, a fast link) more only split that CPU, and cost more of it; where it waits
+on the network (OSS's per-stream rate is below a link's) more streams fill the link. So the
+first stream runs alone, and its steady state says how many follow (:func:`stream_count`).
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ SO = ".cpython-311-x86_64-linux-gnu.so"
 @pytest.mark.parametrize(
     ("member", "kept"),
     [
-        (f"gateway/server{SO}", True),
+        (f"gateway/http/server{SO}", True),
         (f"9b02a299150c10e1f75e__mypyc{SO}", True),  # the modules' shared runtime, at the root
         ("gateway/compiled.txt", True),  # what they were compiled from: without it, not loaded
-        ("gateway/server.py", False),  # the checkout's own sources stay as they are
+        ("gateway/http/server.py", False),  # the checkout's own sources stay as they are
         ("controlplane/compiled.txt", False),
         ("openeas-0.1.0.dist-info/RECORD", False),
     ],
@@ -35,19 +35,19 @@ def test_a_build_in_place_is_the_extensions_and_their_record(member: str, kept: 
 
 def test_a_wheels_build_lands_beside_the_sources_it_came_from(tmp_path: Path) -> None:
     wheel, tree = tmp_path / "openeas.whl", tmp_path / "tree"
-    (tree / "gateway").mkdir(parents=True)
-    (tree / "gateway" / "server.py").write_text("# the checkout's source\n")
+    (tree / "gateway" / "http").mkdir(parents=True)
+    (tree / "gateway" / "http" / "server.py").write_text("# the checkout's source\n")
     with zipfile.ZipFile(wheel, "w") as z:
-        z.writestr(f"gateway/server{SO}", b"ELF")
-        z.writestr("gateway/compiled.txt", "server 0123\n")
-        z.writestr("gateway/server.py", "# the wheel's copy\n")
+        z.writestr(f"gateway/http/server{SO}", b"ELF")
+        z.writestr("gateway/compiled.txt", "http.server 0123\n")
+        z.writestr("gateway/http/server.py", "# the wheel's copy\n")
         z.writestr(f"abc__mypyc{SO}", b"ELF")
     assert sorted(unpack_build(wheel, tree)) == sorted(
-        [f"gateway/server{SO}", "gateway/compiled.txt", f"abc__mypyc{SO}"]
+        [f"gateway/http/server{SO}", "gateway/compiled.txt", f"abc__mypyc{SO}"]
     )
-    assert (tree / "gateway" / f"server{SO}").read_bytes() == b"ELF"
+    assert (tree / "gateway" / "http" / f"server{SO}").read_bytes() == b"ELF"
     assert (tree / f"abc__mypyc{SO}").exists()
-    assert (tree / "gateway" / "server.py").read_text() == "# the checkout's source\n"
+    assert (tree / "gateway" / "http" / "server.py").read_text() == "# the checkout's source\n"
 
 
 def sources_only(tmp_path: Path) -> Path:
@@ -78,6 +78,7 @@ def test_a_commit_from_before_the_build_step_is_left_pure_python(tmp_path: Path)
 
 
 @pytest.mark.slow
+@pytest.mark.network  # pip wheel in an isolated environment: fetches setuptools and mypy
 def test_a_fresh_worktree_is_compiled_in_place_before_it_is_measured(tmp_path: Path) -> None:
     if not native.compiled():
         pytest.skip("this checkout runs pure Python (OPENEAS_PURE_PYTHON=1 or no build)")

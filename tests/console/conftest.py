@@ -8,19 +8,15 @@ browser tests skip saying how to get it (fail, with ``OPENEAS_REQUIRE_BROWSER=1`
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
-import socket
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from controlplane import migrate
 from controlplane.api.app import create_app
@@ -32,7 +28,14 @@ from controlplane.sealing import from_settings
 from controlplane.services import Services
 from controlplane.settings import Settings
 from testing.waiting import wait_until
-from tests.controlplane.conftest import ADMIN, live_api, settings  # noqa: F401 (fixtures)
+from tests.controlplane.conftest import (  # noqa: F401 (fixtures)
+    ADMIN,
+    LiveServer,
+    autoscaling,
+    client,
+    live_api,
+    settings,
+)
 from tests.controlplane.test_eascmd_cli import eascmd  # noqa: F401
 from tests.controlplane.test_reconciler import FakeRuntime
 from tests.gateway.conftest import echo, echo_server, lt, make_gateway  # noqa: F401
@@ -109,24 +112,10 @@ class Platform:
         app = create_app(
             self.settings, self.engine, log_source=self.runtime, autoscaling=self.autoscaling
         )
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-        self.thread = threading.Thread(target=asyncio.run, args=(self._serve(sock),), daemon=True)
-        self.thread.start()
-        wait_until(
-            lambda: self.server.started and self.autoscaling.signals.leading, 30, what="leading"
-        )
+        self.live = LiveServer(app, beside=self.reconciler.run)
+        self.url = self.live.url
+        wait_until(lambda: self.autoscaling.signals.leading, 30, what="leading")
         self.api = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN}"})
-
-    async def _serve(self, sock: socket.socket) -> None:
-        reconciling = asyncio.create_task(self.reconciler.run())
-        try:
-            await self.server.serve(sockets=[sock])
-        finally:
-            reconciling.cancel()
-            await asyncio.gather(reconciling, return_exceptions=True)
 
     def create(self, name: str, instances: int = 1, **metadata: Any) -> None:
         spec = {
@@ -144,9 +133,10 @@ class Platform:
 
     def stop(self) -> None:
         self.api.close()
-        self.server.should_exit = True
-        self.thread.join(15)
-        self.engine.dispose()
+        try:
+            self.live.stop()
+        finally:
+            self.engine.dispose()
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Page, expect
 
 from contract.wire import SIGNALS_PATH, LoadReport, ServiceLoad
 from controlplane.metrics_history import POINTS, STEP_S, MetricsHistory
@@ -24,9 +25,6 @@ from tests.controlplane.conftest import ADMIN
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seed_triton.config"
 BOUNDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25]
-
-pytest.importorskip("playwright")
-from playwright.sync_api import Page, expect  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -282,7 +280,7 @@ def test_autoscaler_and_group_settings(seeded: Platform, page: Page) -> None:
     page.get_by_label("Traffic").select_option("grouping")
     page.get_by_role("button", name="Save").click()
     expect(page.get_by_text("Group settings saved.")).to_be_visible()
-    spec = seeded.api.get("/api/v2/services/local/bert_base").json()["ServiceConfig"]
+    spec = json.loads(seeded.api.get("/api/v2/services/local/bert_base").json()["ServiceConfig"])
     assert (spec["metadata"]["weight"], spec["metadata"]["traffic_state"]) == (250, "grouping")
 
 

@@ -15,20 +15,14 @@ from fastapi.testclient import TestClient
 
 from contract.configfile import ConfigFileError, read_config
 from contract.wire import SIGNALS_PATH
-from controlplane.api.app import create_app
 from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine, make_sessions
 from controlplane.sealing import from_settings
 from controlplane.services import Services
 from controlplane.settings import Settings
-from tests.controlplane.conftest import ADMIN, seed_spec
+from tests.controlplane.conftest import seed_spec
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seed_triton.config"
-
-
-@pytest.fixture
-def settings(tmp_path: Path, database_url: str) -> Settings:
-    return Settings(data_dir=tmp_path, database_url=database_url, admin_token=ADMIN)
 
 
 @pytest.fixture
@@ -41,12 +35,9 @@ def scaling(settings: Settings) -> Iterator[Autoscaling]:
 
 
 @pytest.fixture
-def client(settings: Settings, scaling: Autoscaling) -> Iterator[TestClient]:
-    engine = make_engine(settings.sqlalchemy_url)
-    with TestClient(create_app(settings, engine, autoscaling=scaling)) as c:
-        c.headers["Authorization"] = f"Bearer {ADMIN}"
-        yield c
-    engine.dispose()
+def autoscaling(scaling: Autoscaling) -> Autoscaling:
+    """The API's (tests.controlplane.conftest's ``client`` serves with it)."""
+    return scaling
 
 
 def test_the_console_is_three_files_of_its_own_under_a_strict_policy(client: TestClient) -> None:

@@ -17,9 +17,9 @@ from controlplane.db import make_engine, make_sessions
 from controlplane.sealing import from_settings
 from controlplane.services import Services
 from controlplane.settings import Settings
-from gateway.limits import Activity, InFlight
 from gateway.metrics import GatewayMetrics
 from gateway.reporter import LoadReporter
+from gateway.routing.limits import Activity, InFlight
 from testing.waiting import wait_until
 from tests.controlplane.conftest import ADMIN, LiveServer, seed_spec
 from tests.gateway.conftest import GatewayFactory

@@ -1,17 +1,27 @@
-"""Control-plane fixtures: the API app on each database, behind FastAPI's test client."""
+"""Control-plane fixtures: the API app on each database, behind FastAPI's test client or
+served by uvicorn in a thread (:class:`LiveServer`); the autoscaling leader."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 
 from controlplane.api.app import create_app
+from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine
 from controlplane.settings import Settings
+from tests.tasks import stop
+
+if TYPE_CHECKING:
+    from tests.controlplane.test_reconciler import Harness
 
 ADMIN = "admin-token-for-tests-0123456789"
 
@@ -43,37 +53,57 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
 
 
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
+def autoscaling() -> Autoscaling | None:
+    """The API's autoscaling (a test module that needs one overrides this)."""
+    return None
+
+
+@pytest.fixture
+def client(settings: Settings, autoscaling: Autoscaling | None) -> Iterator[TestClient]:
     engine = make_engine(settings.sqlalchemy_url)
-    with TestClient(create_app(settings, engine)) as c:
+    with TestClient(create_app(settings, engine, autoscaling=autoscaling)) as c:
         c.headers["Authorization"] = f"Bearer {ADMIN}"
         yield c
     engine.dispose()
 
 
 class LiveServer:
-    """The control-plane app served by uvicorn on a loopback port, in a thread."""
+    """An ASGI app served by uvicorn on a loopback port, in a thread of its own; ``beside``
+    (e.g. a reconciler's ``run``) runs as a task in the same event loop, cancelled when the
+    server stops, and a crash of it fails :meth:`stop`."""
 
-    def __init__(self, app: Any) -> None:
-        import socket
-        import threading
-
-        import uvicorn
-
+    def __init__(
+        self, app: Any, beside: Callable[[], Coroutine[Any, Any, None]] | None = None
+    ) -> None:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]})
+        self.beside = beside
+        self.crashed: BaseException | None = None
+        self.thread = threading.Thread(target=asyncio.run, args=(self._serve(sock),), daemon=True)
         self.thread.start()
-        while not self.server.started:
+        while not self.server.started and self.thread.is_alive():
             self.thread.join(0.02)
+
+    async def _serve(self, sock: socket.socket) -> None:
+        task = asyncio.create_task(self.beside()) if self.beside is not None else None
+        try:
+            await self.server.serve(sockets=[sock])
+        finally:
+            if task is not None:
+                try:
+                    await stop(task)
+                except BaseException as e:
+                    self.crashed = e
 
     def stop(self) -> None:
         self.server.should_exit = True
-        self.thread.join(10)
+        self.thread.join(15)
+        if self.crashed is not None:
+            raise self.crashed
 
 
 @pytest.fixture
@@ -83,3 +113,15 @@ def live_api(settings: Settings) -> Iterator[LiveServer]:
     yield server
     server.stop()
     engine.dispose()
+
+
+@pytest.fixture
+async def leader(harness: Harness) -> AsyncIterator[tuple[Harness, Autoscaling]]:
+    """A reconciler leading with autoscaling (ticks every 0.1 s), stopped after the test."""
+    scaling = Autoscaling(harness.sessions, harness.services, tick_s=0.1)
+    reconciler = harness.make_reconciler(lease_ttl=1.0, autoscaling=scaling)
+    task = asyncio.create_task(reconciler.run())
+    await harness.until(lambda: scaling.signals.leading)
+    yield harness, scaling
+    await stop(task)
+    assert not scaling.signals.leading

@@ -4,14 +4,10 @@ loop scaling a service through the reconciler and an in-memory runtime, on each 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from contract.wire import LoadReport, ServiceLoad
 from controlplane.autoscaling import Autoscaling
-from controlplane.reconciler import Reconciler
 from controlplane.signals import Signals
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
@@ -56,18 +52,6 @@ AUTO = {
     "scaleStrategies": [{"metricName": "concurrency", "threshold": 2}],
     "behavior": {"scaleDown": {"stabilizationWindowSeconds": 1}},
 }
-
-
-@pytest.fixture
-async def leader(harness: Harness) -> AsyncIterator[tuple[Harness, Autoscaling]]:  # noqa: F811
-    scaling = Autoscaling(harness.sessions, harness.services, tick_s=0.1)
-    reconciler: Reconciler = harness.make_reconciler(lease_ttl=1.0, autoscaling=scaling)
-    task = asyncio.create_task(reconciler.run())
-    await harness.until(lambda: scaling.signals.leading)
-    yield harness, scaling
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    assert not scaling.signals.leading
 
 
 def decisions(h: Harness) -> list[str]:

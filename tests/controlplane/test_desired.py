@@ -75,3 +75,13 @@ def test_template_hash_changes_only_with_what_needs_new_replicas(
 ) -> None:
     before = desired(state()).template_hash
     assert (desired(state(spec=spec)).template_hash == before) is same
+
+
+def test_restarts_roll_and_retired_replicas_are_named() -> None:
+    before = desired(state())
+    assert desired(state(restarts=0)).template_hash == before.template_hash  # as before
+    once, twice = desired(state(restarts=1)), desired(state(restarts=2))
+    assert len({before.template_hash, once.template_hash, twice.template_hash}) == 3
+    retiring = desired(state(retire=("triton_test-3",)))
+    assert retiring.retire == frozenset({"triton_test-3"}) and before.retire == frozenset()
+    assert retiring.template_hash == before.template_hash  # only the named ones are replaced

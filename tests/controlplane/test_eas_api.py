@@ -4,6 +4,7 @@ local runtime cannot run at all is refused at create with the reason and the fix
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -17,7 +18,7 @@ def test_the_issue_config_is_created_and_shown_as_written(client: TestClient) ->
     assert r.status_code == 200, r.text
     assert r.json()["ServiceName"] == "triton_mnist"
     desc: dict[str, Any] = client.get("/api/v2/services/local/triton_mnist").json()
-    config = desc["ServiceConfig"]
+    config = json.loads(desc["ServiceConfig"])
     for key in ("containers", "storage", "labels", "cloud"):
         assert config[key] == issue_config()[key]
     fields = [n["field"] for n in desc["NotHonoured"]]
@@ -64,12 +65,13 @@ def test_a_patch_in_eas_spellings_replaces_what_is_stored(client: TestClient) ->
     path = "/api/v2/services/local/triton_mnist"
     r = client.put(path, json={"metadata": {"rpc.keepalive": 5000}})
     assert r.status_code == 200, r.text
-    assert client.get(path).json()["ServiceConfig"]["metadata"]["rpc"] == {"keepalive": 5000}
+    written = json.loads(client.get(path).json()["ServiceConfig"])
+    assert written["metadata"]["rpc"] == {"keepalive": 5000}
     r = client.put(path, json={"autoscaler": {"min": 1, "max": 2, "strategies": {"qps": 5}}})
     assert r.status_code == 200, r.text
     r = client.put(path, json={"autoscaler": {"strategies": {"cpu": 70}}})
     assert r.status_code == 200, r.text
-    auto = client.get(path).json()["ServiceConfig"]["autoscaler"]
+    auto = json.loads(client.get(path).json()["ServiceConfig"])["autoscaler"]
     assert auto["scaleStrategies"] == [{"metricName": "cpu", "threshold": 70.0}]
     r = client.put(path, json={"metadata": {"name": "renamed"}})
     assert r.status_code == 422 and "metadata.name" in r.text

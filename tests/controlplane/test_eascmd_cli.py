@@ -245,3 +245,30 @@ def test_desc_of_a_service_at_zero_says_so() -> None:
     assert "| Status           | ScaledToZero " in out
     assert "| Message          | scaled to zero, wakes on request " in out
     assert "to zero after 600 s without requests" in out
+
+
+def test_cronscale_sets_shows_refuses_and_removes(eascmd: Any, tmp_path: Path) -> None:
+    assert eascmd("create", "--no-wait", write(tmp_path, seed_spec()))[0] == 0
+    code, _, err = eascmd("cronscale", "triton_test")
+    assert code == 1 and "no scheduled scaler" in err
+    cron = {
+        "ExcludeDates": ["* * * * * 6,0"],
+        "ScaleJobs": [
+            {"Name": "peak", "Schedule": "0 0 8 * * *", "TargetSize": 3},
+            {"Schedule": "0 0 20 * * *", "TargetSize": 1, "TimeZone": "Asia/Shanghai"},
+        ],
+    }
+    code, out, err = eascmd("cronscale", "local/triton_test", "-s", write(tmp_path, cron, "c.json"))
+    assert code == 0, err
+    assert "[OK] Service triton_test scales on schedule: 2 job(s)" in out
+    assert "| peak  | 0 0 8 * * *  | 3          | UTC           | Waiting | -       |" in out
+    assert "| job-2 | 0 0 20 * * * | 1          | Asia/Shanghai | Waiting | -       |" in out
+    assert "ExcludeDates: * * * * * 6,0" in out
+    assert "| job-2 " in eascmd("cronscale", "triton_test")[1]
+
+    bad = {"ScaleJobs": [{"Schedule": "0 8 * * *", "TargetSize": 1}]}
+    code, _, err = eascmd("cronscale", "triton_test", "-s", write(tmp_path, bad, "bad.json"))
+    assert code == 1 and "ScaleJobs[0].Schedule" in err and "write 6" in err
+    code, out, _ = eascmd("cronscale", "triton_test", "--off")
+    assert code == 0 and "removed" in out
+    assert eascmd("cronscale", "triton_test")[0] == 1

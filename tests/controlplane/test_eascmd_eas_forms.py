@@ -4,6 +4,7 @@ today's flags."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ def written(live_api: LiveServer) -> dict[str, Any]:
         f"{live_api.url}/api/v2/services/local/triton_test",
         headers={"Authorization": f"Bearer {ADMIN}"},
     )
-    config: dict[str, Any] = r.json()["ServiceConfig"]
+    config: dict[str, Any] = json.loads(r.json()["ServiceConfig"])
     return config
 
 

@@ -232,7 +232,9 @@ def test_bad_credentials_get_their_codes(
             assert dev["AccessKeySecret"] not in answer.text
         assert c.post("/api/v2/services", content=body, headers=signed).status_code == 200
         odd = {**signed, "authorization": signed["authorization"][:-2].encode() + b"\xe9\xe9"}
-        for headers in (odd, {"authorization": f"acs {dev['AccessKeyId']}:\xe9".encode("latin-1")}):
+        latin = {"authorization": f"acs {dev['AccessKeyId']}:\xe9".encode("latin-1")}
+        odd_headers: tuple[dict[str, Any], ...] = (odd, latin)
+        for headers in odd_headers:
             answer = c.post("/api/v2/services", content=body, headers=headers)
             assert (answer.status_code, answer.json()["Code"]) == (401, "SignatureDoesNotMatch")
         for header in ("ACS3-HMAC-SHA256 Credential=x", "acs nocolon", "Basic abc"):

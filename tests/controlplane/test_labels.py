@@ -36,7 +36,7 @@ def test_labels_are_shown_and_filter_the_list(client: TestClient) -> None:
     make(client, "speech", {"team": "speech"})
     make(client, "bare", None)
     desc = client.get("/api/v2/services/local/vision_a").json()
-    assert desc["ServiceConfig"]["labels"] == {
+    assert json.loads(desc["ServiceConfig"])["labels"] == {
         "team": "vision",
         "$SYSTEM_SERVICE_DEPLOY_TYPE": "triton",
     }

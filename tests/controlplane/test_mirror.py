@@ -4,6 +4,7 @@ removed by Ratio 0 (both databases)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -33,7 +34,7 @@ def test_mirror_reaches_the_route_table_without_a_new_generation(two: TestClient
     before, gen = routes(two).version, generation(two)
     r = two.put(MIRROR, json={"Ratio": 10, "Target": ["v2"], "Tolerance": 0.001})
     assert r.status_code == 200, r.text
-    mirror = r.json()["ServiceConfig"]["metadata"]["mirror"]
+    mirror = json.loads(r.json()["ServiceConfig"])["metadata"]["mirror"]
     assert mirror == {"ratio": 10, "targets": ["v2"], "tolerance": 0.001}
     assert generation(two) == gen
     delta = routes(two, before)
@@ -45,7 +46,9 @@ def test_mirror_reaches_the_route_table_without_a_new_generation(two: TestClient
 
     before = routes(two).version
     r = two.put(MIRROR, json={"Ratio": 0})
-    assert r.status_code == 200 and "mirror" not in r.json()["ServiceConfig"]["metadata"]
+    assert (
+        r.status_code == 200 and "mirror" not in json.loads(r.json()["ServiceConfig"])["metadata"]
+    )
     assert [(x.service, x.mirror) for x in routes(two, before).routes] == [("v1", None)]
     assert generation(two) == gen
 
@@ -71,7 +74,10 @@ def test_bad_mirrors_are_refused_and_nothing_is_stored(
     (error,) = r.json()["errors"]
     assert error["field"] == field and words in error["message"], error
     assert routes(two).version == before
-    assert "mirror" not in two.get("/api/v2/services/local/v1").json()["ServiceConfig"]["metadata"]
+    assert (
+        "mirror"
+        not in json.loads(two.get("/api/v2/services/local/v1").json()["ServiceConfig"])["metadata"]
+    )
 
 
 def test_the_spec_carries_a_mirror_too(two: TestClient) -> None:

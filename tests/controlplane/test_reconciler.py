@@ -31,6 +31,7 @@ from controlplane.services import Services
 from controlplane.store import ReconcileStore
 from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec
+from tests.tasks import stop
 
 
 class FakeRuntime:
@@ -157,8 +158,7 @@ async def running(harness: Harness) -> AsyncIterator[tuple[Harness, Reconciler]]
     task = asyncio.create_task(reconciler.run())
     await harness.until(lambda: reconciler.is_leader)
     yield harness, reconciler
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    await stop(task)
 
 
 def status(h: Harness) -> tuple[str, int, int, int]:
@@ -303,8 +303,7 @@ async def test_resync_reconciles_only_what_drifted(harness: Harness) -> None:
     await harness.until(lambda: "ghost" not in runtime.replicas and runtime.replicas["s2"])
     assert {d.service for d in runtime.applied} == {"s2"}
     assert set(runtime.observed) == {"s2"}
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    await stop(task)
 
 
 def ghost(runtime: FakeRuntime, name: str) -> None:
@@ -329,8 +328,7 @@ async def test_a_notification_alone_deletes_no_orphan(harness: Harness) -> None:
         assert "ghost" in runtime.replicas
         assert runtime.installation == harness.installation()
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)
 
 
 async def test_an_empty_database_deletes_nothing_and_says_why(harness: Harness) -> None:
@@ -351,8 +349,7 @@ async def test_an_empty_database_deletes_nothing_and_says_why(harness: Harness) 
         assert reason == "OrphansKept"
         assert "3 of the 3 services" in message and "openeas gc --confirm" in message
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)
 
 
 async def test_a_refused_claim_reconciles_nothing(harness: Harness) -> None:
@@ -374,8 +371,7 @@ async def test_a_refused_claim_reconciles_nothing(harness: Harness) -> None:
         assert harness.runtime.applied == [] and not reconciler.is_leader
         assert harness.row().status == "Creating"
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)
 
 
 async def test_only_one_of_two_reconcilers_leads(harness: Harness) -> None:
@@ -395,9 +391,7 @@ async def test_only_one_of_two_reconcilers_leads(harness: Harness) -> None:
     # The leader goes away; the other takes over once the lease expires.
     tasks[0 if leader is first else 1].cancel()
     await harness.until(lambda: follower.is_leader, timeout=5)
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await stop(*tasks)
 
 
 async def test_a_renewal_that_stalls_past_the_lease_is_no_lead(
@@ -423,8 +417,7 @@ async def test_a_renewal_that_stalls_past_the_lease_is_no_lead(
     assert time.monotonic() >= ends  # not before its lease ended
     await harness.until(lambda: reconciler.runtime is None, timeout=5)  # its work stopped
     assert time.monotonic() < ends + 1.0  # long before the stalled call returned
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    await stop(task)
 
 
 async def test_a_runtime_that_cannot_start_is_retried(harness: Harness) -> None:
@@ -441,8 +434,7 @@ async def test_a_runtime_that_cannot_start_is_retried(harness: Harness) -> None:
     task = asyncio.create_task(reconciler.run())
     await harness.until(lambda: reconciler.is_leader)
     assert len(attempts) == 2
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    await stop(task)
 
 
 async def test_pull_progress_is_stored_without_touching_routes(
@@ -493,5 +485,4 @@ async def test_the_poll_reads_pending_services_only_after_a_commit(harness: Harn
         await harness.until(lambda: status(harness) == ("Waiting", 1, 1, 0))
         assert reads > settled
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)

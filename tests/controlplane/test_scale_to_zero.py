@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,7 +21,6 @@ from controlplane.autoscaling import Autoscaling, NotWakeable
 from controlplane.coldstart import ColdStart, breakdown, phase_of
 from controlplane.db import make_engine, make_sessions
 from controlplane.desired import ServiceState
-from controlplane.reconciler import Reconciler
 from controlplane.runtime.base import ReplicaStatus
 from controlplane.sealing import TokenSealer
 from controlplane.services import Services
@@ -30,6 +28,7 @@ from controlplane.settings import Settings
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_autoscaling import report
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
+from tests.tasks import stop
 
 
 def to_zero(grace: int = 1, activation: int = 1, window: int = 0) -> dict[str, Any]:
@@ -45,17 +44,6 @@ def to_zero(grace: int = 1, activation: int = 1, window: int = 0) -> dict[str, A
             },
         },
     }
-
-
-@pytest.fixture
-async def leader(harness: Harness) -> AsyncIterator[tuple[Harness, Autoscaling]]:  # noqa: F811
-    scaling = Autoscaling(harness.sessions, harness.services, tick_s=0.1)
-    reconciler: Reconciler = harness.make_reconciler(lease_ttl=1.0, autoscaling=scaling)
-    task = asyncio.create_task(reconciler.run())
-    await harness.until(lambda: scaling.signals.leading)
-    yield harness, scaling
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 def instances(h: Harness, name: str = "triton_test") -> Any:
@@ -146,8 +134,7 @@ async def test_a_read_of_the_wake_up_during_its_write_does_not_scale_it_back(
         assert events(h, "Autoscaled") == ["to zero"]
     finally:
         go_on.set()
-        loop.cancel()
-        await asyncio.gather(loop, return_exceptions=True)
+        await stop(loop)
 
 
 async def test_the_grace_period_counts_from_the_wake_up_and_requests(

@@ -28,7 +28,7 @@ from tests.controlplane.conftest import ADMIN
 def test_the_control_plane_serves_with_its_start_up_heap_frozen(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unfrozen_heap: None
 ) -> None:
-    """`openeas controlplane` freezes what its start-up built before it serves (contract.heap)."""
+    """`openeas controlplane` freezes what its start-up built before it serves (startup.heap)."""
     monkeypatch.setenv("OPENEAS_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("OPENEAS_DATABASE_URL", raising=False)
     seen: list[int] = []

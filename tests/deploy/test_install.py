@@ -14,7 +14,8 @@ import pytest
 from tests.deploy.chart import ROOT
 
 
-@pytest.mark.slow  # builds in an isolated environment: fetches setuptools from the index
+@pytest.mark.slow
+@pytest.mark.network  # builds in an isolated environment: fetches setuptools from the index
 def test_editable_install_prints_no_warning(tmp_path: Path) -> None:
     target = tmp_path / "venv"
     venv.create(target, with_pip=False)

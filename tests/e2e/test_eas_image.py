@@ -57,7 +57,7 @@ def test_image_config_with_an_oss_mount_serves_the_seed_client(
     check_example_models(endpoint, {"Authorization": token})
 
     desc = platform.describe("triton_mnist")
-    written = desc["ServiceConfig"]
+    written = json.loads(desc["ServiceConfig"])  # a JSON string, as EAS answers it
     assert written["containers"] == config["containers"]
     assert written["storage"] == config["storage"]
     assert written["labels"] == config["labels"]

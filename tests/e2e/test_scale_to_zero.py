@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -126,7 +127,7 @@ def test_a_service_at_zero_is_woken_by_its_requests_and_sleeps_again(stack: Stac
     assert status == 401 and took < 1.0
     time.sleep(1.0)
     assert stack.events("Woken") == []
-    assert stack.service()["ServiceConfig"]["metadata"]["instance"] == 0
+    assert json.loads(stack.service()["ServiceConfig"])["metadata"]["instance"] == 0
 
     with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(lambda _: stack.predict(token), range(4)))
@@ -146,5 +147,5 @@ def test_a_service_at_zero_is_woken_by_its_requests_and_sleeps_again(stack: Stac
     status, took = stack.predict(token)
     assert status == 200 and took < 1.0
     wait_until(lambda: stack.service()["Status"] == "ScaledToZero", 20)
-    assert stack.service()["ServiceConfig"]["metadata"]["instance"] == 0
+    assert json.loads(stack.service()["ServiceConfig"])["metadata"]["instance"] == 0
     assert stack.events("Autoscaled")[-1].startswith("scaled 1→0: no request for")

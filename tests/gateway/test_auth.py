@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from contract.wire import token_digest
-from gateway.auth import digest_bytes, presented_token, token_matches
+from gateway.routing.auth import digest_bytes, presented_token, token_matches
 
 
 @pytest.mark.parametrize(

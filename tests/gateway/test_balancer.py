@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.balancer import EndpointPool, split_base_url
+from gateway.routing.balancer import EndpointPool, split_base_url
 
 
 class Clock:

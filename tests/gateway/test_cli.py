@@ -58,7 +58,7 @@ def test_defaults() -> None:
 
 def test_the_gateway_serves_with_its_start_up_heap_frozen(unfrozen_heap: None) -> None:
     """`openeas gateway`, each of its workers and `openeas up` serve through ``run``: a full
-    collection then walks what came after start-up only (contract.heap)."""
+    collection then walks what came after start-up only (startup.heap)."""
     seen: list[int] = []
 
     async def serving() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.compare import Answer, decode, same
+from gateway.mirroring.compare import Answer, decode, same
 
 
 def js(*outputs: dict[str, Any], version: str = "1", status: int = 200) -> Answer:

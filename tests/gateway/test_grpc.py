@@ -25,14 +25,12 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from contract.wire import GroupRoute, Route, RouteTable, token_digest
-from gateway import h2wire as h2
-from gateway.grpc_server import GrpcRunner, start_grpc
+from gateway.grpc import h2wire as h2
+from gateway.grpc.server import GrpcRunner, start_grpc
 from testing.waiting import wait_until
 from tests.fixtures_triton import TritonServer, free_port, launch_triton
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import SERVICE, TOKEN, Gateway, LoopThread, route, table
-
-pytestmark = pytest.mark.slow
 
 OTHER_TOKEN = "other-" + "y" * 26
 
@@ -68,7 +66,7 @@ def open_door(make_gateway: GatewayFactory, lt: LoopThread) -> Iterator[Any]:
 
     def factory(routes: RouteTable, **settings: Any) -> Door:
         gw = make_gateway(routes, **settings)
-        runner = lt.run(start_grpc(gw.runner.gateway, host="127.0.0.1", port=0))
+        runner = lt.run(start_grpc(gw.runner.gateway.grpc_door(), host="127.0.0.1", port=0))
         opened.append(runner)
         return Door(gw, runner)
 
@@ -104,6 +102,7 @@ def status_of(call: Any) -> str:
     return status
 
 
+@pytest.mark.slow  # starts Triton
 def test_unary_rpcs(door: Door, triton_server: TritonServer) -> None:
     client = door.client()
     direct = grpcclient.InferenceServerClient(url=f"127.0.0.1:{triton_server.grpc_port}")
@@ -134,6 +133,7 @@ def test_unary_rpcs(door: Door, triton_server: TritonServer) -> None:
     assert 'openeas_gateway_grpc_requests_total{service="svc",code="OK"}' in door.metrics()
 
 
+@pytest.mark.slow  # starts Triton
 def test_streaming_decoupled_model(door: Door) -> None:
     """ModelStreamInfer both ways: two requests on one stream, each answered three times."""
     client = door.client()
@@ -165,6 +165,7 @@ def test_streaming_decoupled_model(door: Door) -> None:
     assert in_flight.requests == 1
 
 
+@pytest.mark.slow  # starts Triton
 def test_one_mib_outputs_equal_http(door: Door, triton_server: TritonServer) -> None:
     payload = np.random.default_rng(3).integers(0, 256, 1 << 20, dtype=np.uint8)
     client = door.client()
@@ -183,6 +184,7 @@ def test_one_mib_outputs_equal_http(door: Door, triton_server: TritonServer) -> 
         http.close()
 
 
+@pytest.mark.slow  # starts Triton
 def test_token_selects_the_service(open_door: Any, triton_server: TritonServer) -> None:
     """Two services behind one address: each token reaches its own (per metrics)."""
     other = grpc_route(triton_server, service="other", token=OTHER_TOKEN)
@@ -218,6 +220,7 @@ ADMIN_CALLS = {
 }
 
 
+@pytest.mark.slow  # starts Triton
 def test_refusals(door: Door) -> None:
     client = door.client()
     try:
@@ -239,6 +242,7 @@ def test_refusals(door: Door) -> None:
     assert 'openeas_gateway_grpc_requests_total{service="svc",code="PERMISSION_DENIED"}' in metrics
 
 
+@pytest.mark.slow  # starts Triton
 def test_no_ready_replica_is_unavailable(door: Door) -> None:
     door.publish(table(grpc_route(None, status="Waiting"), version=2))
     client = door.client()
@@ -265,6 +269,7 @@ def test_a_replica_refusing_connections_is_unavailable(open_door: Any) -> None:
     assert entry.grpc_endpoints[0].down_until > 0  # tried last for a moment
 
 
+@pytest.mark.slow  # starts Triton
 def test_limits_are_resource_exhausted(open_door: Any, triton_server: TritonServer) -> None:
     door: Door = open_door(table(grpc_route(triton_server, rate_limit=1)))
     client = door.client()
@@ -297,6 +302,7 @@ def test_route_timeout_is_deadline_exceeded(open_door: Any) -> None:
             client.close()
 
 
+@pytest.mark.slow  # starts Triton
 def test_authority_selects_the_service(open_door: Any, triton_server: TritonServer) -> None:
     """With OPENEAS_GATEWAY_DOMAIN set, ``<service>.<domain>`` names the service (EAS's
     per-service host names); its token must be that service's."""
@@ -326,6 +332,7 @@ def test_authority_selects_the_service(open_door: Any, triton_server: TritonServ
     assert 'openeas_gateway_grpc_requests_total{service="",code="NOT_FOUND"} 1' in metrics
 
 
+@pytest.mark.slow  # starts Triton
 def test_groups_split_and_open_as_on_http(open_door: Any, triton_server: TritonServer) -> None:
     """A service group on the gRPC door: its token alone, or ``<group>.<domain>``, reaches
     the member its weights pick (exactly, as on HTTP); a member's token opens the group;
@@ -403,6 +410,7 @@ def served(metrics: str) -> dict[str, int]:
     return {name: int(n) for name, n in found}
 
 
+@pytest.mark.slow  # starts Triton
 def test_message_over_the_body_limit_is_resource_exhausted(
     open_door: Any, triton_server: TritonServer
 ) -> None:
@@ -421,6 +429,7 @@ def test_message_over_the_body_limit_is_resource_exhausted(
         client.close()
 
 
+@pytest.mark.slow  # starts Triton
 def test_many_concurrent_calls_and_tensors_beyond_the_windows(door: Door) -> None:
     """64 calls at once on one connection, and 8 MiB each way (twice the 4 MiB stream
     windows: credit must flow back on both legs), all answered right."""
@@ -469,6 +478,7 @@ def concurrent_add_sub(client: grpcclient.InferenceServerClient, n: int) -> None
 
 
 @pytest.mark.parametrize("yield_at", [2, 0])
+@pytest.mark.slow  # starts Triton
 def test_a_busy_door_yields_the_cpu_and_a_lone_call_never_does(
     open_door: Any, triton_server: TritonServer, monkeypatch: pytest.MonkeyPatch, yield_at: int
 ) -> None:
@@ -476,7 +486,7 @@ def test_a_busy_door_yields_the_cpu_and_a_lone_call_never_does(
     same core answers several before the next read); one call at a time, or
     ``grpc_yield_at=0``, never does."""
     yields: list[int] = []
-    monkeypatch.setattr("gateway.grpc_relay._sched_yield", lambda: yields.append(1))
+    monkeypatch.setattr("gateway.grpc.relay._sched_yield", lambda: yields.append(1))
     door = open_door(table(grpc_route(triton_server)), grpc_yield_at=yield_at)
     client = door.client()
     try:
@@ -490,6 +500,7 @@ def test_a_busy_door_yields_the_cpu_and_a_lone_call_never_does(
     assert bool(yields) == bool(yield_at)
 
 
+@pytest.mark.slow  # starts Triton
 def test_sustained_megabyte_calls_on_one_connection_all_complete(
     open_door: Any, tmp_path: Path
 ) -> None:
@@ -545,6 +556,7 @@ def _sustained_load(door: Door) -> None:
     assert failed == [] and done > 64
 
 
+@pytest.mark.slow  # starts Triton
 def test_a_caller_breaking_http2_is_hung_up_on(door: Door) -> None:
     """Bytes that are not HTTP/2 end that connection only, with GOAWAY(PROTOCOL_ERROR)
     after the door's SETTINGS; the door serves the next caller."""
@@ -614,6 +626,7 @@ class RawCaller:
         self.sock.close()
 
 
+@pytest.mark.slow  # starts Triton
 def test_a_caller_with_http2s_default_windows_gets_the_whole_answer(door: Door) -> None:
     """A caller that keeps HTTP/2's 64 KiB windows (grpc-go does) gets what fits at once,
     the rest after its WINDOW_UPDATE: a 100 KB answer must not wait for an update the
@@ -645,6 +658,7 @@ def test_a_caller_with_http2s_default_windows_gets_the_whole_answer(door: Door) 
     assert answer.raw_output_contents[0] == tensor.tobytes()
 
 
+@pytest.mark.slow  # starts Triton
 def test_a_head_with_a_pseudo_header_twice_is_refused_not_forwarded(door: Door) -> None:
     """Two ``:path`` fields, an admin RPC first: the door would check one and a replica
     might run the other, so the call ends INVALID_ARGUMENT at the door (RFC 9113 §8.3)."""
@@ -733,6 +747,7 @@ def test_a_caller_ignoring_the_limits_is_hung_up_on(open_door: Any) -> None:
                 caller.close()
 
 
+@pytest.mark.slow  # starts Triton
 def test_a_caller_that_does_not_read_is_not_read_either(door: Door) -> None:
     """PINGs sent by a caller that never reads the answers: the door stops reading it once
     its answers back up, so they wait in the caller's socket, not in gateway memory."""

@@ -8,8 +8,8 @@ from typing import Any, cast
 
 import pytest
 
-from gateway.grpc_relay import Call, Deadlines
-from gateway.yielding import cedes_cpu
+from gateway.grpc.relay import Call, Deadlines
+from gateway.http.yielding import cedes_cpu
 
 
 class Stub:

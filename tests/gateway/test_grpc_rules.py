@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.auth import token_digest_of
-from gateway.grpc_rules import (
+from gateway.grpc.rules import (
     ADMIN_METHODS,
     TENANT_METHODS,
-    admin_refusal,
     call_head,
     credential,
     deadline_s,
@@ -17,6 +15,7 @@ from gateway.grpc_rules import (
     malformed_head,
     service_for,
 )
+from gateway.routing.auth import token_digest_of
 
 
 def test_tenant_and_admin_methods_cover_triton_service_apart() -> None:
@@ -72,12 +71,6 @@ def test_the_token_and_the_fence_header_are_not_forwarded() -> None:
 )
 def test_deadline(route_s: float, client_s: float | None, want: tuple[float, bool]) -> None:
     assert deadline_s(route_s, client_s) == want
-
-
-def test_admin_refusal_names_the_method() -> None:
-    refusal = admin_refusal("RepositoryModelLoad", "svc")
-    assert refusal.code == "PERMISSION_DENIED" and refusal.service == "svc"
-    assert "RepositoryModelLoad" in refusal.details and "admin API" in refusal.details
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ from __future__ import annotations
 import hpack
 import pytest
 
-from gateway import h2wire as h2
-from gateway.hpack_codec import BlockDecoder
+from gateway.grpc import h2wire as h2
+from gateway.grpc.hpack_codec import BlockDecoder
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.headers import (
+from gateway.http.headers import (
     PREDICT_DROPPED,
     REQUEST_REPLACED,
     forward_request_headers,

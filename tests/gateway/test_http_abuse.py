@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gateway.http1 import request_line_refusal, status_line
+from gateway.http.http1 import request_line_refusal, status_line
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import SERVICE, TOKEN, Echo, Gateway, raw_exchange, route, table
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.limits import InFlight, TokenBucket
+from gateway.routing.limits import InFlight, TokenBucket
 
 
 class Clock:

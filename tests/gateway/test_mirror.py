@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from contract.wire import MirrorRoute, Route, RouteTable
-from gateway.mirror import MAX_IN_FLIGHT
+from gateway.mirroring.mirror import MAX_IN_FLIGHT
 from testing.waiting import wait_until
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import TOKEN, Gateway, LoopThread, dead_port, route

@@ -23,19 +23,19 @@ def test_the_hot_path_runs_compiled() -> None:
     assert not native.stale(), "sources changed since the build: ./dev test rebuilds"
     for name in native.COMPILED:
         module = __import__(f"gateway.{name}", fromlist=["_"])
-        assert not str(module.__file__).endswith(".py"), f"gateway/{name}.py is not compiled"
+        assert not str(module.__file__).endswith(".py"), f"gateway.{name} is not compiled"
     assert native.compiled()
 
 
 @pytest.mark.parametrize("name", native.COMPILED)
 def test_compiled_modules_hold_no_coroutines(name: str) -> None:
-    tree = ast.parse((ROOT / "gateway" / f"{name}.py").read_text())
+    tree = ast.parse((ROOT / "gateway" / (name.replace(".", "/") + ".py")).read_text())
     found = [
         node.lineno
         for node in ast.walk(tree)
         if isinstance(node, ast.AsyncFunctionDef | ast.Await | ast.AsyncWith | ast.AsyncFor)
     ]
-    assert found == [], f"gateway/{name}.py lines {found}: coroutines stay interpreted"
+    assert found == [], f"gateway.{name} lines {found}: coroutines stay interpreted"
 
 
 def _copy_of_the_build(tmp: Path) -> Path:
@@ -48,7 +48,7 @@ def _copy_of_the_build(tmp: Path) -> Path:
 
 
 def _which(tree: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    code = "import gateway.proxy, gateway.server as s; print(s.__file__)"
+    code = "import gateway.http.proxy, gateway.http.server as s; print(s.__file__)"
     return subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -69,13 +69,15 @@ def test_a_source_other_than_what_was_compiled_runs_all_of_them_from_source(
     assert not fresh.stdout.strip().endswith(".py") and fresh.stderr == ""
 
     # An edit that keeps the build's mtime (a restore, or saved while it compiled) too.
-    edited = tree / "gateway" / "upstream.py"
+    edited = tree / "gateway" / "http" / "upstream.py"
     built = edited.stat()
     edited.write_text(edited.read_text() + "\n# edited\n")
     os.utime(edited, ns=(built.st_atime_ns, built.st_mtime_ns))
     stale = _which(tree, **{native.PURE_ENV: ""})
     assert stale.returncode == 0, stale.stderr
-    assert stale.stdout.strip() == str(tree / "gateway" / "server.py")  # all, not only the one
+    assert stale.stdout.strip() == str(
+        tree / "gateway" / "http" / "server.py"
+    )  # all, not only the one
     assert "upstream.py not what was compiled" in stale.stderr
     assert "./dev" in stale.stderr  # and how to rebuild
 

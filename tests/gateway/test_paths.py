@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.paths import BadTarget, is_admin_path, normalize_segments, parse_target
+from gateway.routing.paths import BadTarget, is_admin_path, normalize_segments, parse_target
 
 
 @pytest.mark.parametrize(

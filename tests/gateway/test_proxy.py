@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from gateway.proxy import same_credential
-from gateway.server import Head
+from gateway.http.proxy import same_credential
+from gateway.http.server import Head
 from testing.waiting import wait_until
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import (

@@ -1,5 +1,5 @@
-"""Heads repeated byte for byte skip the parsers (:class:`gateway.server.Head`,
-:class:`gateway.upstream.ResponseHead`): what a client and a replica see must not change.
+"""Heads repeated byte for byte skip the parsers (:class:`gateway.http.server.Head`,
+:class:`gateway.http.upstream.ResponseHead`): what a client and a replica see must not change.
 
 The replica here is a raw HTTP/1.1 server whose answer head is the same for every call and
 whose body is the SHA-256 of the request body, so a body taken from the wrong request, or a
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gateway.server import HttpConnection
-from gateway.upstream import UpstreamConnection
+from gateway.http.server import HttpConnection
+from gateway.http.upstream import UpstreamConnection
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import SERVICE, TOKEN, Gateway, LoopThread, post_head, route, table
 
@@ -355,7 +355,7 @@ def read_answers(s: socket.socket, n: int) -> list[bytes]:
 def test_a_head_whose_large_body_is_spliced_is_still_recognised_next_time(
     make_gateway: GatewayFactory, replicas: list[Replica], parses: dict[str, int]
 ) -> None:
-    """The rest of a 1 MB body is spliced (``gateway/splice.py``), often whole in the read
+    """The rest of a 1 MB body is spliced (``gateway/http/splice.py``), often whole in the read
     that parsed its head: that head is kept all the same, and the next calls skip the
     parser."""
     replica = replicas[0]

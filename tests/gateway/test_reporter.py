@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 
 from contract.wire import SIGNALS_PATH, LoadReport
-from gateway.limits import Activity, InFlight
 from gateway.reporter import LoadReporter
+from gateway.routing.limits import Activity, InFlight
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import SERVICE, TOKEN, Echo, LoopThread, route, table
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.upstream import ResponseHead, response_head_bytes
+from gateway.http.upstream import ResponseHead, response_head_bytes
 
 RAW = b"HTTP/1.1 200 OK\r\nContent-Type: a/b\r\nContent-Length: 5\r\n\r\n"
 

@@ -10,9 +10,9 @@ import logging
 import pytest
 
 from contract.wire import GroupRoute, RouteTable, token_digest
-from gateway.balancer import EndpointPool
 from gateway.route_source import ControlPlaneRouteSource
-from gateway.route_table import RouteChange, RouteState
+from gateway.routing.balancer import EndpointPool
+from gateway.routing.route_table import RouteChange, RouteState
 from testing.waiting import seconds_until
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import (

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from gateway.app import Gateway
-from gateway.forwarding import read_body
-from gateway.listener import HttpServer
+from gateway.http.forwarding import read_body
+from gateway.http.listener import HttpServer
+from gateway.http.server import SHARED_HEAD_BYTES, SHARED_HEADS, HttpConnection, Request
 from gateway.route_source import StaticRouteSource
-from gateway.server import SHARED_HEAD_BYTES, SHARED_HEADS, HttpConnection, Request
 from gateway.settings import GatewaySettings
 from testing.waiting import wait_until, wait_until_async
 from tests.gateway.conftest import GatewayFactory
@@ -197,7 +197,7 @@ def test_a_closed_connection_is_freed_without_the_collector(
 ) -> None:
     """Nothing a connection leaves refers back to it (its parser's callbacks, its requests):
     closed, it is freed at once rather than left in cycles for the collector's full passes,
-    which walk the whole heap with every call waiting (contract/heap.py)."""
+    which walk the whole heap with every call waiting (startup/heap.py)."""
     gw = make_gateway(table(route([echo.url])))
     call = post_head(2).replace(b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n") + b"{}"
     assert raw_exchange(gw.port, call).startswith(b"HTTP/1.1 200")  # the replica's connection

@@ -1,5 +1,5 @@
 """The rest of a large request body moved from the client's socket to the replica's
-(``gateway/splice.py``), relayed through a buffer (the default) or spliced (opt-in), through
+(``gateway/http/splice.py``), relayed through a buffer (the default) or spliced (opt-in), through
 a gateway on real sockets: the bytes arrive exact and in order, a pipelined request behind
 the body is still read by the transport, a replica that reads slowly holds the client back,
 and a client or replica that leaves mid-body leaves nothing open behind it."""
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gateway import splice
-from gateway.splice import AVAILABLE
+from gateway.http import splice
+from gateway.http.splice import AVAILABLE
 from testing.waiting import wait_until
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import LOOPS, Gateway, LoopThread, post_head, route, table

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from contract.wire import MirrorRoute
-from gateway.traffic import MirrorState, RatioPicker, SmoothWeighted
+from gateway.routing.traffic import MirrorState, RatioPicker, SmoothWeighted
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from gateway.pool import Idle, UpstreamPool
-from gateway.upstream import UpstreamConnection, Watched
+from gateway.http.pool import Idle, UpstreamPool
+from gateway.http.upstream import UpstreamConnection, Watched
 from testing.waiting import wait_until_async
 
 

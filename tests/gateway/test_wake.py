@@ -239,10 +239,10 @@ def test_grpc_calls_wake_the_service_and_are_answered(
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
-    from gateway.grpc_server import start_grpc
+    from gateway.grpc.server import start_grpc
 
     gw = gateway(wake_queue=4)
-    door = lt.run(start_grpc(gw.runner.gateway, host="127.0.0.1", port=0))
+    door = lt.run(start_grpc(gw.runner.gateway.grpc_door(), host="127.0.0.1", port=0))
     awake = route([triton_server.base_url]).model_copy(
         update={"grpc_endpoints": [f"http://127.0.0.1:{triton_server.grpc_port}"]}
     )

@@ -1,4 +1,4 @@
-"""A connection's writes on its socket (gateway.writes.Sender), on asyncio's loop and on
+"""A connection's writes on its socket (gateway.http.writes.Sender), on asyncio's loop and on
 uvloop's: in order behind what the transport holds, whole when the socket takes part, and
 never on a closed transport's descriptor."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway import splice
-from gateway.writes import SEND, SENDV, Sender, send_nowait, sendv_nowait
+from gateway.http import splice
+from gateway.http.writes import SEND, SENDV, Sender, send_nowait, sendv_nowait
 from tests.gateway.harness import LOOPS
 
 
@@ -198,9 +198,9 @@ def test_a_pair_the_socket_takes_part_of_goes_on_whole_and_in_order(takes: int) 
 
 
 def test_a_build_with_c_sends_without_releasing_the_gil() -> None:
-    import gateway.writes
+    import gateway.http.writes
 
-    built = list((Path(gateway.writes.__file__).parent).glob("_nowait.*.so"))
+    built = list((Path(gateway.http.writes.__file__).parent).glob("_nowait.*.so"))
     assert (SEND is not send_nowait) == bool(built)
 
 

@@ -1,5 +1,5 @@
 """The HTTP door gives up the CPU after a replica's read only with calls in flight
-(gateway.yielding), and its count of calls in flight comes back to zero however calls end."""
+(gateway.http.yielding), and its count of calls in flight comes back to zero however calls end."""
 
 from __future__ import annotations
 

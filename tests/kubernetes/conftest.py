@@ -1,9 +1,11 @@
-"""Fixtures of the kubernetes runtime's tests: a running API stand-in and settings whose
-kubeconfig points at it (see ``testing/k8s_server.py``)."""
+"""Fixtures of the kubernetes runtime's tests: a running API stand-in, settings whose
+kubeconfig points at it (see ``testing/k8s_server.py``), and the runtime on them, claimed for
+the test's installation, with what it notified (a module that needs other settings
+overrides ``k8s_settings``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,27 @@ async def claimed(
     refused = await runtime.claim(installation)
     assert refused is None, refused
     return runtime
+
+
+class Recorder:
+    """The reconciler's side: what ``notify`` was called with."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def __call__(self, service: str) -> None:
+        self.names.append(service)
+
+
+@pytest.fixture
+def notified() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+async def runtime(
+    k8s_settings: KubernetesSettings, notified: Recorder
+) -> AsyncIterator[KubernetesRuntime]:
+    rt = await claimed(KubernetesRuntime(k8s_settings, notified))
+    yield rt
+    await rt.close()

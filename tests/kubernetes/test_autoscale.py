@@ -18,6 +18,7 @@ from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_autoscaling import report
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
 from tests.kubernetes.conftest import claimed
+from tests.tasks import stop
 
 NAME = "triton_test"
 AUTO = {
@@ -81,8 +82,7 @@ async def test_deployment_replicas_follow_the_autoscaler(
         assert "scaled 1→4: qps 330.0 > 100 × 1" in messages
         assert "scaled 4→1: qps 0.0 < 100 × 4" in messages
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)
 
 
 async def test_cpu_comes_from_the_metrics_api(
@@ -116,8 +116,7 @@ async def test_cpu_comes_from_the_metrics_api(
         )
         assert h.row().spec.metadata.instance == 2
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)
         await runtime.close()
 
 
@@ -155,5 +154,4 @@ async def test_deployment_goes_to_zero_and_back_on_a_wake_up(
             lambda: any(e.reason == "ColdStart" for e in h.services.events("local", NAME))
         )
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)

@@ -21,8 +21,8 @@ from testing.k8s_server import ApiStandIn
 from testing.kubelet import Kubelet
 from testing.service_proxy import ServiceProxy
 from testing.waiting import wait_until, wait_until_async
-from tests.kubernetes.conftest import claimed
-from tests.kubernetes.test_runtime import NAME, OBJECT, Recorder, want
+from tests.kubernetes.conftest import Recorder, claimed
+from tests.kubernetes.test_runtime import NAME, OBJECT, want
 
 
 @pytest.fixture

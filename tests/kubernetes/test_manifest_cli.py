@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from controlplane.runtime.kubernetes.manifest_cli import main
+from controlplane.manifest_cli import main
 from tests.kubernetes.conftest import RESOURCE_GROUPS
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seed_triton.config"

@@ -150,7 +150,8 @@ async def test_two_releases_share_a_namespace(
         "first-2": first.uid,
         "second-0": second.uid,
     }
-    assert k8s.get("deployments", "first-1")["spec"]["replicas"] == 1  # not scaled to 3
+    deployment = k8s.get("deployments", "first-1")
+    assert deployment is not None and deployment["spec"]["replicas"] == 1  # not scaled to 3
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,6 @@ the others, against the API stand-in."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from contract.progress import Progress, log_line
@@ -14,26 +12,17 @@ from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async
-from tests.kubernetes.conftest import claimed
-from tests.kubernetes.test_runtime import NAME, OBJECT, Recorder, want
+from tests.kubernetes.conftest import Recorder
+from tests.kubernetes.test_runtime import NAME, OBJECT, want
 
 PULLING = Progress("pulling", 1, 4, 1_000, 4_000, rate=500.0, eta_s=6.0)
 PULLED = Progress("pulled", 4, 4, 4_000, 4_000, rate=500.0, eta_s=0.0)
 
 
 @pytest.fixture
-async def runtime(
-    k8s_settings: KubernetesSettings, notified: Recorder
-) -> AsyncIterator[KubernetesRuntime]:
-    settings = k8s_settings.model_copy(update={"progress_seconds": 0.2})
-    rt = await claimed(KubernetesRuntime(settings, notified))
-    yield rt
-    await rt.close()
-
-
-@pytest.fixture
-def notified() -> Recorder:
-    return Recorder()
+def k8s_settings(k8s_settings: KubernetesSettings) -> KubernetesSettings:
+    """The shared settings, with progress read every 0.2 s."""
+    return k8s_settings.model_copy(update={"progress_seconds": 0.2})
 
 
 def log_reads(k8s: ApiStandIn) -> list[str]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from controlplane.spec import StoredSpec
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async
-from tests.kubernetes.conftest import INSTALLATION, claimed
+from tests.kubernetes.conftest import INSTALLATION, Recorder, claimed
 
 NAME, OBJECT, UID = "triton_test", "triton-test", "0b6f2a0e-5d7c-4a59-9d0e-7d7f3f8c1a11"
 
@@ -51,30 +52,6 @@ def want(
     return desired(
         ServiceState(NAME, UID, generation, StoredSpec.model_validate(spec), stopped, deleting)
     )
-
-
-class Recorder:
-    """The reconciler's side: what ``notify`` was called with."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def __call__(self, service: str) -> None:
-        self.names.append(service)
-
-
-@pytest.fixture
-async def notified() -> Recorder:
-    return Recorder()
-
-
-@pytest.fixture
-async def runtime(
-    k8s_settings: KubernetesSettings, notified: Recorder
-) -> AsyncIterator[KubernetesRuntime]:
-    rt = await claimed(KubernetesRuntime(k8s_settings, notified))
-    yield rt
-    await rt.close()
 
 
 async def until(check: Callable[[], Awaitable[object] | object], timeout: float = 15.0) -> None:
@@ -584,3 +561,26 @@ async def test_the_model_cache_token_is_kept_for_pull_init_containers(
         assert stored() == b"t2"
     finally:
         await rt.close()
+
+
+async def test_retired_replicas_are_replaced_and_others_left_alone(
+    runtime: KubernetesRuntime, k8s: ApiStandIn
+) -> None:
+    first, second = await started(runtime, k8s, want(instance=2))
+    uids = {}
+    for pod in (first, second):
+        k8s.set_pod_status(pod, ks.status_ready())
+        found = k8s.get("pods", pod)
+        assert found is not None
+        uids[pod] = found["metadata"]["uid"]
+    await runtime.apply(replace(want(generation=2, instance=2), retire=frozenset({first})))
+    going = k8s.get("pods", first)
+    assert going is not None and going["metadata"].get("deletionTimestamp")
+    assert k8s.remove_pod(first)  # the kubelet finishes it
+    assert len(k8s.sync_pods(OBJECT)) == 2
+    kept = k8s.get("pods", second)
+    assert kept is not None and kept["metadata"]["uid"] == uids[second]  # left alone
+    # (The stand-in names a new pod after the lowest free index, here the retired one's;
+    # a ReplicaSet's pod names are random, so a retired name does not come back.)
+    new = k8s.get("pods", first)
+    assert new is not None and new["metadata"]["uid"] != uids[first]

@@ -131,6 +131,8 @@ class KubernetesRuntime:
             self._cache_secret = None
         for manifest in desired_objects(desired, self.settings, owner):
             await asyncio.to_thread(self._apply_one, desired.service, manifest)
+        if desired.retire:
+            await asyncio.to_thread(self._retire, desired.service, desired.retire)
 
     async def observe(self, service: str) -> Observation:
         self._start_watching()
@@ -263,6 +265,15 @@ class KubernetesRuntime:
         live = self._client.get(SECRET, manifest["metadata"]["name"])
         if live is None or live.get("data") != manifest["data"]:
             self._client.apply(manifest, field_manager=self.settings.field_manager)
+
+    def _retire(self, service: str, names: frozenset[str]) -> None:
+        """Delete the named pods of ``service`` (DeleteServiceInstances): the Deployment
+        makes new ones in their place. Pods that are gone or going are left alone."""
+        pods, _ = self._client.list(POD, selector(service))
+        for pod in pods:
+            meta = pod["metadata"]
+            if meta["name"] in names and not meta.get("deletionTimestamp"):
+                self._client.delete(POD, meta["name"])
 
     # -- delete ---------------------------------------------------------------------------
     def _delete(self, service: str) -> bool:
