@@ -50,6 +50,18 @@ The ``group`` row is also compared with the ``gateway`` row (the direct service 
 same gateway): the cost of the group endpoint (member choice) is that ratio; the target is
 at most 5 %.
 
+The ``signed`` row is the same gateway and service called as ``eas_prediction``'s
+``PredictClient`` calls by default: ``Authorization: EAS <signature>`` (HMAC-SHA1 keyed by
+the token over method, Content-MD5, Content-Type, Date and path) with ``Date`` and
+``Content-MD5``, which the gateway checks in full on every call. Its p50 is compared with
+the ``gateway`` row's (the raw token), call by call in the same run; the target is at most
++0.05 ms. Its probe signs each call before timing it (a client's cost, not the gateway's);
+wrk sends one signature per run (its Date taken when the run starts: a run is shorter than
+the 15 minutes a Date is good for), and the gateway checks it on every call all the same.
+The ``dressed`` row sends the token with the headers a signed call adds beside it (``Date``,
+``Content-MD5``, ``Content-Type``): ``signed`` over ``dressed`` is the gateway's check
+alone; ``dressed`` over ``gateway`` is what those header bytes cost the client and Triton.
+
 The throughput phase runs ``--repeat`` interleaved rounds (direct, nginx, gateway, then nginx,
 gateway, …, direct: the order turns by one each round) and reports the median, because other
 work on a shared machine moves single runs by ±20 %; each throughput point also prints
@@ -70,7 +82,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import functools
+import hashlib
+import hmac
 import json
 import os
 import random
@@ -89,6 +105,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +119,10 @@ ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "examples" / "models"
 SERVICE = "bench"
 GROUP = "bench_group"
+SIGNED = {"signed"}  # targets called with EAS's signature instead of the token
+# Called with the token and, beside it, the headers a signed call sends (Date, Content-MD5,
+# Content-Type): what those bytes cost the client and Triton, apart from the gateway's check.
+DRESSED = {"dressed"}
 
 WRK_LUA = r"""
 local f = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
@@ -110,6 +131,11 @@ f:close()
 wrk.method = "POST"
 wrk.body = body
 if os.getenv("BENCH_CLOSE") == "1" then wrk.headers["Connection"] = "close" end
+local date = os.getenv("BENCH_DATE")
+if date ~= nil and date ~= "" then
+  wrk.headers["Date"] = date
+  wrk.headers["Content-MD5"] = os.getenv("BENCH_MD5")
+end
 wrk.path = os.getenv("BENCH_PATH")
 wrk.headers["Inference-Header-Content-Length"] = os.getenv("BENCH_HLEN")
 wrk.headers["Content-Type"] = "application/octet-stream"
@@ -302,11 +328,39 @@ def make_bodies(tmp: Path, sequential_small: int, sequential_large: int) -> list
     return out
 
 
+def eas_signed(token: str, path: str, content_md5: str) -> dict[str, str]:
+    """The headers ``eas_prediction.PredictClient`` signs a call with (its default mode):
+    ``path`` is the request path, ``content_md5`` the hex MD5 of the body."""
+    content_type = "application/octet-stream"  # the SDK's default
+    date = formatdate(usegmt=True)
+    to_sign = f"POST\n{content_md5}\n{content_type}\n{date}\n{path}"
+    mac = hmac.new(token.encode(), to_sign.encode(), hashlib.sha1).digest()
+    return {
+        "Authorization": "EAS " + base64.b64encode(mac).decode(),
+        "Date": date,
+        "Content-MD5": content_md5,
+        "Content-Type": content_type,
+    }
+
+
+@functools.cache
+def body_md5(body: Path) -> str:
+    return hashlib.md5(body.read_bytes()).hexdigest()
+
+
 class LatencyProbe:
     """One target's ``tritonclient.http`` client (binary tensors), its connection kept, and
-    the inputs of a workload: :meth:`call` times one infer (ms)."""
+    the inputs of a workload: :meth:`call` times one infer (ms). With ``signed_path`` (the
+    request path), each call is signed as ``eas_prediction`` signs, before it is timed."""
 
-    def __init__(self, url: str, workload: Workload, token: str | None) -> None:
+    def __init__(
+        self,
+        url: str,
+        workload: Workload,
+        token: str | None,
+        signed_path: str | None = None,
+        dressed: bool = False,
+    ) -> None:
         import numpy as np
         import tritonclient.http as httpclient
 
@@ -321,10 +375,26 @@ class LatencyProbe:
             image = np.random.default_rng(0).random((1, 299, 299, 3), dtype=np.float32)
             self.inputs = [httpclient.InferInput("input", [1, 299, 299, 3], "FP32")]
             self.inputs[0].set_data_from_numpy(image)
+        self.signing: tuple[str, str, str] | None = None
+        if signed_path is not None and token:
+            # The very body infer() sends: the inputs do not change between calls.
+            body, _ = httpclient.InferenceServerClient.generate_request_body(self.inputs)
+            self.signing = (token, signed_path, hashlib.md5(body).hexdigest())
+        self.dressed = dressed
+
+    def next_headers(self) -> dict[str, str] | None:
+        """The next call's headers: made before it is timed (a client's cost)."""
+        if self.signing is None:
+            return self.headers
+        made = eas_signed(*self.signing)  # a fresh dict: tritonclient adds to it
+        if self.dressed:
+            made["Authorization"] = self.signing[0]
+        return made
 
     def call(self) -> float:
+        headers = self.next_headers()
         t = time.perf_counter()
-        self.client.infer(self.model, self.inputs, headers=self.headers)
+        self.client.infer(self.model, self.inputs, headers=headers)
         return (time.perf_counter() - t) * 1000.0
 
     def close(self) -> None:
@@ -436,8 +506,12 @@ def run_wrk(
     duration: float,
     lua: Path,
     new_connections: bool = False,
+    signed: bool = False,
+    dressed: bool = False,
 ) -> WrkResult:
-    """``new_connections``: each call on a connection of its own (``Connection: close``)."""
+    """``new_connections``: each call on a connection of its own (``Connection: close``).
+    ``signed``: with EAS's signature made with ``token`` (:func:`eas_signed`) instead;
+    ``dressed``: with the token, and the other headers such a signature comes with."""
     env = dict(os.environ)
     env.update(
         BENCH_BODY=str(workload.body),
@@ -446,6 +520,13 @@ def run_wrk(
         BENCH_TOKEN=token or "",
         BENCH_CLOSE="1" if new_connections else "0",
     )
+    if (signed or dressed) and token:
+        made = eas_signed(token, path, body_md5(workload.body))
+        env.update(
+            BENCH_TOKEN=made["Authorization"] if signed else token,
+            BENCH_DATE=made["Date"],
+            BENCH_MD5=made["Content-MD5"],
+        )
     argv = pinned(
         cpu,
         [
@@ -514,6 +595,7 @@ def serve_gateway(port: int, upstream: str, token: str, workers: int = 1) -> Non
             Route(
                 service=name,
                 token_sha256=digest,
+                token=token,  # the key of signed calls, as the control plane sends it
                 endpoints=[upstream],
                 timeout_ms=60_000,
                 status="Running",
@@ -523,7 +605,9 @@ def serve_gateway(port: int, upstream: str, token: str, workers: int = 1) -> Non
             )
             for name, weight in ((SERVICE, 100), (SERVICE + "_b", 300))
         ],
-        groups=[GroupRoute(group=GROUP, token_sha256=digest, traffic_mode="customized")],
+        groups=[
+            GroupRoute(group=GROUP, token_sha256=digest, token=token, traffic_mode="customized")
+        ],
     )
 
     async def main() -> None:
@@ -633,9 +717,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="add_sub,inception_graphdef")
     ap.add_argument(
         "--targets",
-        default="direct,nginx,gateway,group",
-        help="of direct, nginx, gateway, group and floor (a blind TCP forwarder on the "
-        "gateway's event loop, pinned like it: the least a Python proxy costs)",
+        default="direct,nginx,gateway,signed,group",
+        help="of direct, nginx, gateway, signed (the gateway, called with EAS's signature), "
+        "dressed (the gateway, called with the token and a signed call's other headers), "
+        "group and floor (a blind TCP forwarder on the gateway's event loop, pinned like it: "
+        "the least a Python proxy costs)",
     )
     ap.add_argument(
         "--base",
@@ -732,6 +818,7 @@ def main(argv: list[str] | None = None) -> int:
                 pids["base"] = proc.pid
                 wait_http(f"http://127.0.0.1:{base_port}/gateway/healthz", proc)
             pids |= {"nginx": ngx.pid, "gateway": gw.pid, "group": gw.pid}
+            pids |= {"signed": gw.pid, "dressed": gw.pid}
             ups = {}
             fronts: dict[str, Front] = {}  # nginx in front of a platform's own replica
             if args.up:
@@ -772,6 +859,8 @@ def main(argv: list[str] | None = None) -> int:
                 "floor": (f"127.0.0.1:{floor_port}", "", None),  # bytes pass to Triton as sent
                 "nginx": (f"127.0.0.1:{nginx_port}", prefix, token),
                 "gateway": (f"127.0.0.1:{gateway_port}", prefix, token),
+                "signed": (f"127.0.0.1:{gateway_port}", prefix, token),
+                "dressed": (f"127.0.0.1:{gateway_port}", prefix, token),
                 "base": (f"127.0.0.1:{base_port}", prefix, token),
                 **{name: (f"127.0.0.1:{p.port}", prefix, token) for name, p in ups.items()},
                 **{name: (f"127.0.0.1:{f.port}", prefix, token) for name, f in fronts.items()},
@@ -793,7 +882,11 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     for name in targets:
                         hostport, pre, tok = endpoints[name]
-                        probes[name] = LatencyProbe(hostport + pre, w, tok)
+                        signing = name in SIGNED | DRESSED
+                        signed = f"{pre}/v2/models/{w.model}/infer" if signing else None
+                        probes[name] = LatencyProbe(
+                            hostport + pre, w, tok, signed, dressed=name in DRESSED
+                        )
                     for name, port in replica_ports.items():  # its own Triton, called directly
                         probes[f"{name}:replica"] = LatencyProbe(f"127.0.0.1:{port}", w, None)
                     started = clock()
@@ -820,6 +913,11 @@ def main(argv: list[str] | None = None) -> int:
                         line += f"  ({ratio(added, n50 - d50)} nginx's added p50)"
                     if name == "group" and "gateway" in lat:
                         line += f"  (p50 {ratio(pct(s, 50), pct(lat['gateway'], 50))} gateway's)"
+                    for other in ("gateway", "dressed"):
+                        if name in SIGNED | DRESSED and other in lat and other != name:
+                            over = pct(s, 50) - pct(lat[other], 50)
+                            spread = added_p50_range(s, lat[other], args.repeat)
+                            line += f"\n{'':12s}p50 {over:+.3f} over {other}'s{spread}"
                     if name in replica_of:
                         own = lat[f"{replica_of[name]}:replica"]
                         over = pct(s, 50) - pct(own, 50)
@@ -852,10 +950,11 @@ def main(argv: list[str] | None = None) -> int:
                                 front.follow(port, token)
                             label = f"{w.model} c={c} round {round_no + 1} {name}"
                             wrk = (args.client_cpu, base, path, w, tok, c)
-                            recorded_wrk(record, f"{label} (warm-up)", *wrk, 1.0, lua, fresh)
+                            how = (fresh, name in SIGNED, name in DRESSED)
+                            recorded_wrk(record, f"{label} (warm-up)", *wrk, 1.0, lua, *how)
                             seconds = args.duration if w.model == "add_sub" else args.duration_large
                             before = meters[name].seconds()
-                            r = recorded_wrk(record, label, *wrk, seconds, lua, fresh)
+                            r = recorded_wrk(record, label, *wrk, seconds, lua, *how)
                             after = meters[name].seconds()
                             runs[name].append(r)
                             t_us, p_us, u_us = (
@@ -890,7 +989,7 @@ def main(argv: list[str] | None = None) -> int:
                                 part += f", {ratio(r.rps, res['base-up'].rps)} base-up"
                             if (pair := f"nginx@{name}") in res:
                                 part += f", {ratio(r.rps, res[pair].rps)} {pair}"
-                            if name == "group" and "gateway" in res:
+                            if name in ("group", *SIGNED, *DRESSED) and "gateway" in res:
                                 part += f", {ratio(r.rps, res['gateway'].rps)} gateway"
                             part += ")"
                         bad = sum(x.non200 + x.sockerr for x in runs[name])

@@ -18,8 +18,8 @@ WAKE_PATH = "/internal/v1/wake"
 
 
 def token_digest(token: str) -> str:
-    """SHA-256 hex digest of a service token: what is stored for checking and what the
-    gateway receives, so a leaked route table does not leak usable tokens."""
+    """SHA-256 hex digest of a service token: what is stored for checking, and what the
+    gateway compares a presented token with."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
@@ -35,6 +35,25 @@ class MirrorRoute(BaseModel):
     tolerance: float | None = None
 
 
+class QueueRoute(BaseModel):
+    """An async service's queues as the gateway serves them (EAS's queue protocol at
+    ``/api/predict/<svc>`` and ``…/sink``) and consumes them for its replicas: each ready
+    replica is handed at most ``window`` input messages at once; ``default_path`` is where a
+    put to the bare service path goes on the replica."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source_max_length: int
+    source_max_payload_bytes: int
+    source_auto_evict: bool = False
+    sink_max_length: int
+    sink_max_payload_bytes: int
+    sink_auto_evict: bool = False
+    max_delivery: int
+    window: int
+    default_path: str = "/"
+
+
 class Route(BaseModel):
     """One service as the gateway needs it."""
 
@@ -42,6 +61,10 @@ class Route(BaseModel):
 
     service: str
     token_sha256: str
+    # The token itself: the key of EAS's signed predict calls (HMAC-SHA1, which needs it).
+    # None from a control plane that predates them (signed calls are then refused); never
+    # in a repr, nor in the gateway's snapshot on disk.
+    token: str | None = Field(default=None, repr=False)
     endpoints: list[str]  # base URLs of ready replicas, e.g. "http://127.0.0.1:41233"
     # The same replicas' gRPC ports, as http:// base URLs (cleartext HTTP/2); empty from a
     # control plane that predates gRPC, so an old peer's table still parses.
@@ -57,6 +80,8 @@ class Route(BaseModel):
     # At zero replicas by its autoscaler (min 0): the gateway holds its requests and asks
     # WAKE_PATH for a replica instead of answering 503. False from peers that predate it.
     wakeable: bool = False
+    # An async service's queues (None: a synchronous one; also from peers that predate it).
+    queue: QueueRoute | None = None
 
 
 class GroupRoute(BaseModel):
@@ -67,6 +92,7 @@ class GroupRoute(BaseModel):
 
     group: str
     token_sha256: str
+    token: str | None = Field(default=None, repr=False)  # as Route.token
     traffic_mode: Literal["auto", "customized"]  # by running replicas | by weights
 
 

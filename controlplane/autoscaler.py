@@ -17,7 +17,8 @@ the same measurement asks for no more than it did.
 
 To zero and back (``min: 0``, ``behavior.onZero``): the usual rules keep at least one
 replica; after ``scaleDownGracePeriodSeconds`` without a request (``idle_s``, counted from
-the last request or wake-up) the service goes straight to zero — the grace period is that
+the last request or wake-up, and for an async service from the last time its backlog was
+not empty: the caller's to count) the service goes straight to zero — the grace period is that
 step's window, so the scale-down window does not add to it. At zero only load counts: none
 keeps it there, some wakes it with at least ``scaleUpActivationReplicas``. The windows start
 afresh on either side of zero.
@@ -32,8 +33,9 @@ from dataclasses import dataclass
 from controlplane.spec import Autoscaler
 
 TOLERANCE = 0.1
-# Measured for the whole service (summed over gateways); the others are per-replica means.
-ADDITIVE = frozenset({"qps", "concurrency"})
+# Measured for the whole service (summed over gateways, or its queue's length); the others
+# are per-replica means.
+ADDITIVE = frozenset({"qps", "concurrency", "queue[backlog]"})
 
 History = tuple[tuple[float, int], ...]  # (time, recommendation), oldest first
 

@@ -35,10 +35,11 @@ from controlplane import store
 from controlplane.autoscaler import History, decide
 from controlplane.coldstart import ColdStart
 from controlplane.desired import ServiceState
+from controlplane.queues import Backlog
 from controlplane.runtime.base import CpuSource, Observation, Runtime, RuntimeError_
 from controlplane.services import Services
 from controlplane.signals import Signals
-from controlplane.spec import Autoscaler
+from controlplane.spec import BACKLOG, Autoscaler
 from controlplane.triton_metrics import QueueTimes
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class Tracked:
     # same count; a read the reconciler hands in meanwhile waits for the write (``stashed``).
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     stashed: ServiceState | None = None
+    is_async: bool = False  # its backlog is read (queue[backlog], and idle only when empty)
 
 
 class NotWakeable(Exception):
@@ -77,7 +79,9 @@ class Autoscaling:
         *,
         tick_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        backlog: Backlog | None = None,
     ) -> None:
+        self.backlog = backlog  # async services' queues (None: no Redis configured)
         self._sessions = sessions
         self.services = services  # whose scale-write the decisions go through
         self.cluster = services.cluster
@@ -122,6 +126,7 @@ class Autoscaling:
         t.autoscaler, t.instances, t.stopped = auto, instances, state.stopped
         t.generation = state.generation
         t.cpu_request = state.spec.metadata.cpu
+        t.is_async = state.spec.is_async
         self._mark([state.name])
 
     def replicas(self, name: str, seen: Observation) -> None:
@@ -288,6 +293,12 @@ class Autoscaling:
             cpu = await self._cpu_percent(name, t.cpu_request)
             if cpu is not None:
                 values["cpu"] = cpu
+        if t.is_async and self.backlog is not None:
+            backlog = await self.backlog.of(name)
+            if backlog is not None:
+                values[BACKLOG] = float(backlog)
+                if backlog > 0:
+                    t.last_active = now  # work waiting is not idle: no scale to zero
         t.values = values
         async with self._deciding(t):
             if t.stopped or self._tracked.get(name) is not t:  # changed while measuring

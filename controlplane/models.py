@@ -95,8 +95,8 @@ class ServiceRow(Base):
     cluster: Mapped[str] = mapped_column(String(64))
     name: Mapped[str] = mapped_column(String(63))
     spec: Mapped[StoredSpec] = mapped_column(SpecJSON)
-    # The token itself is kept, sealed, for the explicit admin "show token" call and the
-    # console; everything that only checks tokens (the gateway) gets the digest.
+    # The token itself is kept, sealed, for the explicit admin "show token" call, the
+    # console and the route table (the gateway checks EAS-signed calls with it).
     token: Mapped[str] = mapped_column(String(512))  # sealed (controlplane.sealing)
     token_sha256: Mapped[str] = mapped_column(String(64))
     generation: Mapped[int] = mapped_column(Integer, default=1)

@@ -13,23 +13,34 @@ counter.
 Versions are handed out under the counter row's write lock, held to commit (PostgreSQL's
 row lock, SQLite's database lock), so changes commit in version order and a reader that saw
 version V has seen every change up to V.
+
+Each route carries its token too, opened when an ``opener`` is given: EAS's signed predict
+calls are an HMAC keyed by the token, so the gateway needs it (the table is served to
+route-reader credentials only).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import delete, event, insert, inspect, select, update
 from sqlalchemy.orm import InstanceState, Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
-from contract.wire import GroupRoute, MirrorRoute, Route, RouteTable
+from contract.wire import GroupRoute, MirrorRoute, QueueRoute, Route, RouteTable
 from controlplane import store
 from controlplane.commits import commit_watch
 from controlplane.models import CounterRow, GroupRow, RouteRemovalRow, ServiceRow
+from controlplane.sealing import SealError
+from controlplane.spec import StoredSpec
+
+log = logging.getLogger(__name__)
+Opener = Callable[[str], str]  # a sealed token → the token (controlplane.sealing)
 
 COUNTER = "routes"
 FLOOR = "routes_floor"  # removals at or below it are pruned: a gateway that far behind
@@ -43,35 +54,54 @@ def version(session: Session, counter: str = COUNTER) -> int:
 
 
 def table(
-    sessions: sessionmaker[Session], cluster: str, default_timeout_ms: int, after: int = -1
+    sessions: sessionmaker[Session],
+    cluster: str,
+    default_timeout_ms: int,
+    after: int = -1,
+    opener: Opener | None = None,
 ) -> RouteTable:
     """The changes after version ``after``, or the whole table when the caller has none
-    (``after`` < 0), is too far behind (removals pruned) or ahead (a new database)."""
+    (``after`` < 0), is too far behind (removals pruned) or ahead (a new database). With
+    ``opener``, each route carries its token (else only its digest)."""
     with sessions() as s:
         current = version(s)  # read first: a change after this shows up as a newer version
         if after < version(s, FLOOR) or after > current:
-            routes = [_route(r, default_timeout_ms) for r in store.routable(s, cluster)]
-            groups = [_group(g) for g in store.groups_changed_after(s, cluster, -1)]
+            routes = [_route(r, default_timeout_ms, opener) for r in store.routable(s, cluster)]
+            groups = [_group(g, opener) for g in store.groups_changed_after(s, cluster, -1)]
             return RouteTable(version=current, routes=routes, groups=groups)
         changed = store.routes_changed_after(s, cluster, after)
         removed = store.removed_after(s, cluster, after)
         return RouteTable(
             version=current,
-            routes=[_route(r, default_timeout_ms) for r in changed if not r.deleting],
+            routes=[_route(r, default_timeout_ms, opener) for r in changed if not r.deleting],
             full=False,
             removed=[r.name for r in changed if r.deleting] + removed.get("service", []),
-            groups=[_group(g) for g in store.groups_changed_after(s, cluster, after)],
+            groups=[_group(g, opener) for g in store.groups_changed_after(s, cluster, after)],
             removed_groups=removed.get("group", []),
         )
 
 
-def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
+def _token(row: ServiceRow | GroupRow, opener: Opener | None) -> str | None:
+    """``row``'s token, None without an opener or when no configured key opens it: its
+    signed calls are refused, its token itself still opens it (the digest is all that
+    needs)."""
+    if opener is None:
+        return None
+    try:
+        return opener(row.token)
+    except SealError as e:
+        log.warning("%s %r: %s", type(row).__name__, row.name, e)
+        return None
+
+
+def _route(row: ServiceRow, default_timeout_ms: int, opener: Opener | None = None) -> Route:
     rpc = row.spec.metadata.rpc
     mirror = row.spec.metadata.mirror
     endpoints = _endpoints(row.replicas)
     return Route(
         service=row.name,
         token_sha256=row.token_sha256,
+        token=_token(row, opener),
         endpoints=endpoints,
         grpc_endpoints=_endpoints(row.replicas, "grpc_endpoint"),
         timeout_ms=rpc.keepalive or default_timeout_ms,
@@ -86,13 +116,32 @@ def _route(row: ServiceRow, default_timeout_ms: int) -> Route:
         mirror=MirrorRoute(ratio=mirror.ratio, targets=mirror.targets, tolerance=mirror.tolerance)
         if mirror is not None and mirror.ratio > 0
         else None,
+        queue=_queue(row.spec),
     )
 
 
-def _group(row: GroupRow) -> GroupRoute:
+def _queue(spec: StoredSpec) -> QueueRoute | None:
+    queue = spec.queue
+    if not spec.is_async or queue is None:
+        return None
+    return QueueRoute(
+        source_max_length=queue.source.max_length,
+        source_max_payload_bytes=queue.source.max_payload_bytes,
+        source_auto_evict=queue.source.auto_evict,
+        sink_max_length=queue.sink.max_length,
+        sink_max_payload_bytes=queue.sink.max_payload_bytes,
+        sink_auto_evict=queue.sink.auto_evict,
+        max_delivery=queue.max_delivery,
+        window=spec.window,
+        default_path=queue.default_path,
+    )
+
+
+def _group(row: GroupRow, opener: Opener | None = None) -> GroupRoute:
     return GroupRoute(
         group=row.name,
         token_sha256=row.token_sha256,
+        token=_token(row, opener),
         traffic_mode="auto" if row.traffic_mode == "auto" else "customized",
     )
 

@@ -1,7 +1,8 @@
 """Service and group tokens at rest: sealed with Fernet (AES-128-CBC + HMAC-SHA256, from
 ``cryptography``, the one module that imports it), so the database — a SQLite file, a
-PostgreSQL dump, a backup — never holds a usable token. The gateway never needs them: it
-checks SHA-256 digests. Only the explicit admin "show token" calls open a sealed token.
+PostgreSQL dump, a backup — never holds a usable token. Tokens are opened for the explicit
+admin "show token" calls, and for the route table (served to route-reader credentials only):
+the gateway checks EAS-signed predict calls with them (an HMAC keyed by the token).
 
 Keys come from ``OPENEAS_SECRET_KEY``: one or more secrets separated by commas, the first
 seals, every one opens (rotation: put the new one first, run ``openeas migrate --reseal``,

@@ -16,6 +16,7 @@ from controlplane.api.app import create_app
 from controlplane.autoscaling import Autoscaling
 from controlplane.cronscaling import CronScaling
 from controlplane.db import make_engine, make_sessions
+from controlplane.queues import Backlog
 from controlplane.reconciler import Reconciler
 from controlplane.runtime import make_runtime
 from controlplane.services import Services
@@ -63,7 +64,9 @@ class ControlPlane:
         sessions = make_sessions(self.engine)
         sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
         services = Services(sessions, settings.cluster_id, sealer)
-        self.autoscaling = Autoscaling(sessions, services)
+        # Async services' backlog (queue[backlog]) is read from their queues' Redis.
+        backlog = Backlog(settings.redis_url) if settings.redis_url else None
+        self.autoscaling = Autoscaling(sessions, services, backlog=backlog)
         self.reconciler = (
             Reconciler(
                 sessions,
@@ -100,6 +103,8 @@ class ControlPlane:
             if reconciling is not None:
                 reconciling.cancel()
                 await asyncio.gather(reconciling, return_exceptions=True)
+            if self.autoscaling.backlog is not None:
+                await self.autoscaling.backlog.close()
             self.engine.dispose()
 
     def stop(self) -> None:

@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     public_url: str = ""  # what endpoints are shown as; empty: the server's own address
     intranet_url: str = ""
     runtime: Literal["local", "kubernetes"] = "local"
+    # Async services' queues (redis://host:port/db), shared with the gateway; empty: `openeas
+    # up` starts an embedded Redis in the data dir.
+    redis_url: str = Field(default="", repr=False)
     # Upstream timeout the gateway applies when a spec sets no metadata.rpc.keepalive.
     default_timeout_ms: int = 600_000
     # Desired-state knobs of the reconciler.

@@ -49,6 +49,9 @@ class Rpc(_Strict):
     max_queue_size: int | None = Field(default=None, ge=1, le=100_000)
     rate_limit: int | None = Field(default=None, ge=1, le=1_000_000)  # per second, per instance
     enable_sigterm: bool | None = None
+    # EAS's per-replica concurrency; for an async service, each replica's window on its
+    # input queue (how many messages it is handed at once).
+    worker_threads: int | None = Field(default=None, ge=1, le=1024)
 
 
 class Mirror(_Strict):
@@ -72,6 +75,7 @@ class Mirror(_Strict):
 
 
 TrafficState = Literal["grouping", "standalone"]
+ServiceType = Literal["Async"]
 DEFAULT_WEIGHT = 100
 
 
@@ -93,6 +97,9 @@ class Metadata(_Strict):
     workspace_id: str | None = Field(default=None, max_length=128)  # stored, not used
     rolling_strategy: RollingStrategy | None = None
     eas: EasOptions | None = None
+    # "Async": requests go through an input queue and answers to a sink (the ``queue``
+    # section); None: a synchronous service.
+    type: ServiceType | None = None
 
     @field_validator("group")
     @classmethod
@@ -113,14 +120,17 @@ class Metadata(_Strict):
         return DEFAULT_WEIGHT if self.weight is None else self.weight
 
 
-MetricName = Literal["qps", "concurrency", "cpu", "queue_time_ms"]
+# queue[backlog]: EAS's name for an async service's input messages not yet answered.
+BACKLOG = "queue[backlog]"
+MetricName = Literal["qps", "concurrency", "cpu", "queue_time_ms", "queue[backlog]"]
 METRIC_NAMES: tuple[str, ...] = get_args(MetricName)
 
 
 class ScaleStrategy(_Strict):
     """Keep ``metricName`` per replica near ``threshold``: qps (requests/s) and concurrency
     (in-flight requests) as the gateway counts them, cpu (%) from the runtime, queue_time_ms
-    from Triton's own metrics."""
+    from Triton's own metrics, queue[backlog] (an async service's messages not yet answered)
+    from its input queue."""
 
     metricName: MetricName
     threshold: float = Field(gt=0, le=1_000_000)
@@ -183,6 +193,47 @@ class Autoscaler(_Strict):
         return self.min == 0
 
 
+DEFAULT_QUEUE_LENGTH = 10_000
+DEFAULT_PAYLOAD_KB = 8192
+DEFAULT_MAX_DELIVERY = 5
+DEFAULT_WINDOW = 5  # EAS's default worker_threads
+
+
+class QueueSide(_Strict):
+    """One of an async service's two queues, under EAS's queue sub-service names
+    (``queue.source.*`` for the input queue, ``queue.sink.*`` for the results)."""
+
+    max_length: int = Field(default=DEFAULT_QUEUE_LENGTH, ge=1, le=10_000_000)  # entries
+    max_payload_size_kb: int = Field(default=DEFAULT_PAYLOAD_KB, ge=1, le=1_048_576)
+    # When full: evict the oldest entry for the new one (True) or refuse the put (429).
+    auto_evict: bool = False
+
+    @property
+    def max_payload_bytes(self) -> int:
+        return self.max_payload_size_kb * 1024
+
+
+class Queue(_Strict):
+    """EAS's ``queue`` section of an async service (``metadata.type: "Async"``).
+
+    ``cpu``, ``memory``, ``min_replica`` and ``resource`` size EAS's queue sub-service;
+    here the queue is a pair of Redis Streams served by the gateway, so they are accepted
+    and have nothing to size. ``default_path`` is OpenEAS's own: where a put to the bare
+    ``/api/predict/<svc>`` is delivered on the replica (a put to
+    ``/api/predict/<svc>/<path>`` goes to ``/<path>``)."""
+
+    source: QueueSide = Field(default_factory=QueueSide)
+    sink: QueueSide = Field(default_factory=QueueSide)
+    # Deliveries of one message (a replica died or timed out holding it) before it goes
+    # to the dead-letter stream instead.
+    max_delivery: int = Field(default=DEFAULT_MAX_DELIVERY, ge=1, le=1000)
+    default_path: str = Field(default="/", max_length=1024, pattern=r"^/[^?#\s]*$")
+    cpu: int | None = Field(default=None, ge=1, le=512)
+    memory: int | None = Field(default=None, ge=64, le=4_194_304)
+    min_replica: int | None = Field(default=None, ge=0, le=100)
+    resource: str | None = Field(default=None, min_length=1, max_length=128)
+
+
 class StoredSpec(_Strict):
     """The EAS JSON as a service row keeps it: everything but the token (its own column)."""
 
@@ -201,6 +252,7 @@ class StoredSpec(_Strict):
     metadata: Metadata = Field(default_factory=Metadata)
     autoscaler: Autoscaler | None = None
     labels: dict[str, str] | None = None
+    queue: Queue | None = None  # an async service's queues (metadata.type "Async")
     # The first container serves; the others run beside it (sidecars, Kubernetes only).
     containers: list[Container] | None = Field(default=None, min_length=1, max_length=8)
     storage: list[Storage] | None = Field(default=None, max_length=16)
@@ -229,6 +281,15 @@ class StoredSpec(_Strict):
         return eas_spec.workload(
             self.processor, self.processor_params, self.containers, self.storage
         )
+
+    @property
+    def is_async(self) -> bool:
+        return self.metadata.type == "Async"
+
+    @property
+    def window(self) -> int:
+        """How many of its input messages each replica of an async service holds at once."""
+        return self.metadata.rpc.worker_threads or DEFAULT_WINDOW
 
     def public(self) -> dict[str, Any]:
         """As describe shows it and as a merge patch applies to (JSON, no nulls)."""
@@ -323,11 +384,51 @@ def validate_spec(data: Any, checks: Sequence[Check] = ()) -> ServiceSpec:
     problems = [p for check in checks for p in check(spec)] + _metrics_off(spec, params)
     problems += _warm_up_problems(spec.warm_up_data_path)
     problems += _on_zero_problems(spec)
+    problems += _queue_problems(spec)
     if problems:
         raise InvalidSpec(problems)
     if work.container is not None:
-        return spec  # the container as written; its flags are read again from it
-    return spec.model_copy(update={"processor_params": params})
+        return _as_group(spec)  # the container as written; its flags are read again from it
+    return _as_group(spec.model_copy(update={"processor_params": params}))
+
+
+def _queue_problems(spec: ServiceSpec) -> list[FieldProblem]:
+    """A ``queue`` section, and scaling on its backlog, belong to an async service."""
+    auto = spec.autoscaler
+    if auto is not None and not spec.is_async:
+        for i, strategy in enumerate(auto.scaleStrategies):
+            if strategy.metricName == BACKLOG:
+                return [
+                    FieldProblem(
+                        f"autoscaler.scaleStrategies[{i}].metricName",
+                        "queue[backlog] is an async service's input queue, and metadata.type "
+                        'is not "Async"',
+                        'add "type": "Async" to metadata, or scale on qps or concurrency',
+                    )
+                ]
+    if spec.queue is not None and not spec.is_async:
+        return [
+            FieldProblem(
+                "queue",
+                "a queue section configures an asynchronous service, and metadata.type is "
+                'not "Async"',
+                'add "type": "Async" to metadata, or remove the queue section',
+            )
+        ]
+    return []
+
+
+def _as_group(spec: ServiceSpec) -> ServiceSpec:
+    """An async service is also a group of its own name taking its traffic, as in EAS
+    (unless its spec names another group); its queue section gets its defaults written."""
+    if not spec.is_async:
+        return spec
+    update: dict[str, Any] = {"queue": spec.queue or Queue()}
+    meta = spec.metadata
+    if meta.group is None:
+        grouped = {"group": spec.name, "traffic_state": meta.traffic_state or "grouping"}
+        update["metadata"] = meta.model_copy(update=grouped)
+    return spec.model_copy(update=update)
 
 
 def _form_problems(spec: ServiceSpec) -> list[FieldProblem]:

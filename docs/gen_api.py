@@ -68,10 +68,54 @@ Refusals: `401` `MissingAuthorization`, `InvalidAccessKeyId.NotFound` (unknown o
 `InvalidService.NotFound`, `InvalidService.AlreadyExists`, `InvalidGroup.NotFound`,
 `Conflict`, `PreconditionFailed`. Every write and every refusal is recorded in the audit
 trail (`GET /api/v2/audit`, `eascmd audit`). Using the official SDK: [sdk.md](sdk.md).
-
+"""
+ACTIONS = """\
 ## Actions
 
 Each route is named after the SDK action it serves:
+"""
+
+# Not the control plane's: the gateway's predict calls, and how they authenticate.
+GATEWAY = """## Predict calls (the gateway)
+
+`/api/predict/<service>/<Triton path>` is the gateway's, not the control plane's: it relays
+the call to a ready replica (`/api/predict/<group>/…` to a member the group's traffic split
+picks, `/api/predict/<group>.<service>/…` to that member). The call opens with the
+service's token (a group: the group's token or any member's), sent in any of three forms:
+
+| `Authorization` | |
+|---|---|
+| `<token>` | EAS's bare token |
+| `Bearer <token>` | |
+| `EAS <signature>` | EAS's signature: what `eas_prediction.PredictClient` sends by default |
+
+The signature is
+
+```
+base64(HMAC-SHA1(<token>, "POST\\n<Content-MD5>\\n<Content-Type>\\n<Date>\\n<path>"))
+```
+
+with the call's `Content-MD5` header (the hex MD5 of its body), `Content-Type` header (empty
+when there is none) and `Date` header (RFC 1123, GMT), and `<path>` the request path as sent,
+beginning `/api/predict/` (with its query string, if any); `POST` is the call's method. The
+gateway checks every signed call in full: its `Date` within 15 minutes of the gateway's clock
+(`OPENEAS_GATEWAY_SIGNATURE_SKEW_S`), the signature, and the body against `Content-MD5`,
+before any of the body reaches a replica. A signed body not all in when the head is read
+(over `OPENEAS_GATEWAY_BUFFER_BODY_BYTES`, or chunked) is read whole first, within
+`OPENEAS_GATEWAY_MAX_BODY_BYTES`; unsigned bodies stream.
+
+A refusal is `401` (`application/problem+json`, `WWW-Authenticate: Bearer realm="openeas"`)
+whose `detail` names what was wrong: no `Date`, or one that is not an RFC 1123 date; a
+`Date` too far from the gateway's clock (by how much, ahead or behind); no `Content-MD5`; a
+body that does not match its `Content-MD5`; a signature that does not match (a tampered
+path, `Content-Type` or `Date`, or another key); or a gateway that cannot check signatures
+for the service yet (it serves a route table from its snapshot, which never holds tokens, or
+from a control plane that predates signed calls: the token itself still opens). Signatures
+and tokens are never logged.
+
+`eas_prediction` writes the client's *local* time and labels it GMT: a client outside UTC
+must run with `TZ=UTC`, or its calls are refused as skewed by its offset. The gRPC door takes
+the token in the `authorization` metadata only: EAS signs HTTP calls alone.
 """
 
 
@@ -107,7 +151,7 @@ def _routes(routes: list[Any]) -> list[Any]:
 
 
 def render(document: Schema) -> str:
-    lines = [HEADER, "| SDK action | method | path |", "|---|---|---|"]
+    lines = [HEADER, GATEWAY, ACTIONS, "| SDK action | method | path |", "|---|---|---|"]
     actions = sorted(
         (op["x-sdk-action"], method.upper(), path)
         for path, method, op in _operations(document, None)

@@ -258,7 +258,7 @@ def strategies(pairs: list[str]) -> list[dict[str, Any]]:
         if not sep or not name or threshold is None:
             raise CliError(
                 f"eascmd: --strategy {pair}: expected METRIC=THRESHOLD, e.g. --strategy qps=100 "
-                "(metrics: qps, concurrency, cpu, queue_time_ms)"
+                "(metrics: qps, concurrency, cpu, queue_time_ms, queue[backlog])"
             )
         out.append(
             {

@@ -86,6 +86,21 @@ def _autoscaler_rows(svc: dict[str, Any]) -> list[tuple[str, str]]:
     return [("Autoscaler", autoscaler(auto)), ("Metrics", values), ("LastDecision", decision)]
 
 
+def _queue_rows(svc: dict[str, Any]) -> list[tuple[str, str]]:
+    """An async service's queues: depth, and the messages each replica holds."""
+    if config(svc).get("metadata", {}).get("type") != "Async":
+        return []
+    q = svc.get("QueueStatus")
+    if not q:
+        return [("Queue", "async (queue status unavailable)")]
+    depth = (
+        f"input {q['InputLength']} ({q['Pending']} held by replicas), sink {q['SinkLength']}, "
+        f"dead letters {q['DeadLetters']}"
+    )
+    consumers = ", ".join(f"{c['Name']} holds {c['Pending']}" for c in q["Consumers"]) or "-"
+    return [("Queue", depth), ("Consumers", consumers)]
+
+
 def replica_number(replica: dict[str, Any]) -> str:
     return str(replica.get("name", "")).rsplit("-", 1)[-1]
 
@@ -113,6 +128,7 @@ def describe(svc: dict[str, Any]) -> str:
         ("Message", svc.get("Message") or "-"),
         ("Instances", counts(svc)),
         *_autoscaler_rows(svc),
+        *_queue_rows(svc),
         *_runs_rows(cfg),
         ("InternetEndpoint", svc["InternetEndpoint"]),
         ("IntranetEndpoint", svc["IntranetEndpoint"]),

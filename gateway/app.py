@@ -33,6 +33,9 @@ from gateway.http.router import Router
 from gateway.http.server import Request
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
+from gateway.queue.consumer import Consumers
+from gateway.queue.door import QueueDoor
+from gateway.queue.streams import Streams
 from gateway.reporter import LoadReporter
 from gateway.route_source import ControlPlaneRouteSource, Health, RouteSource, iso_time
 from gateway.routing.balancer import EndpointPool
@@ -99,6 +102,31 @@ class Gateway:
             retry_after_s=settings.retry_after_s,
             wake_queue=settings.wake_queue,
         )
+        # Async services' queues: served and consumed here when a Redis is configured.
+        self.streams = (
+            Streams(settings.redis_url, settings.queue_prefix) if settings.redis_url else None
+        )
+        self.queues = QueueDoor(
+            self.routes,
+            self.streams,
+            max_body_bytes=settings.max_body_bytes,
+            claim_idle_s=settings.queue_claim_idle_s,
+            metrics=self.metrics,
+            wake=self._wake,
+            max_skew_s=settings.signature_skew_s,
+        )
+        self.consumers = (
+            Consumers(
+                self.routes,
+                self.streams,
+                claim_idle_s=settings.queue_claim_idle_s,
+                metrics=self.metrics,
+            )
+            if self.streams is not None
+            else None
+        )
+        if self.consumers is not None:
+            self.routes.listeners.append(self.consumers.on_table)
 
     def _on_table(self, change: RouteChange) -> None:
         self.metrics.route_version.set((), change.table.version)
@@ -134,6 +162,7 @@ class Gateway:
             self._fallback,
             health_path=self.settings.health_path,
             metrics_path=self.settings.metrics_path,
+            queues=self.queues,
         )
         self._source_task = asyncio.create_task(self._run_source(), name="gateway-routes")
         if self.snapshot_path is not None:
@@ -223,6 +252,10 @@ class Gateway:
         if self._predict is not None:
             await self._predict.mirrors.close()  # shadows in flight are dropped, not awaited
         await self.waking.close()
+        if self.consumers is not None:
+            await self.consumers.close()
+        if self.streams is not None:
+            await self.streams.close()
         if self._wake is not None:
             await self._wake.close()
         if self._upstreams is not None:

@@ -421,6 +421,39 @@ class GatewayMetrics:
             ("service",),
             COLD_START_BUCKETS,
         )
+        q = "openeas_queue_"  # async services' queues (gateway.queue)
+        self.queue_puts = Counter(
+            q + "puts_total",
+            "Entries put, by service and queue (input, sink).",
+            ("service", "queue"),
+        )
+        self.queue_gets = Counter(
+            q + "gets_total",
+            "Entries returned by get and pushed by watches, by service and queue.",
+            ("service", "queue"),
+        )
+        self.queue_answered = Counter(
+            q + "answered_total",
+            "Input messages answered into the sink by a replica.",
+            ("service",),
+        )
+        self.queue_redelivered = Counter(
+            q + "redelivered_total",
+            "Input messages taken over from a replica that failed, left or held them too long.",
+            ("service",),
+        )
+        self.queue_dead_lettered = Counter(
+            q + "dead_lettered_total",
+            "Input messages moved to the dead-letter stream after max_delivery deliveries.",
+            ("service",),
+        )
+        # Read from Redis by this process's consumers (one value for the whole gateway).
+        self.queue_length = Gauge(
+            q + "length", "Entries in a queue, by service and queue.", ("service", "queue"), max
+        )
+        self.queue_pending = Gauge(
+            q + "pending", "Input messages held by replicas now.", ("service",), max
+        )
         self.all: tuple[_Metric, ...] = (
             self.requests,
             self.duration,
@@ -434,6 +467,13 @@ class GatewayMetrics:
             self.mirror_requests,
             self.mirror_duration,
             self.cold_start,
+            self.queue_puts,
+            self.queue_gets,
+            self.queue_answered,
+            self.queue_redelivered,
+            self.queue_dead_lettered,
+            self.queue_length,
+            self.queue_pending,
         )
 
     def series(self, service: str) -> ServiceSeries:

@@ -96,6 +96,12 @@ class GatewaySettings(BaseSettings):
     max_body_bytes: int = Field(
         default=64 * MIB, ge=1, description="413 above this request body size."
     )
+    signature_skew_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="A signed predict call (Authorization: EAS <signature>) is refused when "
+        "its Date is further than this from the gateway's clock (EAS: 15 minutes).",
+    )
     default_timeout_ms: int = Field(
         default=600_000,
         ge=1,
@@ -159,6 +165,25 @@ class GatewaySettings(BaseSettings):
         le=100_000,
         description="Requests held per service while it wakes from zero (or its "
         "metadata.rpc.max_queue_size, when lower); past it: 450, safe to retry.",
+    )
+    redis_url: str = Field(
+        default="",
+        validation_alias=AliasChoices("redis_url", "OPENEAS_REDIS_URL"),
+        description="Redis holding async services' queues (redis://host:port/db); empty: "
+        "async services answer 503 (`openeas up` starts an embedded Redis and sets it).",
+    )
+    queue_prefix: str = Field(
+        default="openeas:",
+        max_length=64,
+        description="Prefix of every Redis key of the queues (several installations, or "
+        "tests, may share one Redis).",
+    )
+    queue_claim_idle_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=86_400,
+        description="A message held this long by a replica that is still routed is handed "
+        "to another one (a replica that left the route table loses its messages at once).",
     )
     health_path: str = "/gateway/healthz"
     metrics_path: str = "/metrics"

@@ -4,7 +4,9 @@ still serves (``OPENEAS_GATEWAY_ROUTE_SNAPSHOT``).
 Written when the control plane stops answering and when the gateway stops — not per change,
 so steady state costs nothing — and read only when a starting gateway gets no table from
 the control plane in time. The file holds token digests and replica addresses, never a
-token; it is replaced atomically and readable by its owner only.
+token (routes carry theirs for signed calls: left out here, so a gateway serving from its
+snapshot refuses signed calls until the control plane answers; the token itself still
+opens); it is replaced atomically and readable by its owner only.
 """
 
 from __future__ import annotations
@@ -14,12 +16,18 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from contract.wire import RouteTable
 
 log = logging.getLogger(__name__)
+# The tokens routes carry for signed calls (contract.wire.Route.token) never reach the disk.
+NO_TOKENS: dict[str, Any] = {
+    "routes": {"__all__": {"token"}},
+    "groups": {"__all__": {"token"}},
+}
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,7 @@ def save(path: Path, table: RouteTable) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".routes-", dir=path.parent)  # mode 0600
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(table.model_dump_json().encode())
+                f.write(table.model_dump_json(exclude=NO_TOKENS).encode())
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)

@@ -1,5 +1,7 @@
 """``openeas up``: the whole platform in one process on embedded defaults — control plane
-(SQLite in the data dir, local runtime), gateway and console on one port.
+(SQLite in the data dir, local runtime), gateway and console on one port, and a Redis child
+process for async services' queues unless ``OPENEAS_REDIS_URL`` names one
+(:mod:`openeas.embedded_redis`).
 
 The gateway owns the public port; everything that is not a predict call, metrics or its own
 health is forwarded to the control plane on an internal loopback port. Ctrl-C / SIGTERM
@@ -25,6 +27,7 @@ from gateway.app import start_gateway
 from gateway.grpc.server import start_grpc
 from gateway.route_source import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings
+from openeas.embedded_redis import EmbeddedRedis
 
 # Triton's own gRPC port number: what tritonclient.grpc users reach for first.
 DEFAULT_GRPC_PORT = 8001
@@ -61,6 +64,19 @@ def main(argv: list[str]) -> int:
     public = f"http://{args.host}:{args.port}"
     settings = settings.model_copy(update={"public_url": settings.public_url or public})
     controlplane_cli.upgrade(settings)
+    # Async services' queues: the configured Redis, else one of our own in the data dir.
+    embedded = None if settings.redis_url else EmbeddedRedis(settings.data_dir)
+    if embedded is not None:
+        settings = settings.model_copy(update={"redis_url": embedded.start()})
+        print(f"openeas: embedded Redis for async services on {embedded.url}", flush=True)
+    try:
+        return _run(args, settings, created, public)
+    finally:
+        if embedded is not None:
+            embedded.stop()  # also when the platform failed to start
+
+
+def _run(args: argparse.Namespace, settings: Settings, created: bool, public: str) -> int:
     plane = ControlPlane(settings)
     public_sock = bind(args.host, args.port)  # fail early, before anything starts
     internal_sock = bind("127.0.0.1", 0)
@@ -72,6 +88,7 @@ def main(argv: list[str]) -> int:
             controlplane_url=internal,
             routes_token=SecretStr(settings.routes_token),
             default_timeout_ms=settings.default_timeout_ms,
+            redis_url=settings.redis_url,
         )
         if args.grpc_port is not None or gateway_settings.grpc_port is None:
             grpc_port = DEFAULT_GRPC_PORT if args.grpc_port is None else args.grpc_port

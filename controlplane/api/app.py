@@ -29,6 +29,7 @@ from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
 from controlplane.groups import Groups
+from controlplane.queues import Backlog
 from controlplane.runtime import make_log_source
 from controlplane.runtime.base import LogSource
 from controlplane.services import Services
@@ -118,7 +119,8 @@ def create_app(
         sessions, settings.cluster_id, sealer, deployment_checks(settings), settings.runtime
     )
     # Without a reconciler in this process nothing leads: load reports are answered 421.
-    scaling = autoscaling or Autoscaling(sessions, services)
+    backlog = Backlog(settings.redis_url) if settings.redis_url else None
+    scaling = autoscaling or Autoscaling(sessions, services, backlog=backlog)
     app.include_router(services_api.router(services, settings, scaling))
     app.include_router(scalers.router(services, settings, scaling))
     app.include_router(service_actions.router(services, settings))

@@ -84,7 +84,12 @@ def router(
         if not await _unless_gone(request, watch.wait_past(after, wait)):
             return Response(status_code=204)
         return await run_in_threadpool(
-            route_feed.table, sessions, settings.cluster_id, settings.default_timeout_ms, after
+            route_feed.table,
+            sessions,
+            settings.cluster_id,
+            settings.default_timeout_ms,
+            after,
+            services.sealer.open,
         )
 
     @api.post(

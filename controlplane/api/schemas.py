@@ -65,6 +65,8 @@ class ServicePublic(Endpoints):
     AutoscalerStatus: dict[str, Any] | None = None
     # The spec's fields this runtime does not act on, each with why (controlplane.eas_fields).
     NotHonoured: list[dict[str, str]] = []
+    # An async service's queues: lengths, dead letters, each replica's consumer (describe).
+    QueueStatus: dict[str, Any] | None = None
 
 
 class ServiceCreated(Endpoints):

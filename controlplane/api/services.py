@@ -162,6 +162,8 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
             seen = commits.count
             row = await run_in_threadpool(services.get, cluster, name)
             body = public(request, row, response, token=True)
+            if row.spec.is_async and autoscaling.backlog is not None:
+                body.QueueStatus = await autoscaling.backlog.status(row.name)
             state = service_watch.state_digest(body.model_dump_json(exclude={"RequestId"}).encode())
             left = deadline - loop.time()
             if after is None or state != after or left <= 0:

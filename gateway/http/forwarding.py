@@ -23,6 +23,7 @@ from gateway.http.writes import Chunk
 from gateway.metrics import GatewayMetrics
 from gateway.mirroring.mirror import Copy, RecordingExchange
 from gateway.mirroring.shadows import Mirrors
+from gateway.routing.auth import body_matches, md5_refusal
 from gateway.routing.balancer import Endpoint, EndpointPool, split_base_url
 from gateway.routing.paths import Target
 from gateway.routing.route_table import Asleep, ServiceRoute
@@ -102,7 +103,8 @@ def upstream_problem(entry: ServiceRoute, error: UpstreamError) -> Problem:
 class SlowPath:
     """The coroutine half of a :class:`gateway.http.proxy.PredictProxy`: the same
     admission, balancer, pools and metrics; ``readmit`` resolves and admits a call again
-    (once its service woke), ``count`` counts a call's answer."""
+    (once its service woke: the entry, and the Content-MD5 a signed call's body must still
+    match), ``count`` counts a call's answer."""
 
     def __init__(
         self,
@@ -114,7 +116,7 @@ class SlowPath:
         mirrors: Mirrors,
         waking: Waking,
         *,
-        readmit: Callable[[Request, Target, float], ServiceRoute],
+        readmit: Callable[[Request, Target, float], tuple[ServiceRoute, bytes | None]],
         count: Callable[[str, int, float], None],
     ) -> None:
         self.settings = settings
@@ -137,7 +139,7 @@ class SlowPath:
         name = asleep.route.service
         try:
             await self.waking.hold_call(asleep, self.activity, self.settings.wake_queue)
-            entry = self.readmit(request, target, time.monotonic())
+            entry, unchecked = self.readmit(request, target, time.monotonic())
         except (Refused, QueueFull, WakeTimeout, NotWakeable, Asleep) as e:
             p = refused_problem(self.admission.not_woken(e, asleep))
             self.count(name, p.status, started)
@@ -147,7 +149,7 @@ class SlowPath:
             self.count(name, CLIENT_CLOSED, started)
             raise
         copy = self.mirrors.copy(request, target, entry) if entry.mirror else None
-        await self.run(request, target, entry, started, copy)
+        await self.run(request, target, entry, started, copy, unchecked=unchecked)
 
     async def run(
         self,
@@ -157,11 +159,14 @@ class SlowPath:
         started: float,
         copy: Copy | None = None,
         first: Endpoint | None = None,
+        unchecked: bytes | None = None,
     ) -> None:
+        """Forward an admitted call. ``unchecked``: the Content-MD5 a signed call's body is
+        read whole and checked against before anything is sent (see :meth:`_forward`)."""
         name = entry.route.service
         code = 500
         try:
-            code = await self._forward(request, target, entry, copy, first)
+            code = await self._forward(request, target, entry, copy, first, unchecked)
         except Problem as p:
             code = p.status
             write_problem(request, p, close=p.status == 413)
@@ -184,17 +189,19 @@ class SlowPath:
         entry: ServiceRoute,
         copy: Copy | None = None,
         first: Endpoint | None = None,
+        unchecked: bytes | None = None,
     ) -> int:
         """Connect (skipping replicas that refuse), send, relay; the status the client saw.
         A mirror's ``copy`` gets the request as sent and keeps the answer. ``first``: the
-        replica already chosen for this call (if it is still routed)."""
+        replica already chosen for this call (if it is still routed). ``unchecked``: the
+        Content-MD5 the body must have (a signed call's: read whole, never streamed)."""
         name = entry.route.service
         metrics = self.metrics
         length = request.content_length
         body: bytes | None = None
         stream = False
         if request.has_body:
-            if length is not None and not request.body.complete:
+            if length is not None and not request.body.complete and unchecked is None:
                 stream = True
             else:
                 limit = self.settings.max_body_bytes
@@ -204,6 +211,8 @@ class SlowPath:
                     raise Problem(
                         413, f"request body exceeds the limit of {limit} bytes", service=name
                     ) from None
+        if unchecked is not None and not body_matches(unchecked, (body or b"",)):
+            raise refused_problem(Admission.unauthenticated(name, md5_refusal().detail))
         length = len(body) if body is not None else length
         headers = predict_upstream_headers(request.headers, request.peer, length)
         if copy is not None:

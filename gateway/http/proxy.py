@@ -4,10 +4,11 @@ once per request; the byte-level work is in :mod:`gateway.http.upstream`.
 Who is refused, and why, is :mod:`gateway.admission`'s (the gRPC door's too); this door
 reads the service from the path and the token from ``Authorization``, and answers each kind
 of refusal with its status (:data:`gateway.http.problems.HTTP_STATUS`): 404 unknown service
-· 401 missing/wrong token · 403 Triton admin path · 413 body over the limit · 503 no ready
-replica · 429 over the rate limit · 450 over the queue size (``max_queue_size``). A service
-at zero that its autoscaler wakes is not a 503: the call is held (:mod:`gateway.wake`) until
-a replica is ready, then admitted again — 450 when too many are held already, 504 when none
+· 401 missing/wrong token or EAS signature (the detail names the Date, Content-MD5 or
+signature at fault) · 403 Triton admin path · 413 body over the limit · 503 no ready replica
+· 429 over the rate limit · 450 over the queue size (``max_queue_size``). A service at zero
+that its autoscaler wakes is not a 503: the call is held (:mod:`gateway.wake`) until a
+replica is ready, then admitted again — 450 when too many are held already, 504 when none
 is ready within the service's timeout. Then it goes to the replica with the fewest requests
 in flight; one that refuses the connection is skipped (nothing was sent to it). Past that
 point: 408 if the replica does not answer within the service's timeout (``rpc.keepalive``,
@@ -18,10 +19,15 @@ Two paths share that logic. The *fast path* — whole small body already read, a
 keep-alive connection to the chosen replica — runs entirely in callbacks, here (compiled).
 Everything else (connecting, skipping refusing replicas, reading a chunked body, mirrors,
 waking) runs as a coroutine, in :mod:`gateway.http.forwarding` (interpreted).
+
+A signed call's body must match its Content-MD5 before any of it reaches a replica: one
+whose body is all in at admission is checked there; one still arriving is read whole
+(within the body limit) by the slow path, checked, then sent. Unsigned calls stream.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Coroutine, Iterable
 from hmac import compare_digest
 from typing import Any
@@ -38,7 +44,18 @@ from gateway.http.server import Head, Request
 from gateway.http.upstream import Exchange, UpstreamConnection, request_head
 from gateway.metrics import GatewayMetrics
 from gateway.mirroring.shadows import Mirrors
-from gateway.routing.auth import presented_token, token_matches
+from gateway.routing.auth import (
+    SignatureRefusal,
+    SigningKey,
+    body_matches,
+    is_signed,
+    md5_refusal,
+    presented_token,
+    signature_matches,
+    signature_refusal,
+    signed_head,
+    token_matches,
+)
 from gateway.routing.balancer import Endpoint, EndpointPool
 from gateway.routing.paths import Target
 from gateway.routing.route_table import Asleep, GroupEntry, ServiceRoute
@@ -78,6 +95,7 @@ class PredictProxy:
         self.balancer = balancer
         self.metrics = metrics
         self.upstreams = upstreams
+        self._max_skew_s = settings.signature_skew_s  # (the settings are not compiled)
         # The in-flight counts' clock (time.monotonic), the upstream pool's: a call reads it
         # once when admitted and once when it ends. (An attribute: a module global is a dict
         # lookup per call.)
@@ -121,15 +139,23 @@ class PredictProxy:
                 derived.entry = entry
                 derived.entry_at = routes.generation
             return entry, False
-        if self._accepts(request, lambda: (group.digest,), group):
+        if self._accepts(request, lambda: (group.digest,), lambda: (group.key,), group):
             return entry, True
         return entry, False
 
     def _authenticate_group(self, request: Request, group: GroupEntry) -> None:
-        """The group's token, or any member's, opens the group endpoint."""
+        """The group's token, or any member's, opens the group endpoint (so does a
+        signature made with any of them)."""
         name = group.route.group
-        if not self._accepts(request, lambda: self.routes.group_tokens(group), group):
-            if presented_token(request.head.authorization) is None:
+        routes = self.routes
+        if not self._accepts(
+            request, lambda: routes.group_tokens(group), lambda: routes.group_keys(group), group
+        ):
+            auth = request.head.authorization
+            if is_signed(auth):
+                refusal = signature_refusal(any(k is not None for k in routes.group_keys(group)))
+                raise Admission.unauthenticated(name, refusal.detail)
+            if presented_token(auth) is None:
                 raise Admission.unauthenticated(
                     name, "missing Authorization header with the group token"
                 )
@@ -137,13 +163,32 @@ class PredictProxy:
                 name, "the token matches neither this group nor its members"
             )
 
-    @staticmethod
+    def _signed_by(self, request: Request, keys: Iterable[SigningKey | None], name: str) -> bool:
+        """Whether the call's EAS signature is made with one of ``keys`` (its body is
+        checked by :meth:`admit`); a head that cannot be signed right (no Date or a skewed
+        one, no Content-MD5) is refused at once."""
+        auth = request.head.authorization
+        assert auth is not None
+        head = signed_head(
+            auth, request.method, request.target, request.hmap, time.time(), self._max_skew_s
+        )
+        if isinstance(head, SignatureRefusal):
+            raise Admission.unauthenticated(name, head.detail)
+        return any(key is not None and signature_matches(key, head) for key in keys)
+
     def _accepts(
-        request: Request, digests: Callable[[], Iterable[bytes]], holder: GroupEntry
+        self,
+        request: Request,
+        digests: Callable[[], Iterable[bytes]],
+        keys: Callable[[], Iterable[SigningKey | None]],
+        holder: GroupEntry,
     ) -> bool:
         """Whether the Authorization header opens ``holder``: the credential that passed
-        last is compared first; the digests are listed only when it does not match."""
+        last is compared first; the digests are listed only when it does not match. A
+        signed call is checked in full each time, against ``keys``."""
         auth = request.head.authorization
+        if is_signed(auth):
+            return self._signed_by(request, keys(), holder.route.group)
         accepted = holder.accepted
         if (
             auth is not None
@@ -164,25 +209,43 @@ class PredictProxy:
         entry: ServiceRoute,
         authenticated: bool,
         now: float,
-    ) -> None:
-        """The token step (unless a group token ``authenticated`` the call already), then
+    ) -> bytes | None:
+        """The credential step (unless a group's ``authenticated`` the call already), then
         :meth:`gateway.admission.Admission.admit`: raises :class:`Refused` or
         :class:`Asleep`, or takes the call's place in the service's in-flight count at
-        ``now`` (the caller must ``entry.in_flight.leave()``)."""
+        ``now`` (the caller must ``entry.in_flight.leave()``). Returns the Content-MD5 a
+        signed call's body must still be checked against once read (None: nothing left)."""
         name = entry.service
         auth = request.head.authorization
         accepted = entry.accepted
+        signed = False
         if not authenticated and (
             auth is None or accepted is None or not same_credential(request.head, auth, accepted)
         ):
-            token = presented_token(auth)
-            if token is None:
-                raise Admission.unauthenticated(
-                    name, "missing Authorization header with the service token"
-                )
-            if not token_matches(token, entry.digest):
-                raise Admission.unauthenticated(name, "the token does not match this service")
-            entry.accepted = auth
+            if is_signed(auth):
+                if not self._signed_by(request, (entry.key,), name):
+                    refusal = signature_refusal(entry.key is not None)
+                    raise Admission.unauthenticated(name, refusal.detail)
+                signed = True
+            else:
+                token = presented_token(auth)
+                if token is None:
+                    raise Admission.unauthenticated(
+                        name, "missing Authorization header with the service token"
+                    )
+                if not token_matches(token, entry.digest):
+                    raise Admission.unauthenticated(name, "the token does not match this service")
+                entry.accepted = auth
+        elif authenticated:
+            signed = is_signed(auth)  # by a group's key: its body is still to check
+        unchecked: bytes | None = None
+        if signed:
+            md5 = request.hmap[b"content-md5"]  # there: signed_head refuses a call without
+            body = request.body
+            if not body.complete:
+                unchecked = md5
+            elif not body_matches(md5, body.chunks()):
+                raise Admission.unauthenticated(name, md5_refusal().detail)
         self.admission.admit(
             entry,
             grpc=False,
@@ -190,12 +253,15 @@ class PredictProxy:
             length=request.content_length,
             now=now,
         )
+        return unchecked
 
-    def readmit(self, request: Request, target: Target, now: float) -> ServiceRoute:
-        """Resolve and admit a call again (a held one, once its service woke)."""
+    def readmit(
+        self, request: Request, target: Target, now: float
+    ) -> tuple[ServiceRoute, bytes | None]:
+        """Resolve and admit a call again (a held one, once its service woke); the entry,
+        and what :meth:`admit` left to check."""
         entry, authenticated = self.resolve(request, target)
-        self.admit(request, target, entry, authenticated, now)
-        return entry
+        return entry, self.admit(request, target, entry, authenticated, now)
 
     def count(self, label: str, code: int, started: float) -> None:
         series = self.metrics.series(label)
@@ -217,10 +283,10 @@ class PredictProxy:
             ):
                 # A repeated head naming a service (no group), and no table since.
                 entry = derived.entry
-                self.admit(request, target, entry, False, started)
+                unchecked = self.admit(request, target, entry, False, started)
             else:
                 entry, authenticated = self.resolve(request, target)
-                self.admit(request, target, entry, authenticated, started)
+                unchecked = self.admit(request, target, entry, authenticated, started)
         except Asleep as a:
             return self.slow.held(request, target, a.entry, started)
         except Refused as r:
@@ -232,7 +298,9 @@ class PredictProxy:
         if entry.mirror is not None:
             copy = self.mirrors.copy(request, target, entry)
             if copy is not None:
-                return self.slow.run(request, target, entry, started, copy)
+                return self.slow.run(request, target, entry, started, copy, unchecked=unchecked)
+        if unchecked is not None:  # a signed body still arriving: read whole, then checked
+            return self.slow.run(request, target, entry, started, unchecked=unchecked)
         endpoint = self.balancer.choose(entry.endpoints)
         # A body of known length goes on by callbacks, whole or as it comes (a chunked one
         # is read whole first, to send it with its length).

@@ -13,7 +13,7 @@ from gateway.http.derived import Derived
 from gateway.http.problems import Problem, write_problem
 from gateway.http.proxy import PredictProxy
 from gateway.http.server import Request, RequestHandler
-from gateway.routing.paths import BadTarget, parse_target
+from gateway.routing.paths import BadTarget, Target, parse_target
 
 
 class Pages(Protocol):
@@ -28,6 +28,14 @@ class Fallback(Protocol):
     def handle(self, request: Request) -> Coroutine[Any, Any, None]: ...
 
 
+class Queues(Protocol):
+    """Async services' queue protocol (:class:`gateway.queue.door.QueueDoor`)."""
+
+    def serves(self, target: Target) -> bool: ...
+
+    def handle(self, request: Request, target: Target) -> Coroutine[Any, Any, None]: ...
+
+
 class Router(RequestHandler):
     def __init__(
         self,
@@ -37,7 +45,9 @@ class Router(RequestHandler):
         *,
         health_path: str,
         metrics_path: str,
+        queues: Queues | None = None,
     ) -> None:
+        self.queues = queues  # None: no Redis configured (async services answer 503)
         self.predict = predict
         self.pages = pages
         self.fallback = fallback
@@ -56,7 +66,7 @@ class Router(RequestHandler):
             else:
                 _answer(request, Problem(400, "request-target must be a path"))
                 return None
-        if request.upgrade:
+        if request.upgrade and not self._queue_target(raw):
             problem = Problem(501, "protocol upgrades are not supported")
             request.keep_alive = False
             _answer(request, problem)
@@ -75,6 +85,9 @@ class Router(RequestHandler):
             if own:
                 head.derived = Derived(target)
         if target is not None:
+            queues = self.queues
+            if queues is not None and queues.serves(target):
+                return queues.handle(request, target)
             return self.predict.dispatch(request, target)
         path = request.path
         if path == self.health_path:
@@ -91,6 +104,16 @@ class Router(RequestHandler):
         problem = Problem(404, "not found: predict calls go to /api/predict/<service>/<path>")
         _answer(request, problem)
         return None
+
+    def _queue_target(self, raw: str) -> bool:
+        """Whether an upgrade goes to an async service's queue (a watch: WebSocket)."""
+        if self.queues is None:
+            return False
+        try:
+            target = parse_target(raw)
+        except BadTarget:
+            return False
+        return target is not None and self.queues.serves(target)
 
 
 def _answer(request: Request, problem: Problem) -> None:

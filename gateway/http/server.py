@@ -201,6 +201,15 @@ class Body:
             return first
         return b"".join([first, *more])
 
+    def chunks(self) -> list[Chunk]:
+        """What is buffered, left in place (the proxy checks a signed call's body before
+        it goes on)."""
+        first = self._first
+        if first is None:
+            return []
+        more = self._more
+        return [first] if more is None else [first, *more]
+
     def expect(self, limit: int) -> None:
         """Read the rest of the body (asking a client that waits for "100 Continue"), and
         wake :meth:`waiter` as soon as more than ``limit`` bytes are buffered."""

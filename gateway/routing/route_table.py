@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract.wire import GroupRoute, Route, RouteTable
-from gateway.routing.auth import digest_bytes, token_digest_of
+from gateway.routing.auth import SigningKey, digest_bytes, token_digest_of
 from gateway.routing.balancer import Endpoint, EndpointPool
 from gateway.routing.limits import Activity, InFlight, OverLimit, TokenBucket
 from gateway.routing.traffic import MirrorState, SmoothWeighted
@@ -37,7 +37,9 @@ class ServiceRoute:
     mirror: MirrorState | None = None  # None for most services: one check on the hot path
     # The last Authorization value that passed, compared in constant time before hashing
     # (a hash per request cost more than the comparison). Never carried to a new table.
+    # A signed call's value never goes here: each is checked in full (its Date and body).
     accepted: bytes | None = None
+    key: SigningKey | None = None  # the token, which signed calls are checked with (or none)
 
     def take_place(self, activity: Activity, now: float) -> OverLimit | None:
         """Admit one call under the service's rate limit and in-flight bound (HTTP and gRPC
@@ -82,6 +84,7 @@ class GroupEntry:
     digest: bytes
     picker: SmoothWeighted = field(default_factory=SmoothWeighted)
     accepted: bytes | None = None  # as ServiceRoute.accepted
+    key: SigningKey | None = None  # as ServiceRoute.key
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,12 @@ class RouteState:
         members = self.members.get(group.route.group, ())
         return [group.digest, *(self.services[name].digest for name in members)]
 
+    def group_keys(self, group: GroupEntry) -> list[SigningKey | None]:
+        """The keys a signed call to a group endpoint may be signed with, in the order of
+        :meth:`group_tokens`."""
+        members = self.members.get(group.route.group, ())
+        return [group.key, *(self.services[name].key for name in members)]
+
     def apply(self, table: RouteTable) -> None:
         """Apply ``table``: a whole one replaces every route, changes replace and remove
         only theirs. Per-service counters (in flight, rate-limit bucket) and per-endpoint
@@ -235,7 +244,7 @@ class RouteState:
         picker = prev.picker if prev is not None else SmoothWeighted()  # keeps its rhythm
         self._drop_group(route.group)  # a rotated token stops opening it
         entry = self.groups[route.group] = GroupEntry(
-            route, digest_bytes(route.token_sha256), picker
+            route, digest_bytes(route.token_sha256), picker, key=_key(route.token)
         )
         self.group_by_digest[entry.digest] = route.group
 
@@ -295,4 +304,9 @@ class RouteState:
             in_flight=in_flight,
             mirror=MirrorState.of(route.mirror, prev.mirror if prev is not None else None),
             grpc_endpoints=grpc_endpoints,
+            key=_key(route.token),
         )
+
+
+def _key(token: str | None) -> SigningKey | None:
+    return None if not token else SigningKey(token.encode("utf-8"))

@@ -206,3 +206,18 @@ def test_the_tail_is_each_percentile_s_median_over_the_rounds(bench: ModuleType)
         bench.WrkResult(1.0, 0, 0, 1, 1.0, tail) for tail in [(5, 9, 30), (6, 8, 10), (7, 20, 11)]
     ]
     assert bench.tail(runs) == "6.0/9.0/11.0"
+
+
+def test_the_signed_row_signs_as_eas_prediction_does(bench: ModuleType, tmp_path: Path) -> None:
+    """What its probe and wrk send passes the gateway's check (itself tested against the
+    SDK's own signatures), and would not with another body."""
+    from gateway.routing.auth import verify_signed
+
+    body = tmp_path / "add_sub.body"
+    body.write_bytes(b'{"inputs": []}' + bytes(range(32)))
+    path = "/api/predict/bench/v2/models/add_sub/infer"
+    made = bench.eas_signed("t" * 32, path, bench.body_md5(body))
+    headers = {k.lower().encode(): v.encode() for k, v in made.items()}
+    assert verify_signed(b"t" * 32, "POST", path, headers, body.read_bytes()) is None
+    refused = verify_signed(b"t" * 32, "POST", path, headers, body.read_bytes() + b" ")
+    assert refused is not None and refused.kind == "content-md5-mismatch"

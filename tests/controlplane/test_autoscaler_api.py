@@ -79,7 +79,7 @@ BAD = [
     (
         {**AUTO, "scaleStrategies": [{"metricName": "gpu", "threshold": 1}]},
         "autoscaler.scaleStrategies[0].metricName",
-        "'qps', 'concurrency', 'cpu' or 'queue_time_ms'",
+        "'qps', 'concurrency', 'cpu', 'queue_time_ms' or 'queue[backlog]'",
     ),
     (
         {**AUTO, "scaleStrategies": [{"metricName": "qps", "threshold": 0}]},

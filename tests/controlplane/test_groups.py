@@ -87,9 +87,10 @@ def test_traffic_mode_and_the_group_token(client: TestClient) -> None:
     assert routes(client).groups[0].token_sha256 == token_digest(token)
     assert token not in client.get(GROUPS).text  # a list never shows it
     assert client.get(f"{GROUPS}/local/g").json()["AccessToken"] == token  # to the admin
-    assert token not in client.get(ROUTES_PATH).text
+    assert routes(client).groups[0].token == token  # the key of EAS-signed calls
     rotated = client.post(f"{GROUPS}/local/g/token").json()["Token"]
     assert rotated != token and routes(client).groups[0].token_sha256 == token_digest(rotated)
+    assert routes(client).groups[0].token == rotated
     assert client.get(f"{GROUPS}/local/nope").status_code == 404
     # A service may not hold a group's token (gRPC callers are routed by the token alone).
     taken = client.post("/api/v2/services", json=seed_spec(name="thief", token=rotated))

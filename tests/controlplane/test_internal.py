@@ -29,12 +29,14 @@ def test_route_table_long_poll(client: TestClient) -> None:
     (route,) = table.routes
     assert route.service == "triton_test" and route.endpoints == []
     assert route.token_sha256 == token_digest(token)
-    assert token not in client.get(ROUTES_PATH).text
+    assert route.token == token  # the key of EAS-signed calls, opened from its seal
+    assert token not in repr(route)
 
-    client.post("/api/v2/services/local/triton_test/token")  # rotation is a routing change
+    new = client.post("/api/v2/services/local/triton_test/token").json()["Token"]  # routing
     rotated = RouteTable.model_validate(client.get(ROUTES_PATH).json())
     assert rotated.version > table.version
-    assert rotated.routes[0].token_sha256 != route.token_sha256
+    assert rotated.routes[0].token_sha256 == token_digest(new) != route.token_sha256
+    assert rotated.routes[0].token == new
 
 
 def test_route_timeouts_come_from_the_spec_or_the_default(client: TestClient) -> None:

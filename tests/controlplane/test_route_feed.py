@@ -17,6 +17,7 @@ from controlplane.api.app import create_app
 from controlplane.commits import commit_watch
 from controlplane.db import make_engine, make_sessions
 from controlplane.models import CounterRow
+from controlplane.sealing import SealError
 from controlplane.settings import Settings
 from controlplane.store import ReconcileStore
 from tests.controlplane.conftest import ADMIN, seed_spec
@@ -287,3 +288,22 @@ async def test_an_idle_reader_reads_only_after_a_commit(settings: Settings) -> N
     async with asyncio.timeout(5):
         assert await waiting
     engine.dispose()
+
+
+def test_routes_carry_their_token_unless_no_key_opens_it(
+    client: TestClient, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The token is the key of EAS-signed calls at the gateway; one sealed with a key no
+    longer configured leaves its route without it (signed calls refused there, the token
+    itself still opens: the digest is all that needs), and the table is still served."""
+    create(client, "a")
+    assert whole(client)["a"].token is not None
+    sessions = make_sessions(make_engine(settings.sqlalchemy_url))
+
+    def lost_key(sealed: str) -> str:
+        raise SealError("a stored token cannot be opened with OPENEAS_SECRET_KEY")
+
+    table = route_feed.table(sessions, "local", 1000, opener=lost_key)
+    assert [(r.service, r.token) for r in table.routes] == [("a", None)]
+    assert "ServiceRow 'a': a stored token cannot be opened" in caplog.text
+    assert route_feed.table(sessions, "local", 1000).routes[0].token is None  # no opener

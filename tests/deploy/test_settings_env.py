@@ -29,14 +29,14 @@ CHART_OWNED: dict[str, tuple[type[BaseSettings], set[str]]] = {
     "controlplane": (
         Settings,
         {"data_dir", "database_url", "admin_token", "routes_token", "secret_key", "cluster_id",
-         "public_url", "intranet_url", "runtime", "k8s"},
+         "public_url", "intranet_url", "runtime", "k8s", "redis_url"},
     ),
     # admin_token: the chart gives the gateway none (it reads routes with routes_token).
     "gateway": (
         GatewaySettings,
         # grpc_port: gateway.grpc.enabled (its Service port is gateway.grpc.port).
         {"controlplane_url", "routes_token", "admin_token", "host", "port", "grpc_port",
-         "workers", "route_snapshot"},
+         "workers", "route_snapshot", "redis_url"},
     ),
     "serving": (
         KubernetesSettings,
@@ -189,6 +189,7 @@ SAMPLE: dict[str, Any] = {
     },
     "gateway": {
         "maxBodyBytes": 1048576,
+        "signatureSkewS": 300.0,
         "defaultTimeoutMs": 30000,
         "connectTimeoutMs": 500,
         "bufferBodyBytes": 0,
@@ -208,6 +209,8 @@ SAMPLE: dict[str, Any] = {
         "domain": "eas.example.com",
         "httpYieldAt": 8,
         "grpcYieldAt": 16,
+        "queuePrefix": "eas:",
+        "queueClaimIdleS": 45.5,
     },
     "serving": {
         "requestTimeoutSeconds": 10,

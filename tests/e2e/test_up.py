@@ -4,6 +4,7 @@ official ``tritonclient`` through the gateway. Prints the timings the closing no
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from eas_prediction import PredictClient, StringRequest
 
 from testing.waiting import WaitTimeout, seconds_until, wait_until
 from tests.fixtures_triton import check_example_models, descendants, free_port, is_alive
@@ -179,6 +181,21 @@ def test_seed_journey(platform: Platform, oss_model_repo: str) -> None:
     assert body["model_name"] == "inception_graphdef" and body["model_version"] == "1"
     assert body["outputs"][0]["shape"] == [1, 1001]
     check_example_models(endpoint, {"Authorization": token})
+    # EAS's prediction SDK in its default mode: it signs with the token, which the gateway
+    # has from the control plane's route table
+    sdk = PredictClient(f"127.0.0.1:{platform.port}", "triton_test/v2/models/add_sub/infer")
+    sdk.set_token(token)
+    sdk.init()
+    try:
+        data = [1.5, 2.0, -3.0, 4.25]
+        tensors = [{"name": n, "shape": [4], "datatype": "FP32", "data": data}
+                   for n in ("INPUT0", "INPUT1")]  # fmt: skip
+        answer = json.loads(
+            sdk.predict(StringRequest(json.dumps({"inputs": tensors}))).response_data
+        )
+        assert {o["name"]: o["data"] for o in answer["outputs"]}["OUTPUT0"] == [3.0, 4.0, -6.0, 8.5]
+    finally:
+        sdk.destroy()
     replica = platform.describe()["Replicas"][0]["endpoint"]
     check_example_models(replica.removeprefix("http://"))
     # the gRPC door: the printed address, the official client, the same token

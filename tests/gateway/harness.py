@@ -97,6 +97,7 @@ def route(
     return Route(
         service=service,
         token_sha256=token_digest(token),
+        token=token,  # as the control plane sends it: the key of signed calls
         endpoints=endpoints,
         timeout_ms=timeout_ms,
         rate_limit=rate_limit,

@@ -107,6 +107,7 @@ def test_saved_when_the_control_plane_goes_and_on_close(
     assert (kept.version, [r.service for r in kept.routes]) == (3, ["svc"])
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600
     assert TOKEN.encode() not in saved.read_bytes()  # digests only
+    assert kept.routes[0].token is None  # the route had its token (signed calls' key)
 
     saved.unlink()
     gw.close()

@@ -267,3 +267,23 @@ when given.
       name: {{ include "openeas.platformSecret" $ }}
       key: {{ ternary $.Values.auth.existingSecretModelCacheKey "model-cache-token" (ne $.Values.auth.existingSecret "") }}
 {{- end }}
+
+{{/* The bundled Redis of async services' queues (redis.bundled, when redis.url is empty). */}}
+{{- define "openeas.redisName" -}}
+{{- include "openeas.component" (list . "redis") }}
+{{- end }}
+
+{{- define "openeas.redisBundled" -}}
+{{- if and .Values.redis.bundled.enabled (not .Values.redis.url) }}true{{ end }}
+{{- end }}
+
+{{/* OPENEAS_REDIS_URL for the gateway and the control plane (none: async services get 503). */}}
+{{- define "openeas.redisEnv" -}}
+{{- if .Values.redis.url }}
+- name: OPENEAS_REDIS_URL
+  value: {{ .Values.redis.url | quote }}
+{{- else if include "openeas.redisBundled" . }}
+- name: OPENEAS_REDIS_URL
+  value: {{ printf "redis://%s.%s.svc:6379/0" (include "openeas.redisName" .) .Release.Namespace | quote }}
+{{- end }}
+{{- end }}
