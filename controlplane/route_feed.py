@@ -97,14 +97,16 @@ def _token(row: ServiceRow | GroupRow, opener: Opener | None) -> str | None:
 def _route(row: ServiceRow, default_timeout_ms: int, opener: Opener | None = None) -> Route:
     rpc = row.spec.metadata.rpc
     mirror = row.spec.metadata.mirror
+    endpoints = _endpoints(row.replicas)
     return Route(
         service=row.name,
         token_sha256=row.token_sha256,
         token=_token(row, opener),
-        endpoints=_endpoints(row.replicas),
+        endpoints=endpoints,
         grpc_endpoints=_endpoints(row.replicas, "grpc_endpoint"),
         timeout_ms=rpc.keepalive or default_timeout_ms,
-        rate_limit=rpc.rate_limit,
+        # EAS's rate_limit is per instance: the gateway's bucket is for the whole service.
+        rate_limit=rpc.rate_limit * max(1, len(endpoints)) if rpc.rate_limit else None,
         max_queue_size=rpc.max_queue_size,
         status=row.status,
         group=row.spec.metadata.group,

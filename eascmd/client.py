@@ -61,7 +61,11 @@ class Client:
         self._open = urllib.request.build_opener(_NoRedirects).open
 
     def service_path(self, name: str, action: str = "") -> str:
-        return f"/api/v2/services/{self.profile.region}/{name}" + (f"/{action}" if action else "")
+        """``name`` or EAS's ``<region>/<name>`` (``cn-shanghai/svc``: the region is the
+        cluster)."""
+        region, _, name = name.rpartition("/")
+        cluster = region or self.profile.region
+        return f"/api/v2/services/{cluster}/{name}" + (f"/{action}" if action else "")
 
     def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         body: dict[str, Any] = self._request(method, path, **kwargs).json()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from typing import Any
 
 from fastapi import FastAPI, Response
@@ -43,7 +44,7 @@ def deployment_checks(settings: Settings) -> list[Check]:
     """Spec checks that depend on where replicas run (a 4xx at create time, not a Failed
     service later)."""
     if settings.runtime != "kubernetes":
-        return []
+        return [local_checks]
     from controlplane.runtime.kubernetes.manifests import check_resource_group
 
     def resource_group(spec: ServiceSpec) -> list[FieldProblem]:
@@ -51,7 +52,52 @@ def deployment_checks(settings: Settings) -> list[Check]:
         fix = "use one of the resource groups configured in OPENEAS_K8S_RESOURCE_GROUPS"
         return [FieldProblem("metadata.resource", problem, fix)] if problem else []
 
-    return [resource_group]
+    return [resource_group, image_warm_up]
+
+
+def image_warm_up(spec: ServiceSpec) -> list[FieldProblem]:
+    """On Kubernetes a container's image runs its own server, without the processor that
+    replays warm-up requests: refused rather than dropped."""
+    if not (spec.containers and spec.warm_up_data_path):
+        return []
+    return [
+        FieldProblem(
+            "warm_up_data_path",
+            "on Kubernetes a containers[] image serves by itself, and nothing in it replays "
+            "warm-up requests",
+            'use "processor": "triton" with processor_params for a warm-up, or remove '
+            "warm_up_data_path",
+        )
+    ]
+
+
+def local_checks(spec: ServiceSpec) -> list[FieldProblem]:
+    """What the local runtime cannot run: NFS mounts, and a container that is not Triton
+    whose program is not on this machine's PATH (it runs no images)."""
+    problems = [
+        FieldProblem(
+            f"storage[{i}].nfs",
+            "the local runtime mounts no NFS share",
+            "deploy on the kubernetes runtime, or copy the files to OSS and mount that",
+        )
+        for i, entry in enumerate(spec.storage or [])
+        if entry.nfs is not None
+    ]
+    for i, container in enumerate((spec.containers or [])[:1]):  # the others: Kubernetes only
+        argv = container.argv
+        if container.runs_triton or (argv and shutil.which(argv[0])):
+            continue
+        program = argv[0] if argv else "(no command)"
+        problems.append(
+            FieldProblem(
+                f"containers[{i}].image",
+                f"the local runtime runs no images, so {container.image!r} cannot run here, "
+                f"and its command's program {program!r} is not on this machine's PATH",
+                "deploy on the kubernetes runtime, install the program locally, or run "
+                "tritonserver (a Triton container runs through the local Triton processor)",
+            )
+        )
+    return problems
 
 
 def create_app(
@@ -73,7 +119,9 @@ def create_app(
     trail = AuditTrail(sessions, settings.audit_retention_days)
     auth.install(app, auth.Authenticator(settings.admin_token, settings.routes_token, keys), trail)
     app.include_router(identities.router(keys, trail))
-    services = Services(sessions, settings.cluster_id, sealer, deployment_checks(settings))
+    services = Services(
+        sessions, settings.cluster_id, sealer, deployment_checks(settings), settings.runtime
+    )
     # Without a reconciler in this process nothing leads: load reports are answered 421.
     backlog = Backlog(settings.redis_url) if settings.redis_url else None
     scaling = autoscaling or Autoscaling(sessions, services, backlog=backlog)

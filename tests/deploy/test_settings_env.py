@@ -42,7 +42,8 @@ CHART_OWNED: dict[str, tuple[type[BaseSettings], set[str]]] = {
         KubernetesSettings,
         {
             "namespace", "release", "in_cluster", "kubeconfig", "context", "processor_image",
-            "image_pull_policy", "image_pull_secrets", "resource_groups", "gpu_tolerations",
+            "image_pull_policy", "image_pull_secrets", "resource_groups", "instance_types",
+            "gpu_tolerations",
             "oss_secret", "oss_endpoint", "oss_region", "model_cache_url", "model_cache_token",
             "route_snapshot_configmap", "route_snapshot_namespace",  # gateway.sharedRouteSnapshot
             # The processor image's contract, not an operator's choice; one processor exists.

@@ -121,6 +121,10 @@ class KubernetesSettings(BaseSettings):
     # {"eas-r-a10": {"node_selector": {"pool": "a10"}, "tolerations": [{"key": "pool",
     #  "operator": "Equal", "value": "a10", "effect": "NoSchedule"}]}}
     resource_groups: dict[str, ResourceGroup] = Field(default_factory=dict)
+    # EAS instance type (``cloud.computing.instance_type``) -> node labels; a type not
+    # listed selects nodes by node.kubernetes.io/instance-type. JSON in the environment:
+    # {"ecs.gn6i-c4g1.xlarge": {"gpu-pool": "t4"}}
+    instance_types: dict[str, dict[str, str]] = Field(default_factory=dict)
     # Added when a service asks for GPUs, so GPU nodes' usual taint does not keep it out.
     gpu_tolerations: list[Toleration] = Field(default_factory=_gpu_tolerations)
     gpu_resource: str = GPU_RESOURCE  # what `metadata.gpu` is requested as
