@@ -23,6 +23,7 @@ from controlplane.api.visibility import sees_token
 from controlplane.autoscaling import Autoscaling
 from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.models import ServiceRow
+from controlplane.paging import MAX_PAGE_NUMBER
 from controlplane.roles import Principal
 from controlplane.services import Services, SortKey
 from controlplane.settings import Settings
@@ -89,14 +90,16 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
     def list_services(
         request: Request,
         principal: Annotated[Principal, Depends(authorize)],
-        page_number: Annotated[int, Query(alias="pageNumber", ge=1)] = 1,
+        page_number: Annotated[int, Query(alias="pageNumber", ge=1, le=MAX_PAGE_NUMBER)] = 1,
         page_size: Annotated[int, Query(alias="pageSize", ge=1, le=100)] = 20,
         name: Annotated[str | None, Query(max_length=63)] = None,
         status: str | None = None,
         sort: SortKey = "createTime",
         order: Literal["asc", "desc"] = "desc",
         page_token: Annotated[str | None, Query(alias="pageToken", max_length=512)] = None,
-        sdk_page_number: Annotated[int | None, Query(alias="PageNumber", ge=1)] = None,
+        sdk_page_number: Annotated[
+            int | None, Query(alias="PageNumber", ge=1, le=MAX_PAGE_NUMBER)
+        ] = None,
         sdk_page_size: Annotated[int | None, Query(alias="PageSize", ge=1, le=100)] = None,
         sdk_name: Annotated[str | None, Query(alias="ServiceName", max_length=63)] = None,
         sdk_filter: Annotated[str | None, Query(alias="Filter", max_length=63)] = None,
