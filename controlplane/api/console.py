@@ -13,10 +13,10 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from controlplane.api.auth import authorize
+from controlplane.load_reports import Signals
 from controlplane.metrics_history import POINTS, STEP_S
 from controlplane.services import Services
 from controlplane.settings import Settings
-from controlplane.signals import Signals
 
 FILES = Path(__file__).resolve().parents[1] / "console"
 # The whole console; read once, so a request can name nothing else.
