@@ -26,7 +26,6 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from controlplane import resync, route_feed
 from controlplane import status as status_mod
-from controlplane.autoscaling import Autoscaling
 from controlplane.cronscaling import CronScaling
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
@@ -38,6 +37,7 @@ from controlplane.runtime.base import (
     RuntimeError_,
     TemporaryRuntimeError,
 )
+from controlplane.scaling_loop import Autoscaling
 from controlplane.store import ReconcileStore
 
 log = logging.getLogger(__name__)

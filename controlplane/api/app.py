@@ -27,7 +27,6 @@ from controlplane.api import (
 from controlplane.api import groups as groups_api
 from controlplane.api import services as services_api
 from controlplane.audit import AuditTrail
-from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
 from controlplane.groups import Groups
@@ -35,6 +34,7 @@ from controlplane.models import ServiceRow
 from controlplane.queues import Backlog
 from controlplane.runtime import make_log_source
 from controlplane.runtime.base import LogSource
+from controlplane.scaling_loop import Autoscaling
 from controlplane.services import Services
 from controlplane.settings import Settings
 from controlplane.spec import Check, ServiceSpec

@@ -20,10 +20,10 @@ from controlplane.api import eas_shapes, schemas, sdk_query
 from controlplane.api.auth import authorize
 from controlplane.api.problems import json_body
 from controlplane.api.visibility import sees_token
-from controlplane.autoscaling import Autoscaling
 from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.models import ServiceRow
 from controlplane.roles import Principal
+from controlplane.scaling_loop import Autoscaling
 from controlplane.services import Services, SortKey
 from controlplane.settings import Settings
 

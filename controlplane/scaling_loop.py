@@ -32,13 +32,13 @@ import aiohttp
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import store
-from controlplane.autoscaler import History, decide
 from controlplane.coldstart import ColdStart
 from controlplane.desired import ServiceState
 from controlplane.load_reports import Signals
 from controlplane.metrics import ControlPlaneMetrics
 from controlplane.queues import Backlog
 from controlplane.runtime.base import CpuSource, Observation, Runtime, RuntimeError_
+from controlplane.scaling_decision import History, decide
 from controlplane.services import Services
 from controlplane.spec import BACKLOG, Autoscaler
 from controlplane.triton_metrics import QueueTimes
