@@ -16,7 +16,7 @@ from controlplane import route_feed, sealing
 from controlplane.accesskeys import AccessKeys
 from controlplane.api import (
     auth,
-    console,
+    console_routes,
     identities,
     internal,
     problems,
@@ -134,7 +134,7 @@ def create_app(
     logs = log_source or make_log_source(settings)
     app.include_router(internal.router(sessions, services, settings, logs, scaling))
 
-    app.include_router(console.router(services, settings, scaling.signals))
+    app.include_router(console_routes.router(services, settings, scaling.signals))
 
     metrics = metrics or metrics_mod.ControlPlaneMetrics()
     app.add_middleware(metrics_mod.ApiTimer, metrics=metrics)
