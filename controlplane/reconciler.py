@@ -24,9 +24,8 @@ from collections.abc import Callable
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
-from controlplane import resync, route_feed
+from controlplane import changes, resync
 from controlplane import status as status_mod
-from controlplane.autoscaling import Autoscaling
 from controlplane.cronscaling import CronScaling
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
@@ -38,6 +37,7 @@ from controlplane.runtime.base import (
     RuntimeError_,
     TemporaryRuntimeError,
 )
+from controlplane.scaling_loop import Autoscaling
 from controlplane.store import ReconcileStore
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ class Reconciler:
             for name in pending:
                 if name not in self._failures:  # those come back on their backoff timer
                     self._enqueue(name)
-            await route_feed.CHANGED.wait(self.poll_seconds)
+            await changes.ROUTES.wait(self.poll_seconds)
 
     async def _resync(self) -> None:
         """A safety net under the runtime's notifications: one query and one runtime

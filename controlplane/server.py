@@ -14,13 +14,13 @@ import uvicorn
 
 from controlplane import migrate, sealing
 from controlplane.api.app import create_app
-from controlplane.autoscaling import Autoscaling
 from controlplane.cronscaling import CronScaling
 from controlplane.db import make_engine, make_sessions
 from controlplane.metrics import ControlPlaneMetrics
 from controlplane.queues import Backlog
 from controlplane.reconciler import Reconciler
 from controlplane.runtime import make_runtime
+from controlplane.scaling_loop import Autoscaling
 from controlplane.services import Services
 from controlplane.settings import Settings
 

@@ -11,7 +11,7 @@ from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import sealing
-from controlplane.commits import commit_watch
+from controlplane.changes import commit_watch
 from controlplane.desired import ServiceState
 from controlplane.models import GroupRow, InstallationRow, RouteRemovalRow, ServiceRow, utcnow
 from controlplane.resync import StoredSummary

@@ -16,7 +16,7 @@ from controlplane import route_feed, sealing
 from controlplane.accesskeys import AccessKeys
 from controlplane.api import (
     auth,
-    console,
+    console_routes,
     identities,
     internal,
     problems,
@@ -27,7 +27,6 @@ from controlplane.api import (
 from controlplane.api import groups as groups_api
 from controlplane.api import services as services_api
 from controlplane.audit import AuditTrail
-from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_sessions
 from controlplane.errors import FieldProblem
 from controlplane.groups import Groups
@@ -35,6 +34,7 @@ from controlplane.models import ServiceRow
 from controlplane.queues import Backlog
 from controlplane.runtime import make_log_source
 from controlplane.runtime.base import LogSource
+from controlplane.scaling_loop import Autoscaling
 from controlplane.services import Services
 from controlplane.settings import Settings
 from controlplane.spec import Check, ServiceSpec
@@ -134,7 +134,7 @@ def create_app(
     logs = log_source or make_log_source(settings)
     app.include_router(internal.router(sessions, services, settings, logs, scaling))
 
-    app.include_router(console.router(services, settings, scaling.signals))
+    app.include_router(console_routes.router(services, settings, scaling.signals))
 
     metrics = metrics or metrics_mod.ControlPlaneMetrics()
     app.add_middleware(metrics_mod.ApiTimer, metrics=metrics)

@@ -25,8 +25,8 @@ from contract.wire import (
 )
 from controlplane import route_feed
 from controlplane.api.auth import authorize
-from controlplane.autoscaling import Autoscaling, NotWakeable
 from controlplane.runtime.base import LogSource, RuntimeError_
+from controlplane.scaling_loop import Autoscaling, NotWakeable
 from controlplane.services import Services
 from controlplane.settings import Settings
 

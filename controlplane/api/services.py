@@ -15,16 +15,16 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
-from controlplane import eas_fields, service_watch
+from controlplane import changes, eas_fields, service_watch
 from controlplane.api import eas_shapes, schemas, sdk_query
 from controlplane.api.auth import authorize
 from controlplane.api.problems import json_body
 from controlplane.api.visibility import sees_token
-from controlplane.autoscaling import Autoscaling
 from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.models import ServiceRow
 from controlplane.paging import MAX_PAGE_NUMBER
 from controlplane.roles import Principal
+from controlplane.scaling_loop import Autoscaling
 from controlplane.services import Services, SortKey
 from controlplane.settings import Settings
 
@@ -160,7 +160,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         differs from that state, else after `wait` seconds as it is."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        commits = service_watch.SERVICE_COMMITS
+        commits = changes.SERVICES
         while True:
             seen = commits.count
             row = await run_in_threadpool(services.get, cluster, name)

@@ -20,10 +20,10 @@ import pytest
 
 from controlplane import migrate
 from controlplane.api.app import create_app
-from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine, make_sessions
 from controlplane.reconciler import Reconciler
 from controlplane.runtime.base import DesiredReplicaSet, Notify, ReplicaStatus
+from controlplane.scaling_loop import Autoscaling
 from controlplane.sealing import from_settings
 from controlplane.services import Services
 from controlplane.settings import Settings

@@ -1,6 +1,6 @@
-"""The web console: its static files (``controlplane/console/``: one page, one script, one
-stylesheet, nothing fetched from elsewhere) and the one call it needs beyond the services
-API, a service's traffic over the last hour for its charts."""
+"""The web console's routes: its static files (``controlplane/console_assets/``: one page,
+one script, one stylesheet, nothing fetched from elsewhere) and the one call it needs beyond
+the services API, a service's traffic over the last hour for its charts."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from controlplane.api.auth import authorize
+from controlplane.load_reports import Signals
 from controlplane.metrics_history import POINTS, STEP_S
 from controlplane.services import Services
 from controlplane.settings import Settings
-from controlplane.signals import Signals
 
-FILES = Path(__file__).resolve().parents[1] / "console"
+FILES = Path(__file__).resolve().parents[1] / "console_assets"
 # The whole console; read once, so a request can name nothing else.
 ASSETS = {
     "index.html": "text/html; charset=utf-8",

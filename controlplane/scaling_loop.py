@@ -3,7 +3,7 @@ their recent recommendations, and the loop that decides and scales.
 
 The reconciler hands every service it reconciles to :meth:`Autoscaling.observe` (so specs
 are known without a query of their own) and runs :meth:`Autoscaling.run` while it leads.
-Gateway reports (:class:`controlplane.signals.Signals`) wake the loop for the services they
+Gateway reports (:class:`controlplane.load_reports.Signals`) wake the loop for the services they
 name; between reports it re-evaluates only autoscaled services that have load or are above
 their minimum (a scale-down waits out its window). Idle services at their minimum cost
 nothing. A decision is written by :meth:`Services.autoscale` — the manual scale's write,
@@ -32,14 +32,14 @@ import aiohttp
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import store
-from controlplane.autoscaler import History, decide
 from controlplane.coldstart import ColdStart
 from controlplane.desired import ServiceState
+from controlplane.load_reports import Signals
 from controlplane.metrics import ControlPlaneMetrics
 from controlplane.queues import Backlog
 from controlplane.runtime.base import CpuSource, Observation, Runtime, RuntimeError_
+from controlplane.scaling_decision import History, decide
 from controlplane.services import Services
-from controlplane.signals import Signals
 from controlplane.spec import BACKLOG, Autoscaler
 from controlplane.triton_metrics import QueueTimes
 
