@@ -53,11 +53,13 @@ def migrate_main(argv: list[str]) -> int:
         if sealed:
             print(f"openeas: sealed {sealed} stored token(s)")
     else:
-        engine = make_engine(url)
-        at_head = not migrate.pending(engine)
-        engine.dispose()
-        # "--to <rev>" goes down from head, or up when the database is behind it.
-        (migrate.downgrade if at_head or args.to == "base" else migrate.upgrade)(url, args.to)
+        with migrate.exclusive(url):
+            engine = make_engine(url)
+            at_head = not migrate.pending(engine)
+            engine.dispose()
+            # "--to <rev>" goes down from head, or up when the database is behind it.
+            step = migrate.downgrade if at_head or args.to == "base" else migrate.upgrade
+            step(url, args.to)
     print(f"openeas: database at revision {args.to}")
     return 0
 
@@ -68,13 +70,14 @@ def upgrade(settings: Settings, *, reseal: bool = False) -> int:
     from controlplane import sealing, store
     from controlplane.db import make_sessions
 
-    migrate.upgrade(settings.sqlalchemy_url)
-    engine = make_engine(settings.sqlalchemy_url)
-    try:
-        sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
-        return store.seal_tokens(make_sessions(engine), sealer, reseal=reseal)
-    finally:
-        engine.dispose()
+    with migrate.exclusive(settings.sqlalchemy_url):
+        migrate.upgrade(settings.sqlalchemy_url)
+        engine = make_engine(settings.sqlalchemy_url)
+        try:
+            sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
+            return store.seal_tokens(make_sessions(engine), sealer, reseal=reseal)
+        finally:
+            engine.dispose()
 
 
 def announce_admin_token(settings: Settings, created: bool) -> None:

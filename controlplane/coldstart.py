@@ -1,7 +1,7 @@
 """Where a cold start's time went, from a wake-up to the first ready replica: pure, tested
 as a table.
 
-The leading autoscaler (:mod:`controlplane.autoscaling`) opens a :class:`ColdStart` when it
+The leading autoscaler (:mod:`controlplane.scaling_loop`) opens a :class:`ColdStart` when it
 takes a service from zero (a gateway's wake-up or load), feeds it every observation the
 reconciler makes of the replicas, and writes the breakdown as a ``ColdStart`` event once a
 replica is ready. Phases are read from what a replica says of itself:

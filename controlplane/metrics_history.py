@@ -1,5 +1,6 @@
 """The last hour of each service's traffic, for the console's charts: requests/s, errors/s,
-p50/p99 latency and ready replicas, one point per ``STEP_S`` seconds.
+p50/p99 latency, ready replicas and (async services) the queue's backlog, one point per
+``STEP_S`` seconds.
 
 Fed by the gateways' load reports (:meth:`MetricsHistory.add`, from the ``SIGNALS_PATH``
 handler of the leading control plane) and by the reconciler's observations
@@ -31,6 +32,7 @@ class _Point:
     completed: int = 0
     errors: int = 0
     replicas: int | None = None  # last observed in this step
+    backlog: int | None = None  # an async service's messages not yet answered, last read
     counts: list[int] = field(default_factory=list)  # latency histogram while open
     bounds: tuple[float, ...] = ()
     p50: float | None = None  # seconds, once closed
@@ -53,6 +55,7 @@ class Sample:
     p50_ms: float | None
     p99_ms: float | None
     replicas: int | None
+    backlog: int | None = None  # None: not an async service, or not read in this step
 
 
 def quantile(q: float, bounds: tuple[float, ...], counts: list[int]) -> float | None:
@@ -124,6 +127,11 @@ class MetricsHistory:
         if self.last_replicas(service) != ready:
             self._point(service).replicas = ready
 
+    def backlog(self, service: str, pending: int) -> None:
+        """An async service's backlog as the autoscaler just read it (the step keeps the
+        last reading; a step without one reads as unknown)."""
+        self._point(service).backlog = pending
+
     def last_replicas(self, service: str) -> int | None:
         for point in reversed(self._series.get(service, ())):
             if point.replicas is not None:
@@ -169,6 +177,7 @@ class MetricsHistory:
                     p50_ms=None if p50 is None else p50 * 1000,
                     p99_ms=None if p99 is None else p99 * 1000,
                     replicas=replicas,
+                    backlog=point.backlog if point is not None else None,
                 )
             )
         return out

@@ -13,6 +13,9 @@ from typing import Any
 from controlplane.errors import FieldProblem, InvalidSpec
 
 FIELD = "pageToken"
+# The largest page number a list takes: its offset stays within a 64-bit integer (SQLite's
+# and PostgreSQL's bound) at any page size.
+MAX_PAGE_NUMBER = 1_000_000
 
 
 def encode(sort: str, order: str, value: Any, row_id: int) -> str:

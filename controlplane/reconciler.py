@@ -25,18 +25,19 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
-from controlplane import resync, route_feed
+from controlplane import changes, resync
 from controlplane import status as status_mod
-from controlplane.autoscaling import Autoscaling
 from controlplane.cronscaling import CronScaling
 from controlplane.desired import ServiceState, desired
 from controlplane.lease import Lease
+from controlplane.metrics import ControlPlaneMetrics
 from controlplane.runtime.base import (
     PermanentRuntimeError,
     Runtime,
     RuntimeError_,
     TemporaryRuntimeError,
 )
+from controlplane.scaling_loop import Autoscaling
 from controlplane.store import ReconcileStore, StatusWrite
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,10 @@ log = logging.getLogger(__name__)
 LEASE_NAME = "reconciler"
 MAX_BACKOFF = 60.0
 BATCH = 256  # services reconciled per read and write transaction
+
+
+def _temporary(error: Exception) -> bool:
+    return isinstance(error, (TemporaryRuntimeError, StaleDataError, OSError, SQLAlchemyError))
 
 
 def holder_id() -> str:
@@ -62,8 +67,10 @@ class Reconciler:
         lease_ttl: float = 15.0,
         holder: str | None = None,
         autoscaling: Autoscaling | None = None,
+        metrics: ControlPlaneMetrics | None = None,
         cron: CronScaling | None = None,
     ) -> None:
+        self.metrics = metrics
         self.store = ReconcileStore(sessions, cluster)
         self._runtime_factory = runtime_factory
         self.cluster = cluster
@@ -190,7 +197,7 @@ class Reconciler:
                 # caught by the write, which requeues it).
                 if name not in self._failures and name not in self._inflight:
                     self._enqueue(name)
-            await route_feed.CHANGED.wait(self.poll_seconds)
+            await changes.ROUTES.wait(self.poll_seconds)
 
     async def _resync(self) -> None:
         """A safety net under the runtime's notifications: one runtime listing and one
@@ -228,6 +235,11 @@ class Reconciler:
             log.warning("reconciler: %s", message)
             await self.runtime.warn("OrphansKept", message)
 
+    @property
+    def queue_depth(self) -> int:
+        """Services waiting for a reconcile (those on a backoff timer not counted)."""
+        return self._queue.qsize()
+
     async def _work(self) -> None:
         """Take what is queued, up to ``BATCH`` services at once: one read and one write
         transaction per batch, so a burst of creates costs a few statements per batch."""
@@ -237,6 +249,7 @@ class Reconciler:
                 names.append(self._queue.get_nowait())
             self._queued.difference_update(names)
             self._inflight.update(names)
+            started = time.monotonic()
             try:
                 failed = await self.reconcile_many(names)
             except Exception as e:  # the batch's read or write: each is tried again
@@ -245,11 +258,16 @@ class Reconciler:
                 failed = dict.fromkeys(names, e)
             finally:
                 self._inflight.difference_update(names)
+            each = (time.monotonic() - started) / len(names)  # a service's share of its batch
             for name in names:
-                if name in failed:
-                    self._retry_later(name, failed[name])
-                else:
+                error = failed.get(name)
+                if error is None:
                     self._failures.pop(name, None)
+                else:
+                    self._retry_later(name, error)
+                if self.metrics is not None:
+                    result = "ok" if error is None else "retry" if _temporary(error) else "error"
+                    self.metrics.reconcile_duration.observe((result,), each)
 
     def _retry_later(self, name: str, error: Exception | None) -> None:
         attempt = self._failures.get(name, 0) + 1

@@ -7,8 +7,8 @@ each changed service with that version (``route_version``) and records deleted s
 (``route_removals``). So a gateway asks for the changes after the version it has and gets
 only those: one service's change costs work proportional to that service, not to N. Served
 by long-poll at ``contract.wire.ROUTES_PATH``; long-polls in the process that commits a
-change wake at once (:data:`CHANGED`), other processes see it at their next poll of the
-counter.
+change wake at once (:data:`controlplane.changes.ROUTES`), other processes see it at their
+next poll of the counter.
 
 Versions are handed out under the counter row's write lock, held to commit (PostgreSQL's
 row lock, SQLite's database lock), so changes commit in version order and a reader that saw
@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -33,8 +32,8 @@ from sqlalchemy.orm import InstanceState, Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
 from contract.wire import GroupRoute, MirrorRoute, QueueRoute, Route, RouteTable
-from controlplane import store
-from controlplane.commits import commit_watch
+from controlplane import changes, store
+from controlplane.changes import commit_watch
 from controlplane.models import CounterRow, GroupRow, RouteRemovalRow, ServiceRow
 from controlplane.sealing import SealError
 from controlplane.spec import StoredSpec
@@ -108,14 +107,16 @@ def _token(row: ServiceRow | GroupRow, opener: Opener | None) -> str | None:
 def _route(row: ServiceRow, default_timeout_ms: int, opener: Opener | None = None) -> Route:
     rpc = row.spec.metadata.rpc
     mirror = row.spec.metadata.mirror
+    endpoints = endpoints_of(row.replicas)
     return Route(
         service=row.name,
         token_sha256=row.token_sha256,
         token=_token(row, opener),
-        endpoints=endpoints_of(row.replicas),
+        endpoints=endpoints,
         grpc_endpoints=endpoints_of(row.replicas, "grpc_endpoint"),
         timeout_ms=rpc.keepalive or default_timeout_ms,
-        rate_limit=rpc.rate_limit,
+        # EAS's rate_limit is per instance: the gateway's bucket is for the whole service.
+        rate_limit=rpc.rate_limit * max(1, len(endpoints)) if rpc.rate_limit else None,
         max_queue_size=rpc.max_queue_size,
         status=row.status,
         group=row.spec.metadata.group,
@@ -187,40 +188,12 @@ def _routes(row: Routed) -> bool:
     ]
 
 
-class ChangeSignal:
-    """Wakes this process's long-polls when a routing change commits, from any thread
-    (the reconciler and the API commit in worker threads), on every event loop waiting."""
-
-    def __init__(self) -> None:
-        self._events: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Event] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def fire(self) -> None:
-        for loop, changed in list(self._events.items()):
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(changed.set)
-
-    async def wait(self, timeout: float) -> None:
-        """Return on the next change, or after ``timeout`` seconds."""
-        changed = self._events.setdefault(asyncio.get_running_loop(), asyncio.Event())
-        # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancellation that
-        # arrives as the event is set, and a loop waiting here would then never stop.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await changed.wait()
-        changed.clear()
-
-
-CHANGED = ChangeSignal()
-
-
 class VersionWatch:
     """The route counter as this process sees it, for the long-polls: one reader polls the
     database every ``interval`` (and at once on a commit in this process) while any
     long-poll waits, so idle cost does not grow with the number of gateways polling this
     control plane, and is nil when none does. A tick with nothing committed since the last
-    (:func:`controlplane.commits.commit_watch`: SQLite) reads nothing."""
+    (:func:`controlplane.changes.commit_watch`: SQLite) reads nothing."""
 
     def __init__(self, sessions: sessionmaker[Session], interval: float) -> None:
         self._sessions = sessions
@@ -249,7 +222,7 @@ class VersionWatch:
                 self._task = asyncio.create_task(self._poll())
             async with self._moved:
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):  # see ChangeSignal.wait
+                    async with asyncio.timeout(timeout):  # see changes.Changes.wait
                         await self._moved.wait_for(lambda: self._current != after)
             return self._current != after
         finally:
@@ -258,7 +231,7 @@ class VersionWatch:
     async def _poll(self) -> None:
         try:
             while self._waiters:
-                await CHANGED.wait(self.interval)
+                await changes.ROUTES.wait(self.interval)
                 if self._written():
                     await self._moved_to(await asyncio.to_thread(self._read))
         finally:
@@ -366,4 +339,4 @@ def _prune_removals(session: Session, floor: int) -> None:
 
 def _announce(session: Session) -> None:
     if session.info.pop("routes_changed", False):
-        CHANGED.fire()
+        changes.ROUTES.fire()

@@ -8,19 +8,25 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from controlplane import migrate, sealing
 from controlplane.api.app import create_app
-from controlplane.autoscaling import Autoscaling
 from controlplane.cronscaling import CronScaling
 from controlplane.db import make_engine, make_sessions
+from controlplane.metrics import ControlPlaneMetrics
 from controlplane.queues import Backlog
 from controlplane.reconciler import Reconciler
 from controlplane.runtime import make_runtime
+from controlplane.scaling_loop import Autoscaling
 from controlplane.services import Services
 from controlplane.settings import Settings
+
+if TYPE_CHECKING:  # the kubernetes client is imported only where that runtime runs
+    from controlplane.runtime.kubernetes.events import EventMirror
+    from controlplane.runtime.kubernetes.route_snapshot import RouteSnapshotPublisher
 
 
 class SchemaOutOfDate(RuntimeError):
@@ -63,10 +69,11 @@ class ControlPlane:
             raise SchemaOutOfDate("the database schema is not up to date: run 'openeas migrate'")
         sessions = make_sessions(self.engine)
         sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
+        self.metrics = ControlPlaneMetrics()
         services = Services(sessions, settings.cluster_id, sealer)
         # Async services' backlog (queue[backlog]) is read from their queues' Redis.
         backlog = Backlog(settings.redis_url) if settings.redis_url else None
-        self.autoscaling = Autoscaling(sessions, services, backlog=backlog)
+        self.autoscaling = Autoscaling(sessions, services, backlog=backlog, metrics=self.metrics)
         self.reconciler = (
             Reconciler(
                 sessions,
@@ -75,13 +82,33 @@ class ControlPlane:
                 resync_seconds=settings.resync_seconds,
                 lease_ttl=settings.lease_seconds,
                 autoscaling=self.autoscaling,
+                metrics=self.metrics,
                 cron=CronScaling(sessions, services),
             )
             if reconcile
             else None
         )
-        self.app = create_app(settings, self.engine, autoscaling=self.autoscaling)
-        self._server: _Server | None = None
+        if self.reconciler is not None:
+            reconciler = self.reconciler
+            self.metrics.probe.leading = lambda: reconciler.is_leader
+            self.metrics.probe.queue_depth = lambda: reconciler.queue_depth
+        self.app = create_app(
+            settings, self.engine, autoscaling=self.autoscaling, metrics=self.metrics
+        )
+        self.route_snapshot: RouteSnapshotPublisher | None = None
+        k8s = settings.k8s
+        kubernetes = self.reconciler is not None and settings.runtime == "kubernetes"
+        if kubernetes and k8s.route_snapshot_configmap and k8s.route_snapshot_namespace:
+            from controlplane.runtime.kubernetes.route_snapshot import RouteSnapshotPublisher
+
+            self.route_snapshot = RouteSnapshotPublisher(
+                sessions, settings.cluster_id, settings.default_timeout_ms, k8s
+            )
+        self.event_mirror: EventMirror | None = None
+        if kubernetes and k8s.events:
+            from controlplane.runtime.kubernetes.events import EventMirror
+
+            self.event_mirror = EventMirror(sessions, settings.cluster_id, k8s)
 
     async def serve(self, sock: socket.socket) -> None:
         """Serve the API on ``sock`` and reconcile until :meth:`stop`; then stop every
@@ -94,15 +121,22 @@ class ControlPlane:
             timeout_graceful_shutdown=3,  # long-polls (the gateway's route watch) end here
         )
         self._server = _Server(config)
-        reconciling = (
-            asyncio.create_task(self.reconciler.run()) if self.reconciler is not None else None
-        )
+        tasks: list[asyncio.Task[None]] = []
+        if self.reconciler is not None:
+            reconciler = self.reconciler
+            tasks.append(asyncio.create_task(reconciler.run()))
+            if self.route_snapshot is not None:
+                snapshot = self.route_snapshot.run(lambda: reconciler.is_leader)
+                tasks.append(asyncio.create_task(snapshot))
+            if self.event_mirror is not None:
+                events = self.event_mirror.run(lambda: reconciler.is_leader)
+                tasks.append(asyncio.create_task(events))
         try:
             await self._server.serve(sockets=[sock])
         finally:
-            if reconciling is not None:
-                reconciling.cancel()
-                await asyncio.gather(reconciling, return_exceptions=True)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             if self.autoscaling.backlog is not None:
                 await self.autoscaling.backlog.close()
             self.engine.dispose()

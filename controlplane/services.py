@@ -19,7 +19,8 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from contract.merge import merge_patch
 from contract.wire import token_digest
-from controlplane import groups, paging, route_feed, safety_lock, service_watch, store
+from controlplane import eas_spec, groups, paging, route_feed, safety_lock, service_watch, store
+from controlplane.eas_fields import Runtime, not_honoured
 from controlplane.errors import (
     Conflict,
     FieldProblem,
@@ -62,11 +63,13 @@ class Services:
         cluster: str,
         sealer: TokenSealer,
         checks: Sequence[Check] = (),
+        runtime: Runtime = "local",
     ) -> None:
         self._sessions = sessions
         self.cluster = cluster
         self.sealer = sealer
         self._checks = checks
+        self.runtime: Runtime = runtime  # where replicas run: what of a spec is honoured
 
     # -- reads ---------------------------------------------------------------------------
     def get(self, cluster: str, name: str) -> ServiceRow:
@@ -164,9 +167,13 @@ class Services:
                 status="Creating",
                 total_instances=stored.metadata.instance,
                 pending_instances=stored.metadata.instance,
-                labels=labels or None,
+                # The spec's labels are the service's labels, as the SDK's label routes
+                # set them; the SDK's Labels parameter adds to them.
+                labels={**(stored.labels or {}), **(labels or {})} or None,
             )
             row.add_event("Created", f"service created with {stored.metadata.instance} instance(s)")
+            for note in not_honoured(stored, self.runtime, events=True):
+                row.add_event("NotHonoured", f"{note['field']}: {note['reason']}", warning=True)
             with self._sessions() as s:
                 _check_mirror(s, self.cluster, stored, None)
                 if custom_token and store.token_taken(s, self.cluster, row.token_sha256):
@@ -555,7 +562,7 @@ class Services:
 
         def change(s: Session, row: ServiceRow) -> None:
             current = row.spec.public()
-            merged = patch(current) if callable(patch) else merge_patch(current, patch)
+            merged = patch(current) if callable(patch) else merge_patch(current, _nested(patch))
             spec = validate_spec(merged, self._checks)
             stored, token = split_token(spec)  # a token only when the patch carries one
             asked, have = stored.metadata.instance, row.spec.metadata.instance
@@ -578,6 +585,10 @@ class Services:
             if stored != row.spec:
                 _check_mirror(s, cluster, stored, row.spec.metadata.mirror)
                 before, deployment = row.group_name, row.spec.deployment()
+                if stored.labels != row.spec.labels:  # the spec's labels are the service's
+                    dropped = row.spec.labels or {}
+                    kept = {k: v for k, v in (row.labels or {}).items() if k not in dropped}
+                    row.labels = {**kept, **(stored.labels or {})} or None
                 row.spec = stored
                 groups.follow(s, row, before, self.sealer)
                 if stored.deployment() == deployment:
@@ -650,6 +661,18 @@ class Services:
                         raise TokenInUse() from e  # a concurrent write took the token first
                     raise
         raise Conflict(f"service {name!r} is being changed concurrently: try again")
+
+
+def _nested(patch: dict[str, Any]) -> dict[str, Any]:
+    """A patch in EAS's other spellings (``"rpc.keepalive"``, ``strategies``) as the stored
+    nested form, so it replaces what is stored instead of contradicting it."""
+    try:
+        nested: dict[str, Any] = eas_spec.normalise(patch)
+    except ValueError as e:  # a contradiction within the patch itself
+        raise InvalidSpec([FieldProblem("body", str(e), "write each field once")]) from e
+    if "name" not in patch:
+        nested.pop("name", None)  # metadata.name alone: the same service, not a rename
+    return nested
 
 
 def _owned(spec: StoredSpec, instance: int) -> StoredSpec:

@@ -9,6 +9,7 @@ bad spec never reaches the database.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, get_args
@@ -21,8 +22,11 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
+from controlplane import eas_spec
+from controlplane.eas_spec import Cloud, Container, EasOptions, RollingStrategy, Storage, Workload
 from controlplane.errors import FieldProblem, InvalidSpec
 from processors import registry
 from processors.base import ProcessorError
@@ -43,7 +47,8 @@ class _Strict(BaseModel):
 class Rpc(_Strict):
     keepalive: int | None = Field(default=None, ge=1, le=3_600_000)  # ms per request
     max_queue_size: int | None = Field(default=None, ge=1, le=100_000)
-    rate_limit: int | None = Field(default=None, ge=1, le=1_000_000)  # requests per second
+    rate_limit: int | None = Field(default=None, ge=1, le=1_000_000)  # per second, per instance
+    enable_sigterm: bool | None = None
     # EAS's per-replica concurrency; for an async service, each replica's window on its
     # input queue (how many messages it is handed at once).
     worker_threads: int | None = Field(default=None, ge=1, le=1024)
@@ -87,6 +92,11 @@ class Metadata(_Strict):
     weight: int | None = Field(default=None, ge=0, le=1000)  # None: DEFAULT_WEIGHT
     traffic_state: TrafficState | None = None  # None: "standalone"
     mirror: Mirror | None = None  # shadows of its traffic (routing only, as the above)
+    # EAS's own place for the service name (the same as top-level ``name``).
+    name: str | None = Field(default=None, max_length=63)
+    workspace_id: str | None = Field(default=None, max_length=128)  # stored, not used
+    rolling_strategy: RollingStrategy | None = None
+    eas: EasOptions | None = None
     # "Async": requests go through an input queue and answers to a sink (the ``queue``
     # section); None: a synchronous service.
     type: ServiceType | None = None
@@ -230,7 +240,10 @@ class StoredSpec(_Strict):
     # The patterns and choices checked by the validators below, stated in the OpenAPI
     # document too, so schema-driven clients and fuzzers make valid requests.
     name: str = Field(json_schema_extra={"pattern": NAME_RE.pattern})
-    processor: str = Field(json_schema_extra={"enum": list[JsonValue](registry.names())})
+    # Required unless ``containers`` says what runs (see :func:`eas_spec.workload`).
+    processor: str | None = Field(
+        default=None, json_schema_extra={"enum": list[JsonValue](registry.names())}
+    )
     processor_params: list[str] = Field(default_factory=list, max_length=64)
     model_path: str | None = Field(default=None, max_length=2048)
     oss_endpoint: str | None = Field(default=None, max_length=256)
@@ -238,7 +251,36 @@ class StoredSpec(_Strict):
     warm_up_data_path: str | None = Field(default=None, max_length=2048)
     metadata: Metadata = Field(default_factory=Metadata)
     autoscaler: Autoscaler | None = None
+    labels: dict[str, str] | None = None
     queue: Queue | None = None  # an async service's queues (metadata.type "Async")
+    # The first container serves; the others run beside it (sidecars, Kubernetes only).
+    containers: list[Container] | None = Field(default=None, min_length=1, max_length=8)
+    storage: list[Storage] | None = Field(default=None, max_length=16)
+    cloud: Cloud | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spellings(cls, data: Any) -> Any:
+        return eas_spec.normalise(data)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for key, value in (v or {}).items():
+            if not 1 <= len(key) <= 128 or len(value) > 256:
+                raise ValueError(
+                    f"label {key[:40]!r}: keys are 1-128 characters and values at most 256"
+                )
+        if v is not None and len(v) > 64:
+            raise ValueError("at most 64 labels")
+        return v
+
+    @property
+    def workload(self) -> Workload:
+        """What its replicas run: the processor form, or its container as one."""
+        return eas_spec.workload(
+            self.processor, self.processor_params, self.containers, self.storage
+        )
 
     @property
     def is_async(self) -> bool:
@@ -324,18 +366,29 @@ def validate_spec(data: Any, checks: Sequence[Check] = ()) -> ServiceSpec:
     try:
         spec = ServiceSpec.model_validate(data)
     except ValidationError as e:
-        raise InvalidSpec([_problem(err) for err in e.errors()]) from e
-    try:
-        processor = registry.get(spec.processor)
-        params = processor.validate(spec.processor_params)
-    except ProcessorError as e:
-        raise InvalidSpec([FieldProblem(e.field, str(e), e.fix)]) from e
+        problems = [_problem(err) for err in e.errors()]
+        if isinstance(data, dict) and "processor" not in data and "containers" not in data:
+            problems += [NOTHING_TO_RUN]  # reported with the others, not after their fix
+        raise InvalidSpec(problems) from e
+    form = _form_problems(spec)
+    if form:
+        raise InvalidSpec(form)
+    work = spec.workload
+    params: list[str] = []
+    if work.processor != eas_spec.CONTAINER:
+        try:
+            params = registry.get(work.processor).validate(work.params)
+        except ProcessorError as e:
+            field = e.field if work.container is None else "containers[0].command"
+            raise InvalidSpec([FieldProblem(field, str(e), e.fix)]) from e
     problems = [p for check in checks for p in check(spec)] + _metrics_off(spec, params)
     problems += _warm_up_problems(spec.warm_up_data_path)
     problems += _on_zero_problems(spec)
     problems += _queue_problems(spec)
     if problems:
         raise InvalidSpec(problems)
+    if work.container is not None:
+        return _as_group(spec)  # the container as written; its flags are read again from it
     return _as_group(spec.model_copy(update={"processor_params": params}))
 
 
@@ -376,6 +429,30 @@ def _as_group(spec: ServiceSpec) -> ServiceSpec:
         grouped = {"group": spec.name, "traffic_state": meta.traffic_state or "grouping"}
         update["metadata"] = meta.model_copy(update=grouped)
     return spec.model_copy(update=update)
+
+
+def _form_problems(spec: ServiceSpec) -> list[FieldProblem]:
+    """A spec says what runs once: ``processor`` or ``containers``."""
+    if spec.containers and (spec.processor is not None or spec.processor_params):
+        return [
+            FieldProblem(
+                "processor",
+                "processor and containers both say what runs",
+                "keep containers (a tritonserver command is a triton service) or keep "
+                "processor and processor_params",
+            )
+        ]
+    if not spec.containers and spec.processor is None:
+        return [NOTHING_TO_RUN]
+    return []
+
+
+NOTHING_TO_RUN = FieldProblem(
+    "processor",
+    "nothing to run",
+    'add "processor": "triton" with processor_params, or containers '
+    '[{"image": ..., "command": "tritonserver --model-repository=/models"}]',
+)
 
 
 def _metrics_off(spec: ServiceSpec, params: list[str]) -> list[FieldProblem]:
@@ -468,8 +545,11 @@ def _problem(err: Any) -> FieldProblem:
     loc = _path(err["loc"])
     kind = err["type"]
     if kind == "extra_forbidden":
-        allowed = ", ".join(_model_at(err["loc"][:-1]).model_fields)
-        return FieldProblem(loc, "unknown field", f"remove it; allowed here: {allowed}")
+        known = list(_model_at(err["loc"][:-1]).model_fields)
+        near = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
+        allowed = ", ".join(known)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        return FieldProblem(loc, "unknown field", f"{hint}remove it; allowed here: {allowed}")
     message = str(err["msg"]).removeprefix("Value error, ")
     fix = _FIXES.get(kind, "")
     if kind.startswith(("greater_than", "less_than")) or kind.endswith("length"):

@@ -13,7 +13,7 @@ from sqlalchemy import Select, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import route_feed, sealing, service_watch
-from controlplane.commits import commit_watch
+from controlplane.changes import commit_watch
 from controlplane.desired import ServiceState
 from controlplane.models import (
     EventRow,

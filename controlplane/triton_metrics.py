@@ -1,7 +1,7 @@
 """Triton's own queue time per request, from each replica's metrics port (Prometheus text):
 Δ``nv_inference_queue_duration_us`` ÷ Δ``nv_inference_request_success`` over all models,
 summed across the service's ready replicas. Scraped by the leading autoscaler
-(:mod:`controlplane.autoscaling`) only for services with a ``queue_time_ms`` strategy, at
+(:mod:`controlplane.scaling_loop`) only for services with a ``queue_time_ms`` strategy, at
 most once per ``min_interval_s`` each.
 """
 

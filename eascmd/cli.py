@@ -207,8 +207,18 @@ def _cmd_desc(args: argparse.Namespace, client: Client) -> int:
 def _cmd_list(args: argparse.Namespace, client: Client) -> int:
     params = {"pageNumber": args.page, "pageSize": args.page_size}
     params |= {k: v for k, v in (("name", args.filter), ("status", args.status)) if v}
+    if args.label:
+        # As EAS's SDK sends it (one parameter, so a signed query holds it once).
+        params["Label"] = json.dumps(dict(_label(pair) for pair in args.label))
     print(render.service_list(client.call("GET", "/api/v2/services", params=params)))
     return 0
+
+
+def _label(pair: str) -> tuple[str, str]:
+    key, sep, value = pair.partition(":")
+    if not sep or not key:
+        raise CliError(f"eascmd: --label {pair}: expected KEY:VALUE, e.g. --label team:vision")
+    return key, value
 
 
 def _cmd_events(args: argparse.Namespace, client: Client) -> int:
@@ -217,10 +227,21 @@ def _cmd_events(args: argparse.Namespace, client: Client) -> int:
 
 
 def _cmd_logs(args: argparse.Namespace, client: Client) -> int:
-    params: dict[str, int] = {"tail": args.tail}
+    params: dict[str, int | str] = {"tail": args.tail}
     if args.replica is not None:
         params["replica"] = args.replica
-    print(client.text(client.service_path(args.name, "logs"), params=params), end="")
+    if args.previous:
+        params["previous"] = "true"
+    path = client.service_path(args.name, "logs")
+    if not args.follow:
+        print(client.text(path, params=params), end="")
+        return 0
+    params["follow"] = "true"
+    try:
+        for text in client.stream(path, params):
+            print(text, end="", flush=True)
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 
@@ -266,6 +287,12 @@ def _cmd_autoscale(args: argparse.Namespace, client: Client) -> int:
         instance = render.config(svc)["metadata"]["instance"]
         print(f"[OK] Autoscaler of {args.name} removed; instances stay at {instance}")
         return 0
+    defined = overrides(args.define)
+    if defined and args.min is None and args.max is None and not args.strategy:
+        # EAS's own form: -Dmin=1 -Dmax=3 -Dstrategies.qps=10 (the server reads it).
+        stored = client.call("PUT", path, json=defined)
+        print(f"[OK] Service {args.name} is autoscaled: {render.autoscaler(stored)}")
+        return 0
     if args.min is None or args.max is None or not args.strategy:
         raise CliError(
             "eascmd: autoscale needs --min N --max N and at least one --strategy METRIC=THRESHOLD"
@@ -291,7 +318,7 @@ def _cmd_autoscale(args: argparse.Namespace, client: Client) -> int:
         "scaleStrategies": strategies(args.strategy),
         "behavior": behavior,
     }
-    stored = client.call("PUT", path, json=body)
+    stored = client.call("PUT", path, json=merge_patch(body, defined))
     print(f"[OK] Service {args.name} is autoscaled: {render.autoscaler(stored)}")
     return 0
 
@@ -376,6 +403,15 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("name", help="service name")
     c.add_argument("--replica", type=int, help="replica number as shown by desc (default newest)")
     c.add_argument("--tail", type=int, default=200, help="last N lines (default 200)")
+    how = c.add_mutually_exclusive_group()
+    how.add_argument(
+        "-f", "--follow", action="store_true", help="then print what it writes, until Ctrl-C"
+    )
+    how.add_argument(
+        "--previous",
+        action="store_true",
+        help="the output of its run before the last restart (why it crashed)",
+    )
     c.set_defaults(run=_cmd_logs)
 
     c = sub.add_parser("metrics", help="requests/s, 5xx/s, p50/p99 latency and replicas per 10 s")
@@ -435,6 +471,15 @@ def parser() -> argparse.ArgumentParser:
         help="with --min 0: instances a request at zero wakes "
         "(onZero.scaleUpActivationReplicas; default 1)",
     )
+    c.add_argument(
+        "-D",
+        dest="define",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="EAS's form, e.g. -Dmin=1 -Dmax=3 -Dstrategies.qps=10 (repeatable; "
+        "beside the flags above, it sets the field it names)",
+    )
     c.add_argument("--off", action="store_true", help="remove the autoscaler")
     c.set_defaults(run=_cmd_autoscale)
 
@@ -443,6 +488,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--status", help="only services in this status, e.g. Running (default: all)")
     c.add_argument("--page", type=int, default=1, help="page number (default 1)")
     c.add_argument("--page-size", type=int, default=50, help="services per page (default 50)")
+    c.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY:VALUE",
+        help="only services with this label, e.g. team:vision (repeatable: all must match)",
+    )
     c.set_defaults(run=_cmd_list)
 
     groups.add_parsers(sub)

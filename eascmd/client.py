@@ -14,6 +14,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from email.message import Message
 from typing import Any
@@ -60,7 +61,11 @@ class Client:
         self._open = urllib.request.build_opener(_NoRedirects).open
 
     def service_path(self, name: str, action: str = "") -> str:
-        return f"/api/v2/services/{self.profile.region}/{name}" + (f"/{action}" if action else "")
+        """``name`` or EAS's ``<region>/<name>`` (``cn-shanghai/svc``: the region is the
+        cluster)."""
+        region, _, name = name.rpartition("/")
+        cluster = region or self.profile.region
+        return f"/api/v2/services/{cluster}/{name}" + (f"/{action}" if action else "")
 
     def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         body: dict[str, Any] = self._request(method, path, **kwargs).json()
@@ -77,6 +82,28 @@ class Client:
 
     def text(self, path: str, **kwargs: Any) -> str:
         return self._request("GET", path, accept="text/plain", **kwargs).text
+
+    def stream(self, path: str, params: dict[str, Any] | None = None) -> Iterator[str]:
+        """GET ``path`` and its body as it arrives (a followed log), with no read timeout:
+        the server decides when it ends. Errors as :meth:`call`'s, before the first text."""
+        url = self._base + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        request = urllib.request.Request(url, headers=dict(self._headers), method="GET")
+        try:
+            answer = self._open(request, timeout=None)
+        except urllib.error.HTTPError as e:
+            raise ApiError(_problem_text(Response(e.code, e.headers, e.read())), e.code) from e
+        except (urllib.error.URLError, OSError) as e:
+            why = getattr(e, "reason", e)
+            raise ApiError(
+                f"cannot reach the control plane at {self.profile.endpoint} "
+                f"({type(why).__name__}): is 'openeas up' running? (eascmd config -e ...)"
+            ) from e
+        with answer:
+            while True:
+                chunk = answer.read1(65536)
+                if not chunk:
+                    return
+                yield chunk.decode("utf-8", "replace")
 
     def _request(
         self,

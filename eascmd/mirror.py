@@ -37,7 +37,7 @@ def add_parsers(sub: Any) -> None:
         description="Send --ratio percent of the service's requests also to each --target "
         "service, after the caller got this service's answer, and compare the answers: "
         "byte-equal, or with --tolerance Triton's output tensors within that absolute "
-        "difference. The gateway exports openeas_mirror_requests_total{result=match|"
+        "difference. The gateway exports openeas_gateway_mirror_requests_total{result=match|"
         "mismatch|error|skipped} and the shadows' latency per target. Rolls no replica.",
     )
     c.add_argument("name", help="service name (the primary)")

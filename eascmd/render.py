@@ -129,8 +129,7 @@ def describe(svc: dict[str, Any]) -> str:
         ("Instances", counts(svc)),
         *_autoscaler_rows(svc),
         *_queue_rows(svc),
-        ("Processor", cfg.get("processor", "")),
-        ("ProcessorParams", " ".join(cfg.get("processor_params", []))),
+        *_runs_rows(cfg),
         ("InternetEndpoint", svc["InternetEndpoint"]),
         ("IntranetEndpoint", svc["IntranetEndpoint"]),
         ("Mirror", mirror_summary(cfg.get("metadata", {}).get("mirror"))),
@@ -139,6 +138,11 @@ def describe(svc: dict[str, Any]) -> str:
         ("UpdateTime", svc["UpdateTime"]),
     ]
     out = table(rows, ("Property", "Value"))
+    notes = svc.get("NotHonoured") or []
+    if notes:
+        out += "\n" + table(
+            [(n["field"], n["reason"]) for n in notes], ("Not honoured here", "Why")
+        )
     replicas = svc.get("Replicas") or []
     if replicas:
         out += "\n" + table(
@@ -156,6 +160,27 @@ def describe(svc: dict[str, Any]) -> str:
             ("Replica", "State", "Endpoint", "Restarts", "Progress", "Message"),
         )
     return out
+
+
+def _runs_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    """What it runs: the processor and its flags, or EAS's containers (image, command)."""
+    rows: list[tuple[str, str]] = []
+    containers = cfg.get("containers") or []
+    if not containers:
+        rows += [
+            ("Processor", cfg.get("processor", "")),
+            ("ProcessorParams", " ".join(cfg.get("processor_params", []))),
+        ]
+    for i, c in enumerate(containers):
+        run = c.get("command") or c.get("script") or ""
+        rows.append((f"Container[{i}]", f"{c.get('image', '')}: {run}"))
+    for s in cfg.get("storage") or []:
+        source = (s.get("oss") or {}).get("path") or (s.get("nfs") or {}).get("server") or "memory"
+        rows.append(("Mount", f"{s.get('mount_path', '')} <- {source}"))
+    labels = cfg.get("labels") or {}
+    if labels:
+        rows.append(("Labels", ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))))
+    return rows
 
 
 def mirror_summary(mirror: dict[str, Any] | None) -> str:

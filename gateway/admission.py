@@ -149,7 +149,9 @@ class Admission:
             )
         over = entry.take_place(self.activity, now)
         if over is not None:
-            raise Refused(OVER_LIMIT, over.detail, name, over.retry_after_s)
+            # max_queue_size full is EAS's queue full (450), the rate limit 429.
+            kind = QUEUE_FULL if over.status == 450 else OVER_LIMIT
+            raise Refused(kind, over.detail, name, over.retry_after_s)
 
     def unavailable(self, name: str, detail: str) -> Refused:
         """No ready replica: a refusal the caller may retry after a moment (replicas come

@@ -17,7 +17,7 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +58,11 @@ class Gateway:
         *,
         fallback_upstream: str | None = None,
         peers: WorkerPeers | None = None,
+        more_metrics: Callable[[], Awaitable[bytes]] | None = None,
     ) -> None:
         self.settings = settings
+        # Another exposition served after the gateway's (``openeas up``: the control plane's).
+        self.more_metrics = more_metrics
         self.route_source = route_source
         self.fallback_upstream = fallback_upstream
         self.peers = peers  # sibling workers whose metrics a scrape adds up
@@ -88,6 +91,8 @@ class Gateway:
         )
         self._report_task: asyncio.Task[None] | None = None
         self.snapshot_path = Path(settings.route_snapshot) if settings.route_snapshot else None
+        shared = settings.route_snapshot_shared
+        self.shared_snapshot_path = Path(shared) if shared else None
         self.from_snapshot: snapshot.Snapshot | None = None  # serving it, until a table comes
         self._snapshot_task: asyncio.Task[None] | None = None
         # Services at zero are woken with the same credential (without one, held requests
@@ -165,10 +170,11 @@ class Gateway:
             queues=self.queues,
         )
         self._source_task = asyncio.create_task(self._run_source(), name="gateway-routes")
-        if self.snapshot_path is not None:
+        if self.snapshot_path is not None or self.shared_snapshot_path is not None:
             self._snapshot_task = asyncio.create_task(self._fall_back_to_snapshot())
-            if isinstance(self.route_source, ControlPlaneRouteSource):
-                self.route_source.on_unreachable = self._save_snapshot_soon
+        saving = self.snapshot_path is not None
+        if saving and isinstance(self.route_source, ControlPlaneRouteSource):
+            self.route_source.on_unreachable = self._save_snapshot_soon
         if self.peers is not None:
             await self.peers.start(self._current_metrics().snapshot)
         if self.reporter is not None:
@@ -193,23 +199,23 @@ class Gateway:
 
     async def _fall_back_to_snapshot(self) -> None:
         """No table from the source within the connect timeout: serve the saved one."""
-        assert self.snapshot_path is not None
         if await self.wait_for_routes(self.settings.connect_timeout_s):
             return
-        saved = snapshot.load(self.snapshot_path)
+        paths = [p for p in (self.snapshot_path, self.shared_snapshot_path) if p is not None]
+        saved = snapshot.newest(*[snapshot.load(p) for p in paths])
         if self.routes.version is not None:
             return  # the control plane answered while the file was read
         if saved is None:
             log.warning(
                 "no route table from the control plane yet and no snapshot at %s: "
                 "serving nothing until it answers",
-                self.snapshot_path,
+                " or ".join(map(str, paths)),
             )
             return
         log.warning(
             "no route table from the control plane yet: serving the snapshot %s saved at %s "
             "(version %d, %d services) until it answers",
-            self.snapshot_path,
+            saved.path,
             iso_time(saved.saved_at),
             saved.table.version,
             len(saved.table.routes),
@@ -276,7 +282,7 @@ class Gateway:
         saved = self.from_snapshot
         if saved is not None:
             body["serving_from"] = (
-                f"snapshot {self.snapshot_path} saved at {iso_time(saved.saved_at)} "
+                f"snapshot {saved.path} saved at {iso_time(saved.saved_at)} "
                 f"(version {saved.table.version})"
             )
         else:
@@ -319,7 +325,7 @@ class Gateway:
         request.finish()
 
     def metrics_page(self, request: Request) -> Coroutine[Any, Any, None] | None:
-        if self.peers is not None:
+        if self.peers is not None or self.more_metrics is not None:
             return self._answer_metrics(request)
         request.conn.write_response(
             200, [(b"content-type", METRICS_CONTENT_TYPE.encode())], self.render_metrics()
@@ -329,6 +335,8 @@ class Gateway:
 
     async def _answer_metrics(self, request: Request) -> None:
         body = await self.render_all_metrics()
+        if self.more_metrics is not None:
+            body += await self.more_metrics()
         request.conn.write_response(200, [(b"content-type", METRICS_CONTENT_TYPE.encode())], body)
 
     def grpc_door(self) -> GrpcDoor:
@@ -380,6 +388,7 @@ async def start_gateway(
     reuse_port: bool = False,
     sock: socket.socket | None = None,
     peers: WorkerPeers | None = None,
+    more_metrics: Callable[[], Awaitable[bytes]] | None = None,
 ) -> GatewayRunner:
     """Start a gateway in the running event loop and return once it listens.
 
@@ -387,8 +396,15 @@ async def start_gateway(
     :attr:`GatewayRunner.port`); ``sock`` serves an already-bound socket instead.
     ``fallback_upstream`` (e.g. ``"http://127.0.0.1:41000"``) receives every request that
     is not a predict call, metrics or the gateway's health path. ``peers`` makes this one
-    worker of several whose ``/metrics`` is summed (see :mod:`gateway.workers`)."""
-    gateway = Gateway(settings, route_source, fallback_upstream=fallback_upstream, peers=peers)
+    worker of several whose ``/metrics`` is summed (see :mod:`gateway.workers`);
+    ``more_metrics`` is another exposition its ``/metrics`` serves after its own."""
+    gateway = Gateway(
+        settings,
+        route_source,
+        fallback_upstream=fallback_upstream,
+        peers=peers,
+        more_metrics=more_metrics,
+    )
     await gateway.start()
     assert gateway.router is not None
     server = HttpServer(

@@ -2,6 +2,11 @@
 of counters, gauges and histograms updated on the request path, so each update is a dict
 lookup and an add. Labels are service names and status codes only — never a token, a
 path or anything a client chose freely (unknown services count under ``service=""``).
+
+Every name starts ``openeas_gateway_``. A metric renamed into that prefix is also exposed
+under its old name (``alias``) for one release, so dashboards and alerts can move over;
+``GatewayMetrics().all`` is the registry the chart's dashboard and alerts are checked
+against.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ class _Metric(ABC):
         self.name = name
         self.help = help_text
         self.labelnames = labelnames
+        self.alias = ""  # a former name, rendered too until its release is over
 
     def header(self) -> list[str]:
         return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
@@ -403,25 +409,25 @@ class GatewayMetrics:
             combine=min,
         )
         self.mirror_requests = Counter(
-            "openeas_mirror_requests_total",
+            p + "mirror_requests_total",
             "Mirrored requests by service, target and result: match, mismatch (status or "
             "answer differs), error (no ready replica, refused, timed out, broke), skipped "
             "(streamed body, primary failed or answer over the copy limit, too many in flight).",
             ("service", "target", "result"),
         )
         self.mirror_duration = Histogram(
-            "openeas_mirror_duration_seconds",
+            p + "mirror_duration_seconds",
             "Shadow latency: request sent to a target's replica to the end of its answer.",
             ("service", "target"),
         )
         self.cold_start = Histogram(
-            "openeas_cold_start_seconds",
+            p + "cold_start_seconds",
             "Wake-ups of services scaled to zero: from the first request held to its release "
             "to a ready replica.",
             ("service",),
             COLD_START_BUCKETS,
         )
-        q = "openeas_queue_"  # async services' queues (gateway.queue)
+        q = p + "queue_"  # async services' queues (gateway.queue)
         self.queue_puts = Counter(
             q + "puts_total",
             "Entries put, by service and queue (input, sink).",
@@ -454,6 +460,20 @@ class GatewayMetrics:
         self.queue_pending = Gauge(
             q + "pending", "Input messages held by replicas now.", ("service",), max
         )
+        # Their names before the prefix: kept for one release (0.2 drops them).
+        self.mirror_requests.alias = "openeas_mirror_requests_total"
+        self.mirror_duration.alias = "openeas_mirror_duration_seconds"
+        self.cold_start.alias = "openeas_cold_start_seconds"
+        for queue_metric in (
+            self.queue_puts,
+            self.queue_gets,
+            self.queue_answered,
+            self.queue_redelivered,
+            self.queue_dead_lettered,
+            self.queue_length,
+            self.queue_pending,
+        ):
+            queue_metric.alias = queue_metric.name.replace(p, "openeas_", 1)
         self.all: tuple[_Metric, ...] = (
             self.requests,
             self.duration,
@@ -504,7 +524,10 @@ class GatewayMetrics:
                     metric.merge(snapshot.get(mine.name, []))
                 metrics.append(metric)
         lines: list[str] = []
-        for metric in metrics:
-            lines.extend(metric.header())
-            lines.extend(metric.samples())
+        for mine, metric in zip(self.all, metrics, strict=True):
+            block = [*metric.header(), *metric.samples()]
+            lines.extend(block)
+            if mine.alias:
+                # Each line names the metric once, first (after "# HELP " / "# TYPE ").
+                lines.extend(line.replace(metric.name, mine.alias, 1) for line in block)
         return ("\n".join(lines) + "\n").encode("utf-8")

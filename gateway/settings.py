@@ -146,6 +146,12 @@ class GatewaySettings(BaseSettings):
         "and on shutdown; a gateway that starts while the control plane does not answer serves "
         "from it (empty: no snapshot).",
     )
+    route_snapshot_shared: str = Field(
+        default="",
+        description="A snapshot only read, kept by the control plane (the chart mounts its "
+        "ConfigMap here): a starting gateway that gets no table in time serves the newer of "
+        "it and route_snapshot (empty: none).",
+    )
     poll_wait_s: float = Field(
         default=25.0, gt=0, description="Long-poll hold asked of the control plane."
     )

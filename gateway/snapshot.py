@@ -7,10 +7,16 @@ the control plane in time. The file holds token digests and replica addresses, n
 token (routes carry theirs for signed calls: left out here, so a gateway serving from its
 snapshot refuses signed calls until the control plane answers; the token itself still
 opens); it is replaced atomically and readable by its owner only.
+
+A second, shared snapshot (``OPENEAS_GATEWAY_ROUTE_SNAPSHOT_SHARED``) is only read: on
+Kubernetes the leading control plane keeps the table in a ConfigMap mounted into every
+gateway pod, gzip-compressed and without tokens alike, so a pod new on its node has one
+too. The newer of the two by route-table version is served.
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import tempfile
@@ -34,6 +40,7 @@ NO_TOKENS: dict[str, Any] = {
 class Snapshot:
     table: RouteTable
     saved_at: float  # seconds since the epoch (the file's mtime)
+    path: Path | None = None  # where it was read
 
 
 def save(path: Path, table: RouteTable) -> None:
@@ -66,8 +73,20 @@ def load(path: Path) -> Snapshot | None:
         log.warning("could not read the route snapshot %s: %s", path, e.strerror or e)
         return None
     try:
+        if data[:2] == b"\x1f\x8b":  # gzip's magic: the shared snapshot
+            data = gzip.decompress(data)
         table = RouteTable.model_validate_json(data)
-    except ValidationError as e:
-        log.warning("ignoring the route snapshot %s: %d errors", path, e.error_count())
+    except (ValidationError, OSError, EOFError) as e:
+        errors = e.error_count() if isinstance(e, ValidationError) else e
+        log.warning("ignoring the route snapshot %s: %s errors", path, errors)
         return None
-    return Snapshot(table.model_copy(update={"full": True}), saved_at)
+    return Snapshot(table.model_copy(update={"full": True}), saved_at, path)
+
+
+def newest(*found: Snapshot | None) -> Snapshot | None:
+    """The snapshot of the highest route-table version (the first of equals)."""
+    best: Snapshot | None = None
+    for snap in found:
+        if snap is not None and (best is None or snap.table.version > best.table.version):
+            best = snap
+    return best

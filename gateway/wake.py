@@ -6,7 +6,7 @@ The proxy (:mod:`gateway.http.proxy`) parks each authenticated request for it he
 push per wake-up, retried while requests wait), the others only wait. The route feed
 releases them: every applied table checks the services being woken — a handful, whatever the
 table's size — and a service with a ready replica lets all its requests go at once and
-records its cold start (first held request to release) in ``openeas_cold_start_seconds``.
+records its cold start (first held request to release) in ``openeas_gateway_cold_start_seconds``.
 Idle costs nothing: no timer runs while nothing is held.
 
 Past ``bound`` held requests a service answers 450 (EAS's queue full: safe to retry); a

@@ -3,9 +3,10 @@
 process for async services' queues unless ``OPENEAS_REDIS_URL`` names one
 (:mod:`openeas.embedded_redis`).
 
-The gateway owns the public port; everything that is not a predict call, metrics or its own
-health is forwarded to the control plane on an internal loopback port. Ctrl-C / SIGTERM
-stops every replica; the next ``openeas up`` brings services back to their specs.
+The gateway owns the public port; its ``/metrics`` serves the gateway's series and then the
+control plane's. Everything that is not a predict call, metrics or its own health is
+forwarded to the control plane on an internal loopback port. Ctrl-C / SIGTERM stops every
+replica; the next ``openeas up`` brings services back to their specs.
 """
 
 from __future__ import annotations
@@ -96,7 +97,11 @@ def _run(args: argparse.Namespace, settings: Settings, created: bool, public: st
         source = ControlPlaneRouteSource(internal, settings.routes_token)
         serving = asyncio.create_task(plane.serve(internal_sock))
         gateway = await start_gateway(
-            gateway_settings, source, sock=public_sock, fallback_upstream=internal
+            gateway_settings,
+            source,
+            sock=public_sock,
+            fallback_upstream=internal,
+            more_metrics=plane.metrics.render,  # one scrape: gateway and control plane
         )
         try:
             door = await start_grpc(gateway.gateway.grpc_door(), host=args.host)

@@ -105,6 +105,9 @@ class Processor:
     # -> exit code. ``openeas processor run <name>`` calls it; None for processors without
     # a runner.
     run: Callable[[Sequence[str], Ports, Path | None, str | None], int] | None = None
+    # For an image that runs the server itself (EAS's ``containers[]`` form): (normalised
+    # params, ports, admin key, shm prefix) -> the platform's flags after the user's.
+    image_args: Callable[[Sequence[str], Ports, str, str], list[str]] | None = None
 
 
 def die_with(parent: int, own_group: bool = False) -> Callable[[], None]:

@@ -208,6 +208,7 @@ class ApiStandIn:
         self._faults: list[_Fault] = []
         self._touch: dict[tuple[str, str], int] = {}
         self._logs: dict[tuple[str, str], str] = {}
+        self._previous_logs: dict[tuple[str, str], str] = {}  # before a container's restart
         self._pod_cpu: dict[tuple[str, str], str] = {}  # (ns, pod) → CPU quantity
         self._ips = itertools.count(10)
         self._server: ThreadingHTTPServer | None = None
@@ -408,6 +409,36 @@ class ApiStandIn:
     def append_log(self, pod: str, container: str, line: str) -> None:
         with self._cond:
             self._logs[(pod, container)] = self._logs.get((pod, container), "") + line + "\n"
+            self._cond.notify_all()  # followers
+
+    def set_previous_log(self, pod: str, container: str, text: str) -> None:
+        """The output of the container's instance before its last restart."""
+        with self._cond:
+            self._previous_logs[(pod, container)] = text
+
+    def follow_log(self, path: str, query: dict[str, str]) -> Iterator[str]:
+        """``follow=true``: the log as :meth:`handle` gives it, then each text appended,
+        until the pod is gone or the stand-in stops. Raises ApiError before the first
+        chunk as the plain read does."""
+        _, ns, name, _ = _route(path)
+        with self._cond:
+            text = self._log(ns, name, query)
+            container = query.get("container") or ""
+            sent = len(self._logs.get((name or "", container), ""))
+        yield text
+        while True:
+            with self._cond:
+                while True:
+                    now = self._logs.get((name or "", container), "")
+                    gone = (("pods", ns, name or "") not in self._objects) or self._closing
+                    if len(now) > sent or gone:
+                        break
+                    self._cond.wait(0.5)
+            if len(now) > sent:
+                yield now[sent:]
+                sent = len(now)
+            if gone:
+                return
 
     def wait_for_change(self, version: int, timeout: float) -> int:
         """Block until an object changes after ``version`` (a :attr:`version` read before),
@@ -866,7 +897,14 @@ class ApiStandIn:
                 "BadRequest",
                 f'container "{container}" in pod "{name}" is waiting to start: {reason}',
             )
-        lines = self._logs.get((name or "", container), "").splitlines(keepends=True)
+        logs = self._previous_logs if query.get("previous") == "true" else self._logs
+        if logs is self._previous_logs and (name or "", container) not in logs:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'previous terminated container "{container}" in pod "{name}" not found',
+            )
+        lines = logs.get((name or "", container), "").splitlines(keepends=True)
         if "tailLines" in query:
             lines = lines[-int(query["tailLines"]) :] if int(query["tailLines"]) else []
         text = "".join(lines)
@@ -1089,6 +1127,11 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET" and query.get("watch") in ("true", "1"):
                 self._stream(self.api.watch(parts.path, query))
                 return
+            if method == "GET" and parts.path.endswith("/log") and query.get("follow") == "true":
+                chunks = self.api.follow_log(parts.path, query)
+                first = next(chunks)  # errors before the stream starts are answered as such
+                self._stream_text(first, chunks)
+                return
             code, payload, content_type = self.api.handle(
                 method, parts.path, query, self.headers, body
             )
@@ -1100,6 +1143,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _stream_text(self, first: str, rest: Iterator[str]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for text in itertools.chain([first], rest):
+                data = text.encode()
+                if data:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client went away
+            pass
 
     def _stream(self, events: Iterator[Obj]) -> None:
         self.send_response(200)

@@ -16,6 +16,7 @@ from controlplane.api.visibility import sees_token
 from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.groups import Group, Groups, TrafficMode
 from controlplane.models import ServiceRow
+from controlplane.paging import MAX_PAGE_NUMBER
 from controlplane.roles import Principal
 from controlplane.services import Services
 from controlplane.settings import Settings
@@ -79,7 +80,7 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
     def list_groups(
         request: Request,
         principal: Annotated[Principal, Depends(authorize)],
-        page_number: Annotated[int, Query(alias="PageNumber", ge=1)] = 1,
+        page_number: Annotated[int, Query(alias="PageNumber", ge=1, le=MAX_PAGE_NUMBER)] = 1,
         page_size: Annotated[int, Query(alias="PageSize", ge=1, le=100)] = 100,
         name: Annotated[str | None, Query(alias="Filter", max_length=63)] = None,
     ) -> schemas.GroupList:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
 from contract.wire import (
@@ -25,8 +25,8 @@ from contract.wire import (
 )
 from controlplane import route_feed
 from controlplane.api.auth import authorize
-from controlplane.autoscaling import Autoscaling, NotWakeable
 from controlplane.runtime.base import LogSource, RuntimeError_
+from controlplane.scaling_loop import Autoscaling, NotWakeable
 from controlplane.services import Services
 from controlplane.settings import Settings
 
@@ -137,16 +137,31 @@ def router(
         page_num: Annotated[int, Query(alias="PageNum", ge=1)] = 1,
         page_size: Annotated[int | None, Query(alias="PageSize", ge=1, le=10_000)] = None,
         keyword: Annotated[str | None, Query(alias="Keyword", max_length=256)] = None,
-    ) -> PlainTextResponse | dict[str, Any]:
+        previous: bool = False,
+        follow: bool = False,
+    ) -> Response | dict[str, Any]:
         """A replica's recent output (``replica`` as shown by describe, or ``InstanceName``;
         default the newest): plain text, or, to a caller that accepts JSON (the SDK), the
         SDK's shape: ``Logs`` (lines, newest last, those with ``Keyword`` when given),
-        paged by ``PageNum``/``PageSize`` from the newest."""
+        paged by ``PageNum``/``PageSize`` from the newest. ``previous``: its run before the
+        last restart (a crash's last words). ``follow``: then what it writes, streamed as
+        text until the caller hangs up or the replica ends."""
         await run_in_threadpool(services.get, cluster, name)  # 404 for unknown services
         if instance is not None:
             replica = _replica_index(instance)
+        if previous and follow:
+            raise HTTPException(
+                400, "previous and follow exclude each other: a previous run writes no more"
+            )
         try:
-            text = await log_source.logs(name, replica, page_size * page_num if page_size else tail)
+            if follow:
+                chunks = log_source.follow(name, replica, tail)
+                first = await anext(chunks, "")  # a missing replica is a 404, not a stream
+                return StreamingResponse(
+                    _then(first, chunks), media_type="text/plain; charset=utf-8"
+                )
+            count = page_size * page_num if page_size else tail
+            text = await log_source.logs(name, replica, count, previous=previous)
             if "application/json" not in request.headers.get("accept", ""):
                 return PlainTextResponse(text)
             lines = [ln for ln in text.splitlines() if keyword is None or keyword in ln]
@@ -174,6 +189,16 @@ def _replica_index(instance: str) -> int:
     if not index.isdigit():
         raise HTTPException(404, f"no instance {instance!r}: name one from ListServiceInstances")
     return int(index)
+
+
+async def _then(first: str, rest: AsyncIterator[str]) -> AsyncIterator[str]:
+    try:
+        yield first
+        async for chunk in rest:
+            yield chunk
+    finally:
+        if isinstance(rest, AsyncGenerator):
+            await rest.aclose()  # the caller hung up: close the replica's stream too
 
 
 def _leading(scaling: Autoscaling) -> None:

@@ -19,8 +19,8 @@ from controlplane import cronscaler
 from controlplane.api import eas_shapes, schemas
 from controlplane.api.auth import authorize
 from controlplane.api.problems import json_body
-from controlplane.autoscaling import Autoscaling
 from controlplane.errors import FieldProblem, InvalidSpec, ServiceNotFound
+from controlplane.scaling_loop import Autoscaling
 from controlplane.services import Services
 from controlplane.settings import Settings
 

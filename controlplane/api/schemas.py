@@ -63,6 +63,8 @@ class ServicePublic(Endpoints):
     AccessToken: str | None = None
     # The autoscaler's metric values and last decision, from the leading control plane.
     AutoscalerStatus: dict[str, Any] | None = None
+    # The spec's fields this runtime does not act on, each with why (controlplane.eas_fields).
+    NotHonoured: list[dict[str, str]] = []
     # An async service's queues: lengths, dead letters, each replica's consumer (describe).
     QueueStatus: dict[str, Any] | None = None
 
@@ -194,6 +196,7 @@ def service_public(
     ends: Endpoints,
     autoscaler_status: dict[str, Any] | None = None,
     access_token: str | None = None,
+    not_honoured: list[dict[str, str]] | None = None,
 ) -> ServicePublic:
     return ServicePublic(
         **ends.model_dump(),
@@ -216,6 +219,7 @@ def service_public(
         Replicas=row.replicas or [],
         AutoscalerStatus=autoscaler_status,
         AccessToken=access_token,
+        NotHonoured=not_honoured or [],
     )
 
 

@@ -20,6 +20,7 @@ from controlplane.api.auth import authorize
 from controlplane.api.problems import json_body
 from controlplane.api.visibility import sees_token
 from controlplane.errors import FieldProblem, InvalidSpec, ServiceNotFound
+from controlplane.paging import MAX_PAGE_NUMBER
 from controlplane.services import Services
 from controlplane.settings import Settings
 
@@ -85,7 +86,7 @@ def router(services: Services, settings: Settings) -> APIRouter:
     def instances(
         cluster: str,
         name: str,
-        page_number: Annotated[int, Query(alias="PageNumber", ge=1)] = 1,
+        page_number: Annotated[int, Query(alias="PageNumber", ge=1, le=MAX_PAGE_NUMBER)] = 1,
         page_size: Annotated[int, Query(alias="PageSize", ge=1, le=500)] = 100,
         status: Annotated[str | None, Query(alias="InstanceStatus", max_length=32)] = None,
         instance: Annotated[str | None, Query(alias="InstanceName", max_length=128)] = None,
@@ -154,7 +155,7 @@ def router(services: Services, settings: Settings) -> APIRouter:
     def versions(
         cluster: str,
         name: str,
-        page_number: Annotated[int, Query(alias="PageNumber", ge=1)] = 1,
+        page_number: Annotated[int, Query(alias="PageNumber", ge=1, le=MAX_PAGE_NUMBER)] = 1,
         page_size: Annotated[int, Query(alias="PageSize", ge=1, le=100)] = 100,
     ) -> dict[str, Any]:
         """Every version of the spec, newest first (``ImageId`` is the version number):

@@ -15,15 +15,16 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
-from controlplane import service_watch
+from controlplane import changes, eas_fields, service_watch
 from controlplane.api import eas_shapes, schemas, sdk_query
 from controlplane.api.auth import authorize
 from controlplane.api.problems import json_body
 from controlplane.api.visibility import sees_token
-from controlplane.autoscaling import Autoscaling
 from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.models import ServiceRow
+from controlplane.paging import MAX_PAGE_NUMBER
 from controlplane.roles import Principal
+from controlplane.scaling_loop import Autoscaling
 from controlplane.services import Services, SortKey
 from controlplane.settings import Settings
 
@@ -62,7 +63,8 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         response.headers["ETag"] = f'"{row.version}"'
         status = autoscaling.status(row.name) if row.spec.autoscaler else None
         shown = services.sealer.open(row.token) if token and sees_token(request) else None
-        return schemas.service_public(row, ends(request, row.name), status, shown)
+        notes = eas_fields.not_honoured(row.spec, settings.runtime)
+        return schemas.service_public(row, ends(request, row.name), status, shown, notes)
 
     @api.post("", status_code=200, openapi_extra=SPEC_BODY, name="CreateService")
     async def create(
@@ -88,14 +90,16 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
     def list_services(
         request: Request,
         principal: Annotated[Principal, Depends(authorize)],
-        page_number: Annotated[int, Query(alias="pageNumber", ge=1)] = 1,
+        page_number: Annotated[int, Query(alias="pageNumber", ge=1, le=MAX_PAGE_NUMBER)] = 1,
         page_size: Annotated[int, Query(alias="pageSize", ge=1, le=100)] = 20,
         name: Annotated[str | None, Query(max_length=63)] = None,
         status: str | None = None,
         sort: SortKey = "createTime",
         order: Literal["asc", "desc"] = "desc",
         page_token: Annotated[str | None, Query(alias="pageToken", max_length=512)] = None,
-        sdk_page_number: Annotated[int | None, Query(alias="PageNumber", ge=1)] = None,
+        sdk_page_number: Annotated[
+            int | None, Query(alias="PageNumber", ge=1, le=MAX_PAGE_NUMBER)
+        ] = None,
         sdk_page_size: Annotated[int | None, Query(alias="PageSize", ge=1, le=100)] = None,
         sdk_name: Annotated[str | None, Query(alias="ServiceName", max_length=63)] = None,
         sdk_filter: Annotated[str | None, Query(alias="Filter", max_length=63)] = None,
@@ -104,6 +108,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         sdk_order: Annotated[str | None, Query(alias="Order", max_length=8)] = None,
         label: Annotated[str | None, Query(alias="Label", max_length=4096)] = None,
         group: Annotated[str | None, Query(alias="GroupName", max_length=63)] = None,
+        label_pairs: Annotated[list[str] | None, Query(alias="label", max_length=16)] = None,
     ) -> schemas.ServiceList:
         """Services of this cluster, paged, filtered by name substring and status. Pages by
         ``pageNumber``, or by ``pageToken`` (the previous page's ``NextPageToken``): the
@@ -111,7 +116,8 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         The SDK's spellings work too: ``PageNumber``, ``PageSize``, ``ServiceName`` or
         ``Filter`` (a part of the name), ``ServiceStatus``, ``Sort`` (``CreateTime``...),
         ``Order``, ``Label`` (a JSON object: services with all of these labels) and
-        ``GroupName``. An AccessKey with ``Services`` lists only the names its globs match."""
+        ``GroupName``; and ``label=k:v`` (repeatable) for people. An AccessKey with
+        ``Services`` lists only the names its globs match."""
         page_number = sdk_page_number or page_number
         page_size = sdk_page_size or page_size
         rows, total, next_token = services.page(
@@ -123,7 +129,11 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
             order=sdk_query.order(sdk_order) if sdk_order else order,
             page_token=page_token,
             group=group,
-            labels=sdk_query.label_filter(label),
+            labels={
+                **(sdk_query.label_filter(label) or {}),
+                **label_pairs_map(label_pairs or []),
+            }
+            or None,
             globs=principal.services if principal.role != "admin" else None,
         )
         return schemas.ServiceList(
@@ -150,7 +160,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         differs from that state, else after `wait` seconds as it is."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        commits = service_watch.SERVICE_COMMITS
+        commits = changes.SERVICES
         while True:
             seen = commits.count
             row = await run_in_threadpool(services.get, cluster, name)
@@ -259,6 +269,18 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         )
 
     return api
+
+
+def label_pairs_map(pairs: list[str]) -> dict[str, str]:
+    """``["k:v", ...]`` as a map; 422 naming the parameter."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition(":")
+        if not sep or not key:
+            fix = "write label=key:value, e.g. label=team:vision"
+            raise InvalidSpec([FieldProblem("label", f"{pair!r} is not key:value", fix)])
+        out[key] = value
+    return out
 
 
 def _replacing(spec: dict[str, object], name: str) -> object:

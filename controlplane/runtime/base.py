@@ -8,7 +8,7 @@ something changed underneath (a replica became ready, crashed, was deleted).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -55,6 +55,35 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class Mount:
+    """A ``storage[]`` entry as a runtime places it at ``path``: ``oss`` pulled there before
+    the replica starts (``source`` the oss:// URI), ``nfs`` (``server``, ``source`` its
+    export path) or ``memory`` (a tmpfs of ``size_gb``, e.g. /dev/shm)."""
+
+    path: str
+    kind: Literal["oss", "nfs", "memory"]
+    source: str = ""
+    server: str = ""
+    read_only: bool = False
+    size_gb: int | None = None
+
+
+@dataclass(frozen=True)
+class Image:
+    """A ``containers[]`` entry: the image, its command as words (for a Triton container
+    the normalised tritonserver flags, platform flags left to the runtime), its port and
+    env, and its checks as probe fields keyed by ``startup``, ``liveness``, ``readiness``
+    (``{"http_get": {...}, "period_seconds": 5, ...}`` as EAS writes them)."""
+
+    image: str
+    argv: tuple[str, ...]
+    port: int | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    checks: tuple[tuple[str, dict[str, object]], ...] = ()
+    triton: bool = False
+
+
+@dataclass(frozen=True)
 class DesiredReplicaSet:
     """What should run for one service. ``template_hash`` covers everything that needs new
     replicas when it changes (processor, params, resources), but not the replica count."""
@@ -70,6 +99,14 @@ class DesiredReplicaSet:
     resources: Resources
     template_hash: str
     warm_up: str | None = None  # the spec's warm_up_data_path
+    image: Image | None = None  # the spec's containers[0] (None: the processor form)
+    sidecars: tuple[Image, ...] = ()  # the spec's containers[1:]
+    mounts: tuple[Mount, ...] = ()  # the spec's storage[]
+    instance_types: tuple[str, ...] = ()  # cloud.computing's EAS instance types
+    # metadata.rolling_strategy as (max_surge, max_unavailable): counts or "25%".
+    rolling: tuple[int | str, int | str] | None = None
+    termination_grace_seconds: int | None = None  # metadata.eas.termination_grace_period
+    enable_sigterm: bool | None = None  # metadata.rpc.enable_sigterm (None: as true)
     # Replicas (by name) to replace as an update replaces old ones (DeleteServiceInstances):
     # a name never comes back, so one that is gone stays gone.
     retire: frozenset[str] = frozenset()
@@ -123,9 +160,16 @@ Notify = Callable[[str], None]  # called with a service name when its replicas c
 
 
 class LogSource(Protocol):
-    async def logs(self, service: str, replica: int | None, tail: int) -> str:
+    async def logs(
+        self, service: str, replica: int | None, tail: int, *, previous: bool = False
+    ) -> str:
         """The last ``tail`` lines of a replica's output (``None``: the newest replica);
-        FileNotFoundError when there is no such replica."""
+        ``previous``: of its run before the last restart. FileNotFoundError when there is
+        no such replica (or run)."""
+
+    def follow(self, service: str, replica: int | None, tail: int) -> AsyncIterator[str]:
+        """The last ``tail`` lines, then the output as it comes, until the caller stops
+        iterating; FileNotFoundError (on the first step) when there is no such replica."""
 
 
 class Runtime(Protocol):

@@ -16,15 +16,18 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import signal
 import socket
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 
 from contract.progress import WARMED_UP, Progress
+from controlplane.eas_spec import RollingStrategy
 from controlplane.runtime.base import (
     DesiredReplicaSet,
     Notify,
@@ -35,8 +38,8 @@ from controlplane.runtime.base import (
     probed_state,
 )
 from controlplane.runtime.proc_cpu import CpuRates
-from processors import exits, progress, registry
-from processors.base import READY_FILE_ENV, Ports, die_with
+from processors import exits, progress, registry, repository
+from processors.base import READY_FILE_ENV, Ports, ReplicaPlan, die_with
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,7 @@ MAX_BACKOFF = 60.0
 STOP_GRACE = 15.0
 PROGRESS_NOTIFY = 1.0  # seconds between status writes for one pulling replica
 START_MARKER = "--- openeas: start #"  # opens each start's lines in a replica's log
+FOLLOW_POLL_S = 0.2  # how often a followed log file is read for what was added
 
 
 @dataclass
@@ -109,10 +113,25 @@ class LocalLogs:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
 
-    async def logs(self, service: str, replica: int | None, tail: int) -> str:
-        return await asyncio.to_thread(self._read, service, replica, tail)
+    async def logs(
+        self, service: str, replica: int | None, tail: int, *, previous: bool = False
+    ) -> str:
+        return await asyncio.to_thread(self._read, service, replica, tail, previous)
 
-    def _read(self, service: str, replica: int | None, tail: int) -> str:
+    async def follow(self, service: str, replica: int | None, tail: int) -> AsyncIterator[str]:
+        """The last ``tail`` lines, then what the replica writes, until the caller stops."""
+        path = await asyncio.to_thread(self._file, service, replica)
+        with path.open("rb") as f:
+            lines = deque(f, maxlen=tail)
+            yield b"".join(lines).decode("utf-8", "replace")
+            while True:
+                chunk = f.read(65536)
+                if chunk:
+                    yield chunk.decode("utf-8", "replace")
+                else:
+                    await asyncio.sleep(FOLLOW_POLL_S)
+
+    def _file(self, service: str, replica: int | None) -> Path:
         folder = log_folder(self.data_dir, service)
         files = sorted(
             (p for p in folder.glob("*.log") if p.stem.isdigit()), key=lambda p: int(p.stem)
@@ -121,8 +140,21 @@ class LocalLogs:
             files = [f for f in files if f.stem == str(replica)]
         if not files:
             raise FileNotFoundError(f"no logs for replica {replica} of {service!r}")
-        with files[-1].open(errors="replace") as f:
-            return "".join(deque(f, maxlen=tail))
+        return files[-1]
+
+    def _read(self, service: str, replica: int | None, tail: int, previous: bool) -> str:
+        path = self._file(service, replica)
+        with path.open(errors="replace") as f:
+            if not previous:
+                return "".join(deque(f, maxlen=tail))
+            runs: list[list[str]] = [[]]
+            for line in f:  # each start of the replica's process opens with its marker
+                if line.startswith(START_MARKER) and runs[-1]:
+                    runs.append([])
+                runs[-1].append(line)
+        if len(runs) < 2:
+            raise FileNotFoundError(f"replica {path.stem} of {service!r} has not restarted")
+        return "".join(runs[-2][-tail:])
 
 
 class LocalRuntime:
@@ -167,7 +199,11 @@ class LocalRuntime:
 
         current = [r for r in live if not is_old(r)]
         old = [r for r in live if is_old(r)]
-        for _ in range(desired.replicas - len(current)):
+        surge, unavailable = rollout(desired)
+        missing = desired.replicas - len(current)
+        if old:  # a rollout: at most surge replicas above the count at any time
+            missing = min(missing, desired.replicas + surge - len(live))
+        for _ in range(missing):
             current.append(self._start(desired))
         # Scale down: unready replicas first, then the newest.
         surplus = sorted(current, key=lambda r: (r.state == "Running", -r.number))
@@ -179,7 +215,7 @@ class LocalRuntime:
         for replica in old:
             if replica.state != "Running":
                 self._stop(replica)
-        spare = ready_current + len(ready_old) - desired.replicas
+        spare = ready_current + len(ready_old) - (desired.replicas - unavailable)
         for replica in ready_old[: max(0, spare)] if desired.replicas else ready_old:
             self._stop(replica)
 
@@ -263,11 +299,15 @@ class LocalRuntime:
         if process is not None and process.returncode is None:
             # The processor alone: it forwards to tritonserver, which stops its own
             # backend stubs; signalling the whole group makes Triton wait for dead stubs.
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
+            # EAS's ``rpc.enable_sigterm: false`` asks for no signal: the grace period, then
+            # the kill.
+            if replica.desired.enable_sigterm is not False:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
             # Whatever of the group still runs after the grace period goes at once (a
             # replica ignoring SIGTERM, or a stub holding GPU memory).
-            asyncio.get_running_loop().call_later(STOP_GRACE, _kill_group, process)
+            grace = stop_grace(replica.desired)
+            asyncio.get_running_loop().call_later(grace, _kill_group, process)
 
     async def _supervise(self, replica: Replica) -> None:
         try:
@@ -299,12 +339,14 @@ class LocalRuntime:
             self.notify(replica.service)
 
     async def _run_once(self, replica: Replica) -> int:
-        desired = replica.desired
         http, grpc, metrics = _free_ports(3, self.host)
         ports = Ports(http=http, grpc=grpc, metrics=metrics, host=self.host)
-        plan = registry.get(desired.processor).plan(
-            desired.params, ports, desired.oss_endpoint, None, warm_up=desired.warm_up
-        )
+        try:
+            plan = await self._plan(replica, ports)
+        except repository.PullFailed as e:
+            with replica.log_path.open("a") as out:
+                out.write(f"openeas: mount pull failed: {e}\n")
+            return e.exit_code
         env = dict(os.environ, **plan.env)
         env["OPENEAS_MODEL_CACHE"] = str(self.data_dir / "models")
         env["PYTHONUNBUFFERED"] = "1"
@@ -316,6 +358,7 @@ class LocalRuntime:
             gate.unlink(missing_ok=True)  # a restart warms up anew
             env[READY_FILE_ENV] = str(gate)
         replica.state, replica.reason = "Pending", "Starting"
+        http = plan.http_port
         replica.base_url = f"http://{self.host}:{http}"
         replica.metrics_url = f"http://{self.host}:{metrics}"
         replica.grpc_url = f"http://{self.host}:{grpc}"
@@ -346,6 +389,41 @@ class LocalRuntime:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(replica.process.pid, signal.SIGKILL)
 
+    async def _plan(self, replica: Replica, ports: Ports) -> ReplicaPlan:
+        """The processor's plan; a Triton container's is the triton processor's with the
+        container's env. Any other container runs its command as a process here (the
+        API refused it unless its program is on the PATH), on its own port, with a folder
+        per replica standing in for each mount path, OSS mounts pulled into it."""
+        desired = replica.desired
+        image = desired.image
+        if image is None or image.triton:
+            plan = registry.get(desired.processor).plan(
+                desired.params, ports, desired.oss_endpoint, None, warm_up=desired.warm_up
+            )
+            if image is not None:
+                plan = dataclasses.replace(plan, env={**dict(image.env), **plan.env})
+            return plan
+        folders = await asyncio.to_thread(self._mount_folders, replica)
+        argv = [standing_in(word, folders) for word in image.argv]
+        env = {k: standing_in(v, folders) for k, v in image.env}
+        port = image.port or ports.http
+        check = dict(image.checks).get("readiness") or {}
+        get = check.get("http_get")
+        path = str(get.get("path", "/")) if isinstance(get, dict) else "/"
+        return ReplicaPlan(command=argv, env=env, http_port=port, readiness_path=path)
+
+    def _mount_folders(self, replica: Replica) -> dict[str, Path]:
+        """mount path -> this replica's folder for it, OSS mounts pulled (cached)."""
+        base = self.data_dir / "mounts" / replica.service / str(replica.number)
+        folders: dict[str, Path] = {}
+        for i, mount in enumerate(replica.desired.mounts):
+            folder = base / str(i)
+            folder.mkdir(parents=True, exist_ok=True)
+            if mount.kind == "oss":
+                repository.pull(mount.source, folder, endpoint=replica.desired.oss_endpoint)
+            folders[mount.path.rstrip("/") or "/"] = folder
+        return folders
+
     async def _probe(self, replica: Replica, url: str, gate: Path | None) -> None:
         """Follow readiness: Pending ↔ Running, notifying on every flip. With warm-up
         requests, ready also waits for the ``gate`` file the replica creates once they are
@@ -357,11 +435,13 @@ class LocalRuntime:
                 timeout=aiohttp.ClientTimeout(total=2),
             )
         watch = _ProgressWatch(replica.progress_path)
+        plain = replica.desired.image is not None and not replica.desired.image.triton
         misses = 0  # probes failed in a row
         while True:
             try:
                 async with self._http.get(url) as response:
-                    ready = response.status == 200
+                    # A plain container is ready once it answers at all (a 404 on "/").
+                    ready = response.status == 200 or (plain and response.status < 500)
             except (aiohttp.ClientError, TimeoutError):
                 ready = False
             if ready and gate is not None and not gate.exists():
@@ -387,11 +467,39 @@ class LocalRuntime:
             return
         self._terminate(replica)
         try:
-            await asyncio.wait_for(process.wait(), STOP_GRACE)
+            await asyncio.wait_for(process.wait(), stop_grace(replica.desired))
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
+
+
+def standing_in(word: str, folders: dict[str, Path]) -> str:
+    """``word`` with a mount path it names (alone, or before ``/`` or after ``=``)
+    replaced by the replica's folder for it."""
+    for mount, folder in sorted(folders.items(), key=lambda m: -len(m[0])):
+        word = re.sub(rf"(?<![\w/.-]){re.escape(mount)}(?=/|$|\s)", str(folder), word)
+    return word
+
+
+def stop_grace(desired: DesiredReplicaSet) -> float:
+    """Seconds from SIGTERM to the kill: ``metadata.eas.termination_grace_period``."""
+    grace = desired.termination_grace_seconds
+    return STOP_GRACE if grace is None else float(grace)
+
+
+def rollout(desired: DesiredReplicaSet) -> tuple[int, int]:
+    """(surge, unavailable) in replicas during a rollout. Without
+    ``metadata.rolling_strategy`` every new replica starts at once and an old one goes
+    only when a new one is ready (no capacity lost)."""
+    if desired.rolling is None:
+        return desired.replicas, 0
+    surge, unavailable = RollingStrategy(
+        max_surge=desired.rolling[0], max_unavailable=desired.rolling[1]
+    ).counts(desired.replicas)
+    if surge == 0 and unavailable == 0:
+        unavailable = 1  # as Kubernetes: a percentage rounding both to 0 still rolls
+    return surge, unavailable
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:

@@ -91,8 +91,9 @@ async def relay(
 def upstream_problem(entry: ServiceRoute, error: UpstreamError) -> Problem:
     name = entry.route.service
     if error.kind == "timeout":
+        # 408, as EAS answers a request past its service's rpc.keepalive.
         return Problem(
-            504,
+            408,
             f"the replica did not answer within {entry.timeout_s * 1000:.0f} ms",
             service=name,
         )

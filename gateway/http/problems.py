@@ -15,6 +15,8 @@ from gateway import admission
 from gateway.admission import Refused
 from gateway.http.server import Request
 
+EAS_TITLES = {450: "Queue Full"}  # EAS's own status, which HTTPStatus does not know
+
 PROBLEM_CONTENT_TYPE = b"application/problem+json"
 # EAS's answer when a service's queue is full (here: the calls held while it wakes); the
 # request was not processed: retry.
@@ -48,7 +50,7 @@ class Problem(Exception):
         super().__init__(detail)
         self.status = status
         self.detail = detail
-        self.title = title or HTTPStatus(status).phrase
+        self.title = title or EAS_TITLES.get(status) or HTTPStatus(status).phrase
         self.headers = headers or {}
         self.service = service
 

@@ -6,13 +6,14 @@ reads the service from the path and the token from ``Authorization``, and answer
 of refusal with its status (:data:`gateway.http.problems.HTTP_STATUS`): 404 unknown service
 · 401 missing/wrong token or EAS signature (the detail names the Date, Content-MD5 or
 signature at fault) · 403 Triton admin path · 413 body over the limit · 503 no ready replica
-· 429 over the rate limit or queue size. A service at zero that its autoscaler wakes
-is not a 503: the call is held (:mod:`gateway.wake`) until a replica is ready, then admitted
-again — 450 when too many are held already, 504 when none is ready within the service's
-timeout. Then it goes to the replica with the fewest requests in flight; one that refuses the
-connection is skipped (nothing was sent to it). Past that point: 504 if the replica does
-not answer within the service's timeout, 502 if it fails before its response head; a
-failure after the head cuts the client connection, since the status is already out.
+· 429 over the rate limit · 450 over the queue size (``max_queue_size``). A service at zero
+that its autoscaler wakes is not a 503: the call is held (:mod:`gateway.wake`) until a
+replica is ready, then admitted again — 450 when too many are held already, 504 when none
+is ready within the service's timeout. Then it goes to the replica with the fewest requests
+in flight; one that refuses the connection is skipped (nothing was sent to it). Past that
+point: 408 if the replica does not answer within the service's timeout (``rpc.keepalive``,
+as EAS answers it), 502 if it fails before its response head; a failure after the head
+cuts the client connection, since the status is already out.
 
 Two paths share that logic. The *fast path* — whole small body already read, an idle
 keep-alive connection to the chosen replica — runs entirely in callbacks, here (compiled).

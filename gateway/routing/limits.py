@@ -1,6 +1,7 @@
 """Per-service admission limits: a token bucket for ``rate_limit`` (QPS) and an in-flight
 cap for ``max_queue_size``. Pure logic with an injectable clock; the proxy asks before
-forwarding and answers 429 when refused.
+forwarding and answers with the refusal's status: 429 over the rate, 450 (EAS's queue full:
+not processed, retry) over the in-flight cap.
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ class OverLimit:
 
     detail: str
     retry_after_s: int
+    status: int = 429  # 450 for a full queue, as EAS answers it
 
 
 class Activity:

@@ -55,7 +55,10 @@ class ServiceRoute:
         in_flight = self.in_flight
         if not in_flight.enter_at(now):
             return OverLimit(
-                f"service {name!r} already has {in_flight.limit} requests in flight", 1
+                f"service {name!r} already has {in_flight.limit} requests in flight "
+                "(metadata.rpc.max_queue_size)",
+                1,
+                450,
             )
         if not in_flight.active:
             activity.touch(name, in_flight)

@@ -11,7 +11,8 @@ first use, so validating a URI at spec time does not pay for it.
 Configuration comes from the environment, like every Alibaba Cloud tool:
 ``OSS_ACCESS_KEY_ID``, ``OSS_ACCESS_KEY_SECRET``, optional ``OSS_SESSION_TOKEN`` (STS),
 ``OSS_ENDPOINT`` (overridden by the service's ``oss_endpoint``), and optional ``OSS_REGION``
-which switches signing to V4 (OSS4-HMAC-SHA256; V1 otherwise).
+which switches signing to V4 (OSS4-HMAC-SHA256; V1 otherwise). Without an AccessKey, RRSA's
+variables (:mod:`processors.storage.rrsa`) give STS credentials renewed before they expire.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from processors.storage.errors import (
     TemporaryStorageError,
 )
 from processors.storage.http_get import Connections, with_query
+from processors.storage.rrsa import ENV_ROLE_ARN, OidcCredentials, configured
 from processors.storage.uri import OssLocation
 
 ENV_KEY_ID = "OSS_ACCESS_KEY_ID"
@@ -236,11 +238,16 @@ def _endpoint(explicit: str | None, env: Mapping[str, str]) -> str:
 def _auth(oss2: Any, env: Mapping[str, str], region: str | None, location: OssLocation) -> Any:
     key_id = env.get(ENV_KEY_ID, "").strip()
     secret = env.get(ENV_KEY_SECRET, "").strip()
+    if not key_id and not secret and configured(env):
+        # The pod's ServiceAccount token for STS credentials, renewed before they expire.
+        provider = OidcCredentials(env)
+        return oss2.ProviderAuthV4(provider) if region else oss2.ProviderAuth(provider)
     for name, value in ((ENV_KEY_ID, key_id), (ENV_KEY_SECRET, secret)):
         if not value:
             raise PermanentStorageError(
                 f"{name} is not set: export the AccessKey pair of a RAM user that may read "
-                f"{location} ({ENV_KEY_ID}, {ENV_KEY_SECRET}, and {ENV_SESSION_TOKEN} for STS)"
+                f"{location} ({ENV_KEY_ID}, {ENV_KEY_SECRET}, and {ENV_SESSION_TOKEN} for STS), "
+                f"or run it with an RRSA ServiceAccount ({ENV_ROLE_ARN}, …)"
             )
     version = oss2.AUTH_VERSION_4 if region else oss2.AUTH_VERSION_1
     token = env.get(ENV_SESSION_TOKEN, "").strip()

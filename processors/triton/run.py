@@ -111,6 +111,19 @@ def tritonserver_argv(
     return [
         str(server.binary),
         *checked.normalised(model_repository=str(local)),
+        *platform_args((), ports, admin_key, shm_prefix),
+        *server.args,
+    ]
+
+
+def platform_args(
+    params: Sequence[str], ports: Ports, admin_key: str, shm_prefix: str
+) -> list[str]:
+    """The platform's flags after the tenant's ``params``: ports and addresses, the admin
+    APIs fenced by ``admin_key`` and the python backend's shm regions named from
+    ``shm_prefix``. Also what an image running tritonserver itself is given."""
+    return [
+        *params,
         f"--http-port={ports.http}",
         f"--grpc-port={ports.grpc}",
         f"--metrics-port={ports.metrics}",
@@ -119,7 +132,6 @@ def tritonserver_argv(
         f"--metrics-address={ports.host}",
         *fences.restricted_api_args(admin_key),
         f"--backend-config=python,{flags.SHM_PREFIX_SETTING}={shm_prefix}",
-        *server.args,
     ]
 
 

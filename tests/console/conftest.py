@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,10 @@ import pytest
 
 from controlplane import migrate
 from controlplane.api.app import create_app
-from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine, make_sessions
 from controlplane.reconciler import Reconciler
 from controlplane.runtime.base import DesiredReplicaSet, Notify, ReplicaStatus
+from controlplane.scaling_loop import Autoscaling
 from controlplane.sealing import from_settings
 from controlplane.services import Services
 from controlplane.settings import Settings
@@ -72,8 +72,10 @@ class ReadyRuntime(FakeRuntime):
         ]
         self.notify(desired.service)
 
-    async def logs(self, service: str, replica: int | None, tail: int) -> str:
-        if not self.replicas.get(service):
+    async def logs(
+        self, service: str, replica: int | None, tail: int, *, previous: bool = False
+    ) -> str:
+        if not self.replicas.get(service) or previous:
             raise FileNotFoundError(f"no replica of {service!r}")
         lines = [
             "I1201 04:30:01 server.cc:662] successfully loaded 'inception_graphdef'",
@@ -81,6 +83,9 @@ class ReadyRuntime(FakeRuntime):
             "I1201 04:30:01 http_server.cc:315] Started Metrics Service at 0.0.0.0:8002",
         ]
         return "\n".join(lines[-tail:]) + "\n"
+
+    async def follow(self, service: str, replica: int | None, tail: int) -> AsyncIterator[str]:
+        yield await self.logs(service, replica, tail)
 
 
 class Platform:

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 
 from contract.configfile import ConfigFileError, read_config
 from contract.wire import SIGNALS_PATH
-from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine, make_sessions
+from controlplane.scaling_loop import Autoscaling
 from controlplane.sealing import from_settings
 from controlplane.services import Services
 from controlplane.settings import Settings

@@ -12,8 +12,8 @@ import httpx
 
 from contract.wire import LoadReport
 from controlplane.api.app import create_app
-from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine, make_sessions
+from controlplane.scaling_loop import Autoscaling
 from controlplane.sealing import from_settings
 from controlplane.services import Services
 from controlplane.settings import Settings

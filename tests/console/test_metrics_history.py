@@ -105,6 +105,17 @@ def test_replicas_carry_forward_from_the_last_change() -> None:
     assert [s.replicas for s in history.samples("svc", 20, 9)] == [9, 9]
 
 
+def test_backlog_is_the_last_reading_of_its_step_and_unknown_without_one() -> None:
+    clock = Clock()
+    history = MetricsHistory(clock=clock)
+    history.backlog("jobs", 40)
+    history.backlog("jobs", 25)  # the same step: the last reading stands
+    clock.now += 20  # a step with no reading between
+    history.backlog("jobs", 0)
+    assert [s.backlog for s in history.samples("jobs", 30, 1)] == [25, None, 0]
+    assert [s.backlog for s in history.samples("sync", 30, 1)] == [None, None, None]
+
+
 def test_memory_is_bounded_per_service_and_quiet_services_are_freed() -> None:
     clock = Clock()
     history = MetricsHistory(clock=clock)

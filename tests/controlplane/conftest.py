@@ -15,8 +15,8 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from controlplane.api.app import create_app
-from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine
+from controlplane.scaling_loop import Autoscaling
 from controlplane.settings import Settings
 from tests.tasks import stop
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
 from contract.wire import token_digest
-from controlplane import service_watch
+from controlplane import changes, service_watch
 from tests.controlplane.conftest import ADMIN, seed_spec
 
 SVC = "/api/v2/services/local/triton_test"
@@ -413,7 +413,7 @@ def test_describe_long_polls_until_the_service_changes(
     if signal == "this process's commit":
         monkeypatch.setattr(service_watch, "REREAD_S", 60.0)  # only the commit can wake it
     else:
-        monkeypatch.setattr(service_watch.SERVICE_COMMITS, "fire", lambda: None)
+        monkeypatch.setattr(changes.SERVICES, "fire", lambda: None)
     create(client)
     state = client.get(SVC).headers["X-OpenEAS-State"]
     started = time.monotonic()

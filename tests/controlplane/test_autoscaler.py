@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.autoscaler import History, decide
+from controlplane.scaling_decision import History, decide
 from controlplane.spec import Autoscaler
 
 

@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 
 from contract.wire import SIGNALS_PATH
 from controlplane.api.app import create_app
-from controlplane.autoscaling import Autoscaling
 from controlplane.db import make_engine, make_sessions
+from controlplane.scaling_loop import Autoscaling
 from controlplane.sealing import TokenSealer
 from controlplane.services import Services
 from controlplane.settings import Settings

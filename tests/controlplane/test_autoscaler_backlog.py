@@ -9,8 +9,8 @@ import uuid
 import pytest
 import redis
 
-from controlplane.autoscaler import decide
 from controlplane.queues import Backlog, input_key
+from controlplane.scaling_decision import decide
 from controlplane.spec import Autoscaler
 
 NOW = 1000.0

@@ -7,8 +7,8 @@ import asyncio
 from typing import Any
 
 from contract.wire import LoadReport, ServiceLoad
-from controlplane.autoscaling import Autoscaling
-from controlplane.signals import Signals
+from controlplane.load_reports import Signals
+from controlplane.scaling_loop import Autoscaling
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
 

@@ -15,7 +15,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from contract.progress import Progress
-from controlplane import route_feed, service_watch
+from controlplane import changes, route_feed
 from controlplane.db import make_engine, make_sessions
 from controlplane.models import ServiceRow
 from controlplane.reconciler import BATCH, Reconciler
@@ -533,9 +533,9 @@ async def test_a_status_write_for_a_changed_service_is_redone(harness: Harness) 
     stopped = Status("Stopped", "", "", 0, 0, 0)
     writes = [StatusWrite(state, stopped, []) for state, _ in states.values()]
     harness.services.scale("local", "a", 1)  # a new generation of "a"
-    commits = service_watch.SERVICE_COMMITS.count
+    commits = changes.SERVICES.count
     assert store.write_statuses(writes) == {"a"}
-    assert service_watch.SERVICE_COMMITS.count > commits  # describe's long-polls wake
+    assert changes.SERVICES.count > commits  # describe's long-polls wake
     assert (harness.row("a").status, harness.row("b").status) == ("Creating", "Stopped")
     assert store.write_statuses(writes) == {"a"}  # "b" unchanged: nothing written
     version = harness.row("b").version

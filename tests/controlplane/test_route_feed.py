@@ -14,7 +14,7 @@ from sqlalchemy import Engine, update
 from contract.wire import ROUTES_PATH, Route, RouteTable
 from controlplane import route_feed
 from controlplane.api.app import create_app
-from controlplane.commits import commit_watch
+from controlplane.changes import commit_watch
 from controlplane.db import make_engine, make_sessions
 from controlplane.models import CounterRow
 from controlplane.sealing import SealError

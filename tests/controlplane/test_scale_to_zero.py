@@ -17,11 +17,11 @@ from contract.progress import Progress
 from contract.wire import WAKE_PATH
 from controlplane import route_feed
 from controlplane.api.app import create_app
-from controlplane.autoscaling import Autoscaling, NotWakeable
 from controlplane.coldstart import ColdStart, breakdown, phase_of
 from controlplane.db import make_engine, make_sessions
 from controlplane.desired import ServiceState
 from controlplane.runtime.base import ReplicaStatus
+from controlplane.scaling_loop import Autoscaling, NotWakeable
 from controlplane.sealing import TokenSealer
 from controlplane.services import Services
 from controlplane.settings import Settings

@@ -113,11 +113,11 @@ def test_probes_use_the_servers_health_paths(rendered: dict[str, list[Obj]]) -> 
         assert gw[probe]["httpGet"] == {"path": health, "port": "http"}
 
 
-def test_the_control_plane_runs_the_kubernetes_runtime_with_one_replica(
+def test_the_control_plane_runs_the_kubernetes_runtime_with_a_standby(
     rendered: dict[str, list[Obj]],
 ) -> None:
     deployment = find(rendered["defaults"], "Deployment", CP)
-    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["replicas"] == 2  # one leads, the other takes over
     env = _env(container(rendered["defaults"], "Deployment", CP, "controlplane"))
     assert env["OPENEAS_RUNTIME"]["value"] == "kubernetes"
     # default: a namespace of their own, apart from the database and the admin token
@@ -439,6 +439,60 @@ def test_image_digests_pin_what_runs() -> None:
     assert env["OPENEAS_K8S_PROCESSOR_IMAGE"]["value"] == f"r.example/processor-triton@{digest}"
 
 
+@pytest.mark.parametrize("component", ["controlplane", "gateway"])
+def test_platform_pods_are_never_single_nor_on_one_node(
+    component: str, rendered: dict[str, list[Obj]]
+) -> None:
+    objects = rendered["defaults"]
+    name = f"openeas-{component}"
+    deployment = find(objects, "Deployment", name)
+    assert deployment["spec"]["replicas"] == 2
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    budget = find(objects, "PodDisruptionBudget", name)
+    assert budget["spec"]["selector"]["matchLabels"] == selector
+    assert budget["spec"]["maxUnavailable"] == 1
+    pod = deployment["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == selector
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    spread = pod["topologySpreadConstraints"]
+    assert {c["topologyKey"] for c in spread} == {
+        "topology.kubernetes.io/zone",
+        "kubernetes.io/hostname",
+    }
+    assert all(c["labelSelector"]["matchLabels"] == selector for c in spread)
+    assert all(c["whenUnsatisfiable"] == "ScheduleAnyway" for c in spread)
+
+
+def test_placement_and_budget_values_override_the_defaults() -> None:
+    mine = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "pool", "operator": "In", "values": ["system"]}
+        ]}]
+    }}}  # fmt: skip
+    objects = render(
+        {
+            "controlplane": {"affinity": mine, "disruptionBudget": {"enabled": False}},
+            "gateway": {"disruptionBudget": {"enabled": True, "maxUnavailable": "50%"}},
+        }
+    )
+    assert find(objects, "Deployment", CP)["spec"]["template"]["spec"]["affinity"] == mine
+    assert not [
+        o for o in objects if o["kind"] == "PodDisruptionBudget" and o["metadata"]["name"] == CP
+    ]
+    assert find(objects, "PodDisruptionBudget", GW)["spec"]["maxUnavailable"] == "50%"
+
+
+def test_a_gateway_pod_serves_through_its_pre_stop_delay_then_drains() -> None:
+    objects = render({"gateway": {"prestopSeconds": 7, "config": {"shutdownGraceS": 20}}})
+    pod = find(objects, "Deployment", GW)["spec"]["template"]["spec"]
+    gateway = container(objects, "Deployment", GW, "gateway")
+    assert gateway["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "7"]
+    assert _env(gateway)["OPENEAS_GATEWAY_SHUTDOWN_GRACE_S"]["value"] == "20"
+    # The kubelet kills only after the delay and the drain.
+    assert pod["terminationGracePeriodSeconds"] > 7 + 20
+
+
 def test_a_service_monitor_scrapes_the_replicas_metrics_port() -> None:
     objects = render({"serving": {"serviceMonitor": {"enabled": True, "labels": {"p": "main"}}}})
     monitor = find(objects, "ServiceMonitor", "openeas-replicas")
@@ -448,3 +502,24 @@ def test_a_service_monitor_scrapes_the_replicas_metrics_port() -> None:
         "matchLabels": {"app.kubernetes.io/managed-by": "openeas"}
     }
     assert monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "30s"}]
+
+
+def test_rrsa_runs_replicas_as_a_service_account_mapped_to_a_ram_role() -> None:
+    objects = render({"oss": {"rrsa": {"enabled": True, "roleName": "openeas-model-reader"}}})
+    account = find(objects, "ServiceAccount", "openeas-replicas")
+    assert account["metadata"]["namespace"] == "openeas-serving"
+    assert account["metadata"]["annotations"] == {
+        "pod-identity.alibabacloud.com/role-name": "openeas-model-reader"
+    }
+    assert account["automountServiceAccountToken"] is False  # no Kubernetes API token
+    labels = find(objects, "Namespace", "openeas-serving")["metadata"]["labels"]
+    assert labels["pod-identity.alibabacloud.com/injection"] == "on"
+    env = _env(container(objects, "Deployment", CP, "controlplane"))
+    assert env["OPENEAS_K8S_SERVICE_ACCOUNT"]["value"] == "openeas-replicas"
+    for obj in objects:
+        assert kubernetes_validate.validate(obj, "1.33.0", strict=True)
+    with pytest.raises(helm.HelmValuesError, match="roleName"):
+        render({"oss": {"rrsa": {"enabled": True}}})
+    assert "openeas-replicas" not in {
+        o["metadata"]["name"] for o in render() if o["kind"] == "ServiceAccount"
+    }

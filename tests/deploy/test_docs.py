@@ -80,6 +80,8 @@ def test_shell_examples_run(where: str, script: str, tmp_path: Path) -> None:
 def test_values_examples_render_valid_objects(where: str, text: str) -> None:
     objects = render(yaml.safe_load(text))
     for obj in objects:
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # no schema in kubernetes-validate: tests/deploy/test_monitoring.py
         assert kubernetes_validate.validate(obj, "1.33.0", strict=True)
 
 

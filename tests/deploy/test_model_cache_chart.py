@@ -40,13 +40,9 @@ def test_one_cache_per_node_on_its_disk_bounded_and_cleaned() -> None:
         "--max-age-days=7", "--port=8090",
     ]  # fmt: skip
     (volume,) = pod["volumes"]
-    assert volume["hostPath"] == {
-        "path": "/var/lib/openeas/model-cache",
-        "type": "DirectoryOrCreate",
-    }
+    assert "emptyDir" in volume  # by default: no hostPath, the namespace stays restricted
+    check_restricted(pod)
     assert pod["tolerations"] == [{"operator": "Exists"}]  # GPU pools' tainted nodes too
-    (own,) = pod["initContainers"]
-    assert own["securityContext"]["capabilities"]["add"] == ["CHOWN"]
     service = find(objects, "Service", NAME)
     assert service["spec"]["internalTrafficPolicy"] == "Local"  # a pull stays on its node
     assert service["metadata"]["namespace"] == NAMESPACE
@@ -55,6 +51,20 @@ def test_one_cache_per_node_on_its_disk_bounded_and_cleaned() -> None:
     assert env["OPENEAS_K8S_MODEL_CACHE_URL"] == URL
     settings = KubernetesSettings(kubeconfig="/nonexistent", model_cache_url=URL)
     assert settings.model_cache_url == URL
+
+
+def test_a_node_directory_is_used_as_provisioned_never_chowned_by_root() -> None:
+    path = "/var/lib/openeas/model-cache"
+    objects = render({"modelCache": {"enabled": True, "hostPath": path}})
+    pod = cache_pod(objects)["spec"]
+    (volume,) = pod["volumes"]
+    assert volume["hostPath"] == {"path": path, "type": "Directory"}  # made by the node
+    assert "initContainers" not in pod
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["fsGroup"] == 10001
+    for c in pod["containers"]:
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "CHOWN" not in str(objects) and "runAsUser: 0" not in str(objects)
 
 
 def test_only_replica_pods_reach_it_and_it_reaches_nothing() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -22,8 +23,11 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from controlplane.desired import ServiceState, desired
+from controlplane.models import EventRow
 from controlplane.runtime.base import DesiredReplicaSet
 from controlplane.runtime.kubernetes.client import KubeClient
+from controlplane.runtime.kubernetes.events import kube_event
+from controlplane.runtime.kubernetes.logs import KubernetesLogs
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.spec import StoredSpec
@@ -152,6 +156,12 @@ async def run_a_service_through_its_life(
         await runtime.apply(want(generation=2, instance=2))  # changes them
         api.set_log(pod, "processor", "serving\n")
         assert await runtime.logs(NAME, 0, 10) == "serving\n"
+        logs = KubernetesLogs(settings, client=client)  # eascmd logs --previous, -f
+        api.set_previous_log(pod, "processor", "crashed\n")
+        assert await logs.logs(NAME, 0, 10, previous=True) == "crashed\n"
+        follow = logs.follow(NAME, 0, 10)
+        assert await anext(follow) == "serving\n"
+        await follow.aclose()  # type: ignore[attr-defined]
         assert await runtime.services() == {NAME}
         api.set_pod_cpu(pod, "250m")
         assert await runtime.cpu_cores(NAME) == [0.25]  # the autoscaler's cpu metric
@@ -181,6 +191,14 @@ async def test_the_role_grants_exactly_what_the_runtime_calls(
             ("policy", "poddisruptionbudgets", OBJECT),
         ][0 if cache else 1 :]
     )
+    # The leader's event mirror (runtime/kubernetes/events.py), in the same namespace.
+    mirror = KubeClient(KubernetesSettings(kubeconfig=str(tmp_path / "kubeconfig")))
+    try:
+        row = EventRow(type="Normal", reason="Scaled", message="scaled 1→2")
+        row.created_at = datetime.now(UTC)
+        assert mirror.create(kube_event(SERVING, NAME, 1, row, "cp-0"))
+    finally:
+        mirror.close()
     used = {authorization(method, target) for method, target in list(api.requests)}
     used |= {(group, resource, "create") for group, resource, _ in api.created}
 

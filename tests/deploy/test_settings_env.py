@@ -36,14 +36,16 @@ CHART_OWNED: dict[str, tuple[type[BaseSettings], set[str]]] = {
         GatewaySettings,
         # grpc_port: gateway.grpc.enabled (its Service port is gateway.grpc.port).
         {"controlplane_url", "routes_token", "admin_token", "host", "port", "grpc_port",
-         "workers", "route_snapshot", "redis_url"},
+         "workers", "route_snapshot", "route_snapshot_shared", "redis_url"},
     ),
     "serving": (
         KubernetesSettings,
         {
             "namespace", "release", "in_cluster", "kubeconfig", "context", "processor_image",
-            "image_pull_policy", "image_pull_secrets", "resource_groups", "gpu_tolerations",
+            "image_pull_policy", "image_pull_secrets", "resource_groups", "instance_types",
+            "gpu_tolerations",
             "oss_secret", "oss_endpoint", "oss_region", "model_cache_url", "model_cache_token",
+            "route_snapshot_configmap", "route_snapshot_namespace",  # gateway.sharedRouteSnapshot
             # The processor image's contract, not an operator's choice; one processor exists.
             "entrypoint", "processor_images",
         },
@@ -225,6 +227,7 @@ SAMPLE: dict[str, Any] = {
         "spreadTopologyKey": "topology.kubernetes.io/zone",
         "disruptionBudget": False,
         "gpuRollout": {"maxSurge": "25%", "maxUnavailable": 0},
+        "events": False,
         "fieldManager": "openeas-test",
         "resyncSeconds": 60,
         "watchTimeoutSeconds": 120,
@@ -286,7 +289,8 @@ def test_the_gateway_holds_a_route_reader_token_and_no_admin_token() -> None:
 
 
 def test_the_gateway_pod_outwaits_its_shutdown_grace() -> None:
-    for grace, expected in ((None, 35), (600, 605)):
+    # The pre-stop delay (5 s), the drain (shutdownGraceS, 30 s by default), 5 s of margin.
+    for grace, expected in ((None, 40), (600, 610)):
         config = {} if grace is None else {"gateway": {"config": {"shutdownGraceS": grace}}}
         objects = render(config)
         pod = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == GW)[

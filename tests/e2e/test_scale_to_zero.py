@@ -134,7 +134,9 @@ def test_a_service_at_zero_is_woken_by_its_requests_and_sleeps_again(stack: Stac
     assert [status for status, _ in answers] == [200] * 4, answers
     assert stack.events("Woken") == ["scaled 0→1: woken by a request"]
     found = re.search(
-        rf'^openeas_cold_start_seconds_count\{{service="{NAME}"\}} 1$', stack.metrics(), re.M
+        rf'^openeas_gateway_cold_start_seconds_count\{{service="{NAME}"\}} 1$',
+        stack.metrics(),
+        re.M,
     )
     assert found is not None
     wait_until(lambda: stack.events("ColdStart"), 10)

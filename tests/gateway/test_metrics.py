@@ -43,6 +43,31 @@ def test_gateway_metrics_render() -> None:
         assert f"# TYPE {name} " in text
 
 
+def test_every_gateway_metric_carries_the_prefix() -> None:
+    assert all(m.name.startswith("openeas_gateway_") for m in GatewayMetrics().all)
+
+
+def test_renamed_metrics_keep_their_old_name_for_one_release() -> None:
+    a, b = GatewayMetrics(), GatewayMetrics()
+    a.cold_start.observe(("svc",), 3.0)
+    b.cold_start.observe(("svc",), 4.0)
+    a.mirror_requests.inc(("svc", "shadow", "match"))
+    # Alone, and summed with a sibling worker's snapshot.
+    for text, count in ((a.render().decode(), 1), (a.render([b.snapshot()]).decode(), 2)):
+        new, old = "openeas_gateway_cold_start_seconds", "openeas_cold_start_seconds"
+        assert f"# TYPE {new} histogram" in text
+        assert f"# TYPE {old} histogram" in text
+        assert f'{new}_count{{service="svc"}} {count}' in text
+        assert f'{old}_count{{service="svc"}} {count}' in text
+        assert f'{old}_bucket{{service="svc",le="5"}} {count}' in text
+        labels = '{service="svc",target="shadow",result="match"}'
+        assert f"openeas_gateway_mirror_requests_total{labels} 1" in text
+        assert f"openeas_mirror_requests_total{labels} 1" in text
+        assert "# HELP openeas_mirror_duration_seconds " in text
+    # Each old name once: no series renamed twice.
+    assert a.render().decode().count("# TYPE openeas_cold_start_seconds ") == 1
+
+
 def test_workers_snapshots_merge_into_one_view() -> None:
     a, b = GatewayMetrics(), GatewayMetrics()
     a.requests.inc(("svc", "200"), 3)

@@ -123,12 +123,13 @@ def post(port: int, n: int, path: str = INFER, body: bytes = b'{"inputs": []}') 
 
 
 _SAMPLE = re.compile(
-    r'^openeas_mirror_requests_total\{service="primary",target="(\w+)",result="(\w+)"\} (\d+)$'
+    r"^openeas_gateway_mirror_requests_total"
+    r'\{service="primary",target="(\w+)",result="(\w+)"\} (\d+)$'
 )
 
 
 def results(gw: Gateway) -> Counter[tuple[str, str]]:
-    """``openeas_mirror_requests_total`` of service ``primary``, from ``/metrics``."""
+    """``openeas_gateway_mirror_requests_total`` of service ``primary``, from ``/metrics``."""
     conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()

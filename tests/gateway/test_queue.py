@@ -425,10 +425,10 @@ def test_queue_metrics(make_gateway: GatewayFactory, lt: LoopThread, prefix: str
         assert len(drain(sink, 3)) == 3
         time.sleep(2.5)  # a consumer turn reads the lengths
         text = urllib3.PoolManager().request("GET", f"{gw.url}/metrics").data.decode()
-        assert f'openeas_queue_puts_total{{service="{SVC}",queue="input"}} 3' in text
-        assert f'openeas_queue_gets_total{{service="{SVC}",queue="sink"}} 3' in text
-        assert f'openeas_queue_answered_total{{service="{SVC}"}} 3' in text
-        assert f'openeas_queue_length{{service="{SVC}",queue="input"}} 0' in text
+        assert f'openeas_gateway_queue_puts_total{{service="{SVC}",queue="input"}} 3' in text
+        assert f'openeas_gateway_queue_gets_total{{service="{SVC}",queue="sink"}} 3' in text
+        assert f'openeas_gateway_queue_answered_total{{service="{SVC}"}} 3' in text
+        assert f'openeas_gateway_queue_length{{service="{SVC}",queue="input"}} 0' in text
     finally:
         lt.run(replica.stop())
 

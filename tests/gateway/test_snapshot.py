@@ -119,3 +119,46 @@ def test_an_unreadable_snapshot_is_ignored(tmp_path: Path) -> None:
     bad.write_text('{"version": "x"}')
     assert snapshot.load(bad) is None
     assert snapshot.load(tmp_path / "missing.json") is None
+
+
+@pytest.mark.parametrize(("own", "shared", "served"), [(None, 9, 9), (4, 9, 9), (12, 9, 12)])
+def test_a_new_gateway_pod_serves_the_newer_of_its_own_and_the_shared_snapshot(
+    make_gateway: GatewayFactory,
+    hung: socket.socket,
+    echo: Echo,
+    tmp_path: Path,
+    own: int | None,
+    shared: int,
+    served: int,
+) -> None:
+    """The shared one is what the leading control plane keeps in a ConfigMap (gzip, as
+    :mod:`controlplane.runtime.kubernetes.route_snapshot` encodes it; the kubelet mounts
+    it): a pod on a new node has no file of its own, and serves it."""
+    from controlplane.runtime.kubernetes.route_snapshot import encode
+
+    mounted = tmp_path / "configmap" / "routes.json.gz"
+    mounted.parent.mkdir()
+    mounted.write_bytes(encode(table(route([echo.url]), version=shared)))
+    mine = tmp_path / "routes.json"
+    if own is not None:
+        snapshot.save(mine, table(route([echo.url], token="old"), version=own))
+    gw = make_gateway(
+        source=source_at(hung.getsockname()[1]),
+        wait_routes=False,
+        route_snapshot=str(mine),
+        route_snapshot_shared=str(mounted),
+        connect_timeout_ms=300,
+    )
+    wait_until(lambda: health(gw)["status"] == "ok", 10)
+    where = str(health(gw)["serving_from"])
+    assert f"(version {served})" in where
+    assert where.startswith(f"snapshot {mounted if served == shared else mine} saved at ")
+    assert status_of(gw, TOKEN if served == shared else "old") == 200
+    # Its own file is still written to (never the read-only mount).
+    assert mounted.read_bytes()[:2] == b"\x1f\x8b"
+
+
+def test_a_damaged_shared_snapshot_is_ignored(tmp_path: Path) -> None:
+    bad = tmp_path / "routes.json.gz"
+    bad.write_bytes(b"\x1f\x8b" + b"\x00" * 20)
+    assert snapshot.load(bad) is None

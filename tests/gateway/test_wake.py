@@ -1,6 +1,6 @@
 """Waking services at zero, through the real gateway and its long-poll route feed from a fake
 control plane: held requests are answered once a replica is ready (one wake-up push for all
-of them, the cold start in ``openeas_cold_start_seconds``), 450 past the hold bound, 504
+of them, the cold start in ``openeas_gateway_cold_start_seconds``), 450 past the hold bound, 504
 when no replica comes within the service's timeout, 401 at once and no wake-up for a wrong
 token, 503 at once for services that do not wake, and a group whose only member is at zero."""
 
@@ -95,7 +95,7 @@ def metric(gw: Gateway, name: str) -> int:
 
 
 def cold_starts(gw: Gateway) -> int:
-    return metric(gw, "openeas_cold_start_seconds_count")
+    return metric(gw, "openeas_gateway_cold_start_seconds_count")
 
 
 def in_flight(gw: Gateway) -> int:

@@ -35,6 +35,7 @@ APIS = (k8s.AppsV1Api, k8s.CoreV1Api, k8s.PolicyV1Api, k8s.CustomObjectsApi)
 Object = dict[str, Any]
 MAX_MESSAGE = 400  # characters of an API error message we pass on (never a whole body)
 LOG_LIMIT_BYTES = 1 << 20
+FOLLOW_READ_TIMEOUT = 86_400.0  # a followed log silent this long ends
 
 
 @dataclass(frozen=True)
@@ -49,11 +50,36 @@ SERVICE = Kind("Service", "v1", "service")
 POD = Kind("Pod", "v1", "pod")
 DISRUPTION_BUDGET = Kind("PodDisruptionBudget", "policy/v1", "pod_disruption_budget")
 SECRET = Kind("Secret", "v1", "secret")  # only the node cache's token (manifests.py)
-CONFIG_MAP = Kind("ConfigMap", "v1", "config_map")  # only the installation's record
+# The installation's record (serving namespace), the route snapshot (release namespace).
+CONFIG_MAP = Kind("ConfigMap", "v1", "config_map")
 EVENT = Kind("Event", "v1", "event")  # written, never read back
 KINDS = {
     k.kind: k for k in (DEPLOYMENT, SERVICE, POD, DISRUPTION_BUDGET, SECRET, CONFIG_MAP, EVENT)
 }
+
+
+class LogStream:
+    """A followed log: iterate for its text as it comes; :meth:`close` (any thread) ends it."""
+
+    def __init__(self, response: urllib3.BaseHTTPResponse, forget: Any) -> None:
+        self._response = response
+        self._forget = forget
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            with _boundary("follow log"):
+                for chunk in self._response.stream(4096, decode_content=True):
+                    yield chunk.decode("utf-8", "replace")
+        except (TemporaryRuntimeError, PermanentRuntimeError):
+            return  # closed under us, or the API went away: the follow ends
+        finally:
+            self._forget()
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError, ValueError, OSError):
+            self._response.shutdown()
+        with contextlib.suppress(RuntimeError, ValueError, OSError):
+            self._response.release_conn()
 
 
 class Conflict(TemporaryRuntimeError):
@@ -146,17 +172,49 @@ class KubeClient:
             return False
         return True
 
-    def pod_log(self, name: str, container: str, tail: int) -> str:
-        with _boundary(f"read log of pod {name}"):
-            response = self._core.read_namespaced_pod_log(
-                name,
-                self.namespace,
-                container=container,
-                tail_lines=tail,
-                limit_bytes=LOG_LIMIT_BYTES,
-                **self._opts(),
-            )
+    def pod_log(self, name: str, container: str, tail: int, *, previous: bool = False) -> str:
+        """The container's last ``tail`` lines; ``previous``: of its instance before the
+        last restart (:class:`NotFound` when it has none)."""
+        try:
+            with _boundary(f"read log of pod {name}"):
+                response = self._core.read_namespaced_pod_log(
+                    name,
+                    self.namespace,
+                    container=container,
+                    tail_lines=tail,
+                    limit_bytes=LOG_LIMIT_BYTES,
+                    previous=previous,
+                    **self._opts(),
+                )
+        except PermanentRuntimeError as e:
+            if previous and "previous terminated container" in e.message:
+                raise NotFound(e.reason, e.message) from e
+            raise
         return _raw(response).data.decode("utf-8", "replace")
+
+    def follow_log(self, name: str, container: str, tail: int) -> LogStream:
+        """The container's last ``tail`` lines, then its output as it comes, until the
+        container ends or the stream is closed."""
+        with _boundary(f"follow log of pod {name}"):
+            response = _raw(
+                self._core.read_namespaced_pod_log(
+                    name,
+                    self.namespace,
+                    container=container,
+                    tail_lines=tail,
+                    follow=True,
+                    _preload_content=False,
+                    # Connect bounded; reads wait while the container is quiet (a day).
+                    _request_timeout=(self._timeout, FOLLOW_READ_TIMEOUT),
+                )
+            )
+        with self._lock:
+            self._streams.add(response)
+        return LogStream(response, lambda: self._forget(response))
+
+    def _forget(self, response: urllib3.BaseHTTPResponse) -> None:
+        with self._lock:
+            self._streams.discard(response)
 
     def pod_cpu(self, selector: str) -> dict[str, float]:
         """Cores each matching pod uses now, from the resource metrics API

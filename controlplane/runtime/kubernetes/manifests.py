@@ -25,6 +25,7 @@ from controlplane.runtime.base import (
     DesiredReplicaSet,
     PermanentRuntimeError,
 )
+from controlplane.runtime.kubernetes import images
 from controlplane.runtime.kubernetes.ownership import LABEL_PREFIX, MANAGED_BY, Owner
 from controlplane.runtime.kubernetes.settings import (
     SURGE,
@@ -131,7 +132,10 @@ def rollout(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Rollout
     """How the service's Deployment replaces its pods. Surge by default; services holding
     GPUs with more than one instance replace one pod at a time instead, since a surge pod
     waits for a free GPU that a full pool never has (a single instance keeps surging: a
-    replace would take the service down). A resource group's own rollout wins."""
+    replace would take the service down). A resource group's own rollout wins, and the
+    service's own ``metadata.rolling_strategy`` over both."""
+    if desired.rolling is not None:
+        return Rollout(maxSurge=desired.rolling[0], maxUnavailable=desired.rolling[1])
     group = _group(desired, settings)
     if group is not None and group.rollout is not None:
         return group.rollout
@@ -201,7 +205,7 @@ def _deployment(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Man
 def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manifest:
     plan = _plan(desired, settings)
     group = _group(desired, settings)
-    image = settings.image_for(desired.processor, group)
+    image = settings.image_for("triton" if desired.image else desired.processor, group)
     tolerations = [t.manifest() for t in group.tolerations] if group else []
     if desired.resources.gpu > 0:
         tolerations += [t.manifest() for t in settings.gpu_tolerations]
@@ -218,25 +222,43 @@ def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manif
         mounts.append({"name": "models", "mountPath": MODEL_DIR, "readOnly": True})
     for name, pull in pulls:
         init.append(_pull_container(name, pull, plan.env, image, desired, settings))
-    if settings.shm_size:  # counts against the memory limit as it fills
+    for name, mount, volume in images.oss_pulls(desired):
+        pull = Pull(mount.source, mount.path)
+        init.append(
+            _pull_container(name, pull, plan.env, image, desired, settings, volume, mount.path)
+        )
+    volumes += images.volumes(desired, settings)
+    mounts += images.volume_mounts(desired)
+    if settings.shm_size and not images.mounts_shm(desired):  # counts against the memory
         volumes.append(_empty_dir("dshm", settings.shm_size, medium="Memory"))
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     spec: Manifest = {
         "automountServiceAccountToken": False,
         # Service links put every Service of the namespace into each replica's environment.
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": settings.termination_grace_seconds,
+        "terminationGracePeriodSeconds": _grace(desired, settings),
         "securityContext": _pod_security(settings),
     }
     if init:
         spec["initContainers"] = init
     spec["containers"] = [_processor_container(plan, image, mounts, desired, settings)]
+    for i, sidecar in enumerate(desired.sidecars, start=1):
+        base: Manifest = {
+            "name": f"sidecar-{i}",
+            "imagePullPolicy": settings.image_pull_policy,
+            "securityContext": _container_security(),
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        }
+        if mounts:
+            base["volumeMounts"] = list(mounts)
+        spec["containers"].append(images.sidecar(sidecar, base))
     if volumes:
         spec["volumes"] = volumes
     if settings.service_account:
         spec["serviceAccountName"] = settings.service_account
-    if group and group.node_selector:
-        spec["nodeSelector"] = dict(group.node_selector)
+    selector = {**images.node_selector(desired, settings), **(group.node_selector if group else {})}
+    if selector:
+        spec["nodeSelector"] = selector
     if tolerations:
         spec["tolerations"] = tolerations
     runtime_class = (group and group.runtime_class_name) or settings.runtime_class_name
@@ -247,6 +269,12 @@ def _pod_spec(desired: DesiredReplicaSet, settings: KubernetesSettings) -> Manif
     if settings.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": n} for n in settings.image_pull_secrets]
     return spec
+
+
+def _grace(desired: DesiredReplicaSet, settings: KubernetesSettings) -> int:
+    """``metadata.eas.termination_grace_period``, else the runtime's."""
+    grace = desired.termination_grace_seconds
+    return settings.termination_grace_seconds if grace is None else grace
 
 
 def _group(desired: DesiredReplicaSet, settings: KubernetesSettings) -> ResourceGroup | None:
@@ -270,6 +298,8 @@ def _plan(desired: DesiredReplicaSet, settings: KubernetesSettings) -> ReplicaPl
     into :data:`MODEL_REPOSITORY` (``plan.pull``) and served from there, so the serving
     container needs neither credentials nor a second look at OSS."""
     endpoint = desired.oss_endpoint or settings.oss_endpoint or None
+    if desired.image is not None and not desired.image.triton:
+        return ReplicaPlan(command=[], env={"OSS_ENDPOINT": endpoint} if endpoint else {})
     try:
         processor = registry.get(desired.processor)
         plan = processor.plan(
@@ -282,6 +312,9 @@ def _plan(desired: DesiredReplicaSet, settings: KubernetesSettings) -> ReplicaPl
         )
     except ProcessorError as e:
         raise PermanentRuntimeError("InvalidProcessorParams", e.one_line()) from e
+    if desired.image is not None:
+        # The image serves; only the pulls' environment (OSS endpoint) is the plan's.
+        return ReplicaPlan(command=[], env=plan.env)
     if not plan.openeas_args:
         raise PermanentRuntimeError(
             "UnsupportedProcessor",
@@ -340,15 +373,21 @@ def _processor_container(
         # the runtime reports, without reading logs.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if settings.prestop_seconds:
+    prestop = settings.prestop_seconds
+    if desired.enable_sigterm is False:
+        # EAS's rpc.enable_sigterm false: no signal before the grace period is over.
+        prestop = _grace(desired, settings)
+    if prestop:
         # Serve on while the gateways learn the pod is going (its readiness drops at once),
         # then tritonserver gets SIGTERM and finishes what is in flight.
-        sleep = ["sleep", str(settings.prestop_seconds)]
+        sleep = ["sleep", str(prestop)]
         container["lifecycle"] = {"preStop": {"exec": {"command": sleep}}}
     if env:
         container["env"] = env
     if mounts:
         container["volumeMounts"] = mounts
+    if desired.image is not None:
+        container = images.serve(desired.image, container)
     return container
 
 
@@ -359,6 +398,8 @@ def _pull_container(
     image: str,
     desired: DesiredReplicaSet,
     settings: KubernetesSettings,
+    volume: str = "models",
+    mount_at: str = MODEL_DIR,
 ) -> Manifest:
     # OSS_ENDPOINT comes in plan_env: _plan passes the spec's or the settings' endpoint.
     env: list[Manifest] = [{"name": k, "value": v} for k, v in sorted(plan_env.items())]
@@ -393,7 +434,7 @@ def _pull_container(
         # The pull shares the replica's CPU and memory (init containers run before it), but
         # not its GPUs.
         "resources": _resources(desired),
-        "volumeMounts": [{"name": "models", "mountPath": MODEL_DIR}],
+        "volumeMounts": [{"name": volume, "mountPath": mount_at}],
         "securityContext": _container_security(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

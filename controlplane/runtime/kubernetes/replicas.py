@@ -114,7 +114,7 @@ def replica_status(pod: Object, pulled: Progress | None = None) -> ReplicaStatus
         ip = status.get("podIP")
         return replica(
             "Running",
-            endpoint=f"http://{ip}:{HTTP_PORT}",
+            endpoint=f"http://{ip}:{_http_port(pod)}",
             metrics=f"http://{ip}:{METRICS_PORT}",
             grpc_endpoint=f"http://{ip}:{GRPC_PORT}",
         )
@@ -234,3 +234,14 @@ def _name(pod: Object) -> str:
 
 def _tail(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else "…" + message[-MAX_MESSAGE:]
+
+
+def _http_port(pod: dict[str, Any]) -> int:
+    """The processor container's port named ``http``: the platform's, or the port of an
+    EAS ``containers[]`` entry."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == PROCESSOR_CONTAINER:
+            for port in container.get("ports") or []:
+                if port.get("name") == "http":
+                    return int(port.get("containerPort") or HTTP_PORT)
+    return HTTP_PORT

@@ -121,6 +121,10 @@ class KubernetesSettings(BaseSettings):
     # {"eas-r-a10": {"node_selector": {"pool": "a10"}, "tolerations": [{"key": "pool",
     #  "operator": "Equal", "value": "a10", "effect": "NoSchedule"}]}}
     resource_groups: dict[str, ResourceGroup] = Field(default_factory=dict)
+    # EAS instance type (``cloud.computing.instance_type``) -> node labels; a type not
+    # listed selects nodes by node.kubernetes.io/instance-type. JSON in the environment:
+    # {"ecs.gn6i-c4g1.xlarge": {"gpu-pool": "t4"}}
+    instance_types: dict[str, dict[str, str]] = Field(default_factory=dict)
     # Added when a service asks for GPUs, so GPU nodes' usual taint does not keep it out.
     gpu_tolerations: list[Toleration] = Field(default_factory=_gpu_tolerations)
     gpu_resource: str = GPU_RESOURCE  # what `metadata.gpu` is requested as
@@ -178,6 +182,14 @@ class KubernetesSettings(BaseSettings):
     # While a replica's model pull runs, the tail of its log is read this often for the
     # progress in its status (the pull logs a report every 5 s); only pulling pods cost.
     progress_seconds: float = Field(default=5.0, gt=0)
+    # The leader keeps the route table in this ConfigMap of route_snapshot_namespace (the
+    # gateways'), for a gateway that starts while no control plane answers
+    # (route_snapshot.py); empty: none.
+    route_snapshot_configmap: str = ""
+    route_snapshot_namespace: str = ""
+    # The leader also writes each service event as a Kubernetes Event on the service's
+    # Deployment (events.py; the Role needs `create` on events).
+    events: bool = True
 
     @model_validator(mode="after")
     def _grace_covers_prestop_and_exit(self) -> KubernetesSettings:

@@ -268,6 +268,76 @@ when given.
       key: {{ ternary $.Values.auth.existingSecretModelCacheKey "model-cache-token" (ne $.Values.auth.existingSecret "") }}
 {{- end }}
 
+{{/* Where a platform component's pods go: the component's own nodeSelector, tolerations and
+affinity, else apart from each other (preferred: a small cluster still schedules them); and
+spread over zones and nodes (ScheduleAnyway), counting only the current rollout's pods.
+Call with (list $ "component" $values) where $values is .Values.<component>. */}}
+{{- define "openeas.placement" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- $c := index . 2 }}
+{{- with $c.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+affinity:
+{{- if $c.affinity }}
+  {{- toYaml $c.affinity | nindent 2 }}
+{{- else }}
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "openeas.selectorLabels" (list $root $component) | nindent 14 }}
+{{- end }}
+topologySpreadConstraints:
+{{- if $c.topologySpreadConstraints }}
+  {{- toYaml $c.topologySpreadConstraints | nindent 2 }}
+{{- else }}
+{{- range $key := list "topology.kubernetes.io/zone" "kubernetes.io/hostname" }}
+  - maxSkew: 1
+    topologyKey: {{ $key }}
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- include "openeas.selectorLabels" (list $root $component) | nindent 8 }}
+    matchLabelKeys: [pod-template-hash]
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A PodDisruptionBudget for a platform component: a node drain takes one pod at a time.
+Call with (list $ "component" $values). */}}
+{{- define "openeas.disruptionBudget" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- $c := index . 2 }}
+{{- if $c.disruptionBudget.enabled }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "openeas.component" (list $root $component) }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "openeas.labels" (list $root $component) | nindent 4 }}
+spec:
+  maxUnavailable: {{ $c.disruptionBudget.maxUnavailable }}
+  # A pod that is not ready serves nothing: evicting it costs nothing.
+  unhealthyPodEvictionPolicy: AlwaysAllow
+  selector:
+    matchLabels:
+      {{- include "openeas.selectorLabels" (list $root $component) | nindent 6 }}
+{{- end }}
+{{- end }}
+
 {{/* The bundled Redis of async services' queues (redis.bundled, when redis.url is empty). */}}
 {{- define "openeas.redisName" -}}
 {{- include "openeas.component" (list . "redis") }}

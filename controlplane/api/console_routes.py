@@ -1,6 +1,6 @@
-"""The web console: its static files (``controlplane/console/``: one page, one script, one
-stylesheet, nothing fetched from elsewhere) and the one call it needs beyond the services
-API, a service's traffic over the last hour for its charts."""
+"""The web console's routes: its static files (``controlplane/console_assets/``: one page,
+one script, one stylesheet, nothing fetched from elsewhere) and the one call it needs beyond
+the services API, a service's traffic over the last hour for its charts."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from controlplane.api.auth import authorize
+from controlplane.load_reports import Signals
 from controlplane.metrics_history import POINTS, STEP_S
 from controlplane.services import Services
 from controlplane.settings import Settings
-from controlplane.signals import Signals
 
-FILES = Path(__file__).resolve().parents[1] / "console"
+FILES = Path(__file__).resolve().parents[1] / "console_assets"
 # The whole console; read once, so a request can name nothing else.
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
@@ -39,6 +39,8 @@ class MetricPoint(BaseModel):
     LatencyP50Ms: float | None  # None: nothing answered in the step
     LatencyP99Ms: float | None
     Replicas: int | None  # ready replicas; None: not known yet
+    # An async service's messages not yet answered (read while it has an autoscaler).
+    Backlog: int | None = None
 
 
 class ServiceMetrics(BaseModel):
@@ -98,6 +100,7 @@ def router(services: Services, settings: Settings, signals: Signals) -> APIRoute
                     LatencyP50Ms=None if s.p50_ms is None else round(s.p50_ms, 3),
                     LatencyP99Ms=None if s.p99_ms is None else round(s.p99_ms, 3),
                     Replicas=s.replicas,
+                    Backlog=s.backlog,
                 )
                 for s in samples
             ],

@@ -388,6 +388,9 @@ function chartsView(metrics) {
     chart("Errors/s (5xx)", p, [{ label: "", get: (x) => x.ErrorsPerSecond, cls: "err" }], ""),
     chart("Ready replicas", p, [{ label: "", get: (x) => x.Replicas, cls: "a" }], ""),
   );
+  if (p.some((x) => x.Backlog !== null && x.Backlog !== undefined)) {
+    grid.append(chart("Queue backlog", p, [{ label: "", get: (x) => x.Backlog, cls: "b" }], ""));
+  }
   if (!metrics.Leading) {
     return [h("p", { class: "muted", text: "This control plane does not lead: the gateways report traffic to the one that does, so only replica counts show here." }), grid];
   }

@@ -3,7 +3,7 @@ their recent recommendations, and the loop that decides and scales.
 
 The reconciler hands every service it reconciles to :meth:`Autoscaling.observe` (so specs
 are known without a query of their own) and runs :meth:`Autoscaling.run` while it leads.
-Gateway reports (:class:`controlplane.signals.Signals`) wake the loop for the services they
+Gateway reports (:class:`controlplane.load_reports.Signals`) wake the loop for the services they
 name; between reports it re-evaluates only autoscaled services that have load or are above
 their minimum (a scale-down waits out its window). Idle services at their minimum cost
 nothing. A decision is written by :meth:`Services.autoscale` — the manual scale's write,
@@ -32,13 +32,14 @@ import aiohttp
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import store
-from controlplane.autoscaler import History, decide
 from controlplane.coldstart import ColdStart
 from controlplane.desired import ServiceState
+from controlplane.load_reports import Signals
+from controlplane.metrics import ControlPlaneMetrics
 from controlplane.queues import Backlog
 from controlplane.runtime.base import CpuSource, Observation, Runtime, RuntimeError_
+from controlplane.scaling_decision import History, decide
 from controlplane.services import Services
-from controlplane.signals import Signals
 from controlplane.spec import BACKLOG, Autoscaler
 from controlplane.triton_metrics import QueueTimes
 
@@ -79,10 +80,12 @@ class Autoscaling:
         *,
         tick_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        metrics: ControlPlaneMetrics | None = None,
         backlog: Backlog | None = None,
     ) -> None:
         self.backlog = backlog  # async services' queues (None: no Redis configured)
         self._sessions = sessions
+        self.metrics = metrics  # counts each scale written
         self.services = services  # whose scale-write the decisions go through
         self.cluster = services.cluster
         self.signals = Signals(clock=clock)
@@ -194,6 +197,8 @@ class Autoscaling:
         if generation is None:
             return
         log.info("autoscaler: %s %s", name, why)
+        if self.metrics is not None:
+            self.metrics.decided(name, before, to, reason)
         t.instances = to
         t.generation = generation
         t.last_decision = why
@@ -297,6 +302,7 @@ class Autoscaling:
             backlog = await self.backlog.of(name)
             if backlog is not None:
                 values[BACKLOG] = float(backlog)
+                self.signals.history.backlog(name, backlog)
                 if backlog > 0:
                     t.last_active = now  # work waiting is not idle: no scale to zero
         t.values = values

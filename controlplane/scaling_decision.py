@@ -1,6 +1,6 @@
 """The autoscaler's decision: a pure function of a service's ``autoscaler``, its instance
 count, what was measured and the recent recommendations. The leader's loop
-(:mod:`controlplane.autoscaling`) calls it and writes the result the way a manual scale
+(:mod:`controlplane.scaling_loop`) calls it and writes the result the way a manual scale
 does; tests read it as a table.
 
 Per strategy, as Kubernetes' HPA: desired = ceil(current × value per replica / threshold),

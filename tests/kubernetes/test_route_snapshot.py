@@ -1,0 +1,106 @@
+"""The route snapshot ConfigMap: the leader writes the whole table (gzip) into the release
+namespace through the ``kubernetes`` client against the API stand-in, again only when the
+route version moved, never while it does not lead; what it writes is what a gateway reads
+(:func:`gateway.snapshot.load`). SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controlplane.db import make_engine, make_sessions
+from controlplane.runtime.kubernetes.route_snapshot import KEY, RouteSnapshotPublisher
+from controlplane.runtime.kubernetes.settings import KubernetesSettings
+from controlplane.sealing import TokenSealer
+from controlplane.services import Services
+from gateway import snapshot
+from testing.k8s_server import ApiStandIn
+from testing.waiting import wait_until_async
+from tests.controlplane.conftest import seed_spec
+
+RELEASE_NS = "openeas"
+
+
+@pytest.fixture
+def api() -> Iterator[ApiStandIn]:
+    server = ApiStandIn(namespaces=("openeas-serving", RELEASE_NS)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def publisher(
+    api: ApiStandIn, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[RouteSnapshotPublisher, Services]]:
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    settings = KubernetesSettings(
+        kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig")),
+        request_timeout_seconds=5,
+        route_snapshot_configmap="openeas-routes",
+        route_snapshot_namespace=RELEASE_NS,
+    )
+    engine = make_engine(database_url)
+    sessions = make_sessions(engine)
+    services = Services(sessions, "local", TokenSealer(["sealing-key-for-tests-0123"]))
+    yield RouteSnapshotPublisher(sessions, "local", 600_000, settings, interval_s=0.05), services
+    engine.dispose()
+
+
+def mounted(api: ApiStandIn, tmp_path: Path) -> snapshot.Snapshot | None:
+    """The ConfigMap's key as the kubelet would mount it, read by the gateway's code."""
+    config_map = api.get("configmaps", "openeas-routes", RELEASE_NS)
+    if config_map is None:
+        return None
+    path = tmp_path / KEY
+    path.write_bytes(base64.b64decode(config_map["binaryData"][KEY]))
+    return snapshot.load(path)
+
+
+def test_the_leader_writes_the_table_a_gateway_reads_and_only_when_it_moves(
+    api: ApiStandIn,
+    publisher: tuple[RouteSnapshotPublisher, Services],
+    tmp_path: Path,
+) -> None:
+    pub, services = publisher
+    _, token = services.create(seed_spec(name="first"))
+    assert pub.publish_once()
+    saved = mounted(api, tmp_path)
+    assert saved is not None
+    assert [r.service for r in saved.table.routes] == ["first"]
+    assert api.get("configmaps", "openeas-routes", "openeas-serving") is None  # not there
+    writes = api.write_count()
+    assert not pub.publish_once()  # nothing moved: nothing written
+    assert api.write_count() == writes
+
+    services.create(seed_spec(name="second"))
+    assert pub.publish_once()
+    again = mounted(api, tmp_path)
+    assert again is not None and again.table.version > saved.table.version
+    assert sorted(r.service for r in again.table.routes) == ["first", "second"]
+    # Digests, never a token.
+    config_map = api.get("configmaps", "openeas-routes", RELEASE_NS)
+    assert token not in str(config_map)
+
+
+async def test_only_while_leading(
+    api: ApiStandIn, publisher: tuple[RouteSnapshotPublisher, Services]
+) -> None:
+    pub, services = publisher
+    services.create(seed_spec(name="first"))
+    leading = False
+    task = asyncio.create_task(pub.run(lambda: leading))
+    try:
+        await asyncio.sleep(0.3)
+        assert api.get("configmaps", "openeas-routes", RELEASE_NS) is None
+        leading = True
+        await wait_until_async(
+            lambda: api.get("configmaps", "openeas-routes", RELEASE_NS) is not None, 5
+        )
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
