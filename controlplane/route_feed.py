@@ -32,7 +32,8 @@ from sqlalchemy.orm import InstanceState, Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
 from contract.wire import GroupRoute, MirrorRoute, QueueRoute, Route, RouteTable
-from controlplane import changes, store
+from controlplane import changes
+from controlplane import route_queries as rq
 from controlplane.changes import commit_watch
 from controlplane.models import CounterRow, GroupRow, RouteRemovalRow, ServiceRow
 from controlplane.sealing import SealError
@@ -76,17 +77,17 @@ def table(
         # Read first: a change after this shows up as a newer version.
         current, floor = _versions(s)
         if after < floor or after > current:
-            routes = [_route(r, default_timeout_ms, opener) for r in store.routable(s, cluster)]
-            groups = [_group(g, opener) for g in store.groups_changed_after(s, cluster, -1)]
+            routes = [_route(r, default_timeout_ms, opener) for r in rq.routable(s, cluster)]
+            groups = [_group(g, opener) for g in rq.groups_changed_after(s, cluster, -1)]
             return RouteTable(version=current, routes=routes, groups=groups)
-        changed = store.routes_changed_after(s, cluster, after)
-        removed = store.removed_after(s, cluster, after)
+        changed = rq.routes_changed_after(s, cluster, after)
+        removed = rq.removed_after(s, cluster, after)
         return RouteTable(
             version=current,
             routes=[_route(r, default_timeout_ms, opener) for r in changed if not r.deleting],
             full=False,
             removed=[r.name for r in changed if r.deleting] + removed.get("service", []),
-            groups=[_group(g, opener) for g in store.groups_changed_after(s, cluster, after)],
+            groups=[_group(g, opener) for g in rq.groups_changed_after(s, cluster, after)],
             removed_groups=removed.get("group", []),
         )
 

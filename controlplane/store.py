@@ -19,7 +19,6 @@ from controlplane.models import (
     EventRow,
     GroupRow,
     InstallationRow,
-    RouteRemovalRow,
     ServiceRow,
     utcnow,
 )
@@ -48,44 +47,6 @@ def token_taken(s: Session, cluster: str, digest: str, by: int | None = None) ->
         return True
     group = select(GroupRow.id).where(GroupRow.cluster == cluster, GroupRow.token_sha256 == digest)
     return s.scalar(group.limit(1)) is not None
-
-
-def routable(s: Session, cluster: str) -> Sequence[ServiceRow]:
-    """The services the gateway routes to (all but those being deleted)."""
-    return s.scalars(
-        select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.deleting.is_(False))
-    ).all()
-
-
-# The route feed's delta, asked by every gateway's long-poll after each routing change:
-# statements built once, bound per call.
-_CHANGED_ROUTES = select(ServiceRow).where(
-    ServiceRow.cluster == bindparam("cluster"), ServiceRow.route_version > bindparam("after")
-)
-_REMOVED = select(RouteRemovalRow.kind, RouteRemovalRow.name).where(
-    RouteRemovalRow.cluster == bindparam("cluster"), RouteRemovalRow.version > bindparam("after")
-)
-_CHANGED_GROUPS = select(GroupRow).where(
-    GroupRow.cluster == bindparam("cluster"), GroupRow.route_version > bindparam("after")
-)
-
-
-def routes_changed_after(s: Session, cluster: str, version: int) -> Sequence[ServiceRow]:
-    """Services whose route changed after ``version`` (those being deleted included)."""
-    return s.scalars(_CHANGED_ROUTES, {"cluster": cluster, "after": version}).all()
-
-
-def removed_after(s: Session, cluster: str, version: int) -> dict[str, list[str]]:
-    """Services and groups deleted after ``version``, by kind."""
-    out: dict[str, list[str]] = {}
-    for kind, name in s.execute(_REMOVED, {"cluster": cluster, "after": version}):
-        out.setdefault(kind, []).append(name)
-    return out
-
-
-def groups_changed_after(s: Session, cluster: str, version: int) -> Sequence[GroupRow]:
-    """Groups whose routing (token, traffic mode) changed after ``version`` (-1: all)."""
-    return s.scalars(_CHANGED_GROUPS, {"cluster": cluster, "after": version}).all()
 
 
 def pending(cluster: str) -> Select[str]:

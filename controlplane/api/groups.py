@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.api import eas_shapes, schemas
 from controlplane.api.auth import authorize
+from controlplane.api.endpoints import endpoints_of
 from controlplane.api.visibility import sees_token
 from controlplane.errors import FieldProblem, InvalidSpec
 from controlplane.groups import Group, Groups, TrafficMode
@@ -69,12 +70,8 @@ def _request_id() -> str:
 def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
     api = APIRouter(tags=["groups"], dependencies=[Depends(authorize)])
 
-    def group_ends(request: Request, name: str) -> schemas.Endpoints:
-        own = str(request.base_url).rstrip("/")
-        return schemas.endpoints(name, settings.public_base(own), settings.intranet_base(own))
-
     def public(request: Request, group: Group, token: str | None = None) -> schemas.GroupPublic:
-        return schemas.group_public(group, group_ends(request, group.row.name), token)
+        return schemas.group_public(group, endpoints_of(settings, request, group.row.name), token)
 
     @api.get("/api/v2/groups", name="ListGroups")
     def list_groups(
@@ -114,7 +111,7 @@ def router(groups: Groups, services: Services, settings: Settings) -> APIRouter:
         """Where to call the group (the gateway's endpoints), with the group token for
         callers that may see it."""
         found = groups.get(cluster, group)
-        ends = group_ends(request, found.row.name)
+        ends = endpoints_of(settings, request, found.row.name)
         answer: dict[str, Any] = {
             "RequestId": _request_id(),
             "Message": "",

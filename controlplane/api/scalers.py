@@ -18,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from controlplane import cronscaler
 from controlplane.api import eas_shapes, schemas
 from controlplane.api.auth import authorize
+from controlplane.api.endpoints import endpoints_of
 from controlplane.api.problems import json_body
 from controlplane.errors import FieldProblem, InvalidSpec, ServiceNotFound
 from controlplane.scaling_loop import Autoscaling
@@ -67,10 +68,6 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         dependencies=[Depends(authorize)],
     )
 
-    def ends(request: Request, name: str) -> schemas.Endpoints:
-        own = str(request.base_url).rstrip("/")
-        return schemas.endpoints(name, settings.public_base(own), settings.intranet_base(own))
-
     @api.get("/autoscaler", name="DescribeServiceAutoScaler")
     def get_autoscaler(cluster: str, name: str) -> dict[str, Any]:
         """The service's autoscaler (404 when it has none): ``min``/``max``/
@@ -115,7 +112,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         """Remove the autoscaler; the instance count stays where it was, set by hand again."""
         row = services.set_autoscaler(cluster, name, None)
         response.headers["ETag"] = f'"{row.version}"'
-        return schemas.service_public(row, ends(request, row.name))
+        return schemas.service_public(row, endpoints_of(settings, request, row.name))
 
     @api.get("/cronscaler", name="DescribeServiceCronScaler")
     def get_cron(cluster: str, name: str) -> dict[str, Any]:

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contract.merge import merge_patch
 from controlplane import safety_lock
-from controlplane.api import eas_shapes, schemas, sdk_query
+from controlplane.api import eas_shapes, sdk_query
 from controlplane.api.auth import authorize
+from controlplane.api.endpoints import endpoints_of
 from controlplane.api.problems import json_body
 from controlplane.api.visibility import sees_token
 from controlplane.errors import FieldProblem, InvalidSpec, ServiceNotFound
@@ -57,10 +58,6 @@ def router(services: Services, settings: Settings) -> APIRouter:
         dependencies=[Depends(authorize)],
     )
 
-    def ends(request: Request, name: str) -> schemas.Endpoints:
-        own = str(request.base_url).rstrip("/")
-        return schemas.endpoints(name, settings.public_base(own), settings.intranet_base(own))
-
     @api.put("/restart", name="RestartService")
     def restart(cluster: str, name: str) -> dict[str, str]:
         """Roll every replica: a new one comes up before an old one goes."""
@@ -72,7 +69,7 @@ def router(services: Services, settings: Settings) -> APIRouter:
         """Where to call the service: the gateway's Internet and intranet endpoints, and
         the token for callers that may see it."""
         row = services.get(cluster, name)
-        found = ends(request, row.name)
+        found = endpoints_of(settings, request, row.name)
         answer: dict[str, Any] = {
             "RequestId": _request_id(),
             "Message": "",
@@ -224,7 +221,7 @@ def router(services: Services, settings: Settings) -> APIRouter:
         spec = merge_patch(source.spec.public(), patch)
         tags = sdk_query.label_map(labels) if labels else source.labels
         row, _ = await run_in_threadpool(services.create, spec, tags)
-        found = ends(request, row.name)
+        found = endpoints_of(settings, request, row.name)
         return {
             "RequestId": _request_id(),
             "ServiceId": row.uid,

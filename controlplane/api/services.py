@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from controlplane import changes, eas_fields, service_watch
 from controlplane.api import eas_shapes, schemas, sdk_query
 from controlplane.api.auth import authorize
+from controlplane.api.endpoints import endpoints_of
 from controlplane.api.problems import json_body
 from controlplane.api.visibility import sees_token
 from controlplane.errors import FieldProblem, InvalidSpec
@@ -53,10 +54,6 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         dependencies=[Depends(authorize)],
     )
 
-    def ends(request: Request, name: str) -> schemas.Endpoints:
-        own = str(request.base_url).rstrip("/")
-        return schemas.endpoints(name, settings.public_base(own), settings.intranet_base(own))
-
     def public(
         request: Request, row: ServiceRow, response: Response, token: bool = False
     ) -> schemas.ServicePublic:
@@ -64,7 +61,9 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         status = autoscaling.status(row.name) if row.spec.autoscaler else None
         shown = services.sealer.open(row.token) if token and sees_token(request) else None
         notes = eas_fields.not_honoured(row.spec, settings.runtime)
-        return schemas.service_public(row, ends(request, row.name), status, shown, notes)
+        return schemas.service_public(
+            row, endpoints_of(settings, request, row.name), status, shown, notes
+        )
 
     @api.post("", status_code=200, openapi_extra=SPEC_BODY, name="CreateService")
     async def create(
@@ -77,7 +76,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         body = json_body(await request.body())
         row, token = await run_in_threadpool(services.create, body, tags)
         return schemas.ServiceCreated(
-            **ends(request, row.name).model_dump(),
+            **endpoints_of(settings, request, row.name).model_dump(),
             RequestId=_request_id(),
             ServiceId=row.uid,
             ServiceName=row.name,
@@ -141,7 +140,9 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
             TotalCount=total,
             PageNumber=page_number,
             PageSize=page_size,
-            Services=[schemas.service_public(r, ends(request, r.name)) for r in rows],
+            Services=[
+                schemas.service_public(r, endpoints_of(settings, request, r.name)) for r in rows
+            ],
             NextPageToken=next_token,
         )
 
