@@ -23,7 +23,8 @@ def test_what_start_up_built_leaves_the_full_pass(unfrozen_heap: None) -> None:
     kept = [cycle() for _ in range(10_000)]  # live, as modules and settings are
     walked = len(gc.get_objects())
     frozen = freeze_startup_heap()
-    assert frozen >= 20_000 and frozen == gc.get_freeze_count()
+    # The suite's other threads may free a frozen object meanwhile, never add one.
+    assert frozen >= 20_000 and frozen - 100 <= gc.get_freeze_count() <= frozen
     # a full pass now walks only what came after: not those 20,000 nodes
     assert len(gc.get_objects()) < walked - 20_000
     assert not any(o is kept[0] for o in gc.get_objects())
