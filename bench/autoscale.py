@@ -229,7 +229,7 @@ def _sample(p: Platform, result: Result, stop: threading.Event) -> None:
     while not stop.is_set():
         svc = p.api("GET", f"/local/{SERVICE}")
         now = (
-            svc["ServiceConfig"]["metadata"]["instance"],
+            json.loads(svc["ServiceConfig"])["metadata"]["instance"],  # EAS's: a JSON string
             svc["TotalInstance"],
             svc["RunningInstance"],
         )
