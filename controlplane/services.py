@@ -154,6 +154,9 @@ class Services:
         stored, custom_token = split_token(spec)
         stored = _owned(stored, stored.metadata.instance)
         token = custom_token or new_token()
+        # The spec's labels are the service's labels, as the SDK's label routes set them;
+        # the SDK's Labels parameter adds to them.
+        labels = {**(stored.labels or {}), **(labels or {})} or None
         if stored.metadata.group is None:
             return self._insert(stored, token, custom_token is not None, labels), token
         for _ in range(2):  # a concurrent first member may make the same group: once more
@@ -167,9 +170,7 @@ class Services:
                 status="Creating",
                 total_instances=stored.metadata.instance,
                 pending_instances=stored.metadata.instance,
-                # The spec's labels are the service's labels, as the SDK's label routes
-                # set them; the SDK's Labels parameter adds to them.
-                labels={**(stored.labels or {}), **(labels or {})} or None,
+                labels=labels,
             )
             row.add_event("Created", f"service created with {stored.metadata.instance} instance(s)")
             for note in not_honoured(stored, self.runtime, events=True):
@@ -236,12 +237,23 @@ class Services:
         # written by a Core statement would be JSON's 'null').
         if labels:
             values["labels"] = labels
-        event = {
-            "created_at": now,
-            "type": "Normal",
-            "reason": "Created",
-            "message": f"service created with {instance} instance(s)",
-        }
+        events = [
+            {
+                "created_at": now,
+                "type": "Normal",
+                "reason": "Created",
+                "message": f"service created with {instance} instance(s)",
+            }
+        ]
+        events += [
+            {
+                "created_at": now,
+                "type": "Warning",
+                "reason": "NotHonoured",
+                "message": f"{note['field']}: {note['reason']}",
+            }
+            for note in not_honoured(stored, self.runtime, events=True)
+        ]
         with self._sessions() as s:
             _check_mirror(s, self.cluster, stored, None)
             if custom_token and store.token_taken(s, self.cluster, values["token_sha256"]):
@@ -249,7 +261,7 @@ class Services:
             try:
                 conn = s.connection()  # Core statements on the session's transaction
                 row_id = conn.execute(_INSERT_SERVICE, values).scalar_one()
-                conn.execute(_INSERT_EVENT, {"service_id": row_id, **event})
+                conn.execute(_INSERT_EVENT, [{"service_id": row_id, **e} for e in events])
                 first = {"service_id": row_id, "version": 1, "spec": stored.public()}
                 conn.execute(_INSERT_VERSION, {**first, "created_at": now})
                 values["route_version"] = route_feed.stamp(s, [row_id])
