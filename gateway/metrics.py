@@ -464,16 +464,6 @@ class GatewayMetrics:
         self.mirror_requests.alias = "openeas_mirror_requests_total"
         self.mirror_duration.alias = "openeas_mirror_duration_seconds"
         self.cold_start.alias = "openeas_cold_start_seconds"
-        for queue_metric in (
-            self.queue_puts,
-            self.queue_gets,
-            self.queue_answered,
-            self.queue_redelivered,
-            self.queue_dead_lettered,
-            self.queue_length,
-            self.queue_pending,
-        ):
-            queue_metric.alias = queue_metric.name.replace(p, "openeas_", 1)
         self.all: tuple[_Metric, ...] = (
             self.requests,
             self.duration,
@@ -495,6 +485,9 @@ class GatewayMetrics:
             self.queue_length,
             self.queue_pending,
         )
+        for metric in self.all:
+            if metric.name.startswith(q):
+                metric.alias = metric.name.replace(p, "openeas_", 1)
 
     def series(self, service: str) -> ServiceSeries:
         """``service``'s per-call series (as many as there are label values already)."""
