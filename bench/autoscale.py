@@ -88,9 +88,10 @@ def free_port() -> int:
 
 
 class Platform:
-    """``openeas up`` as a subprocess with its own data dir and eascmd profile."""
+    """``openeas up`` as a subprocess with its own data dir and eascmd profile; ``tree``: the
+    checkout whose code it runs (default: the one on ``PYTHONPATH``, or installed)."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, tree: Path | None = None) -> None:
         self.tmp = tmp
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -100,6 +101,8 @@ class Platform:
             "OPENEAS_DATA_DIR": str(tmp / "data"),
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         }
+        if tree is not None:
+            self.env["PYTHONPATH"] = str(tree)
         self.proc: subprocess.Popen[bytes] | None = None
         self.http: httpx.Client | None = None
 
@@ -158,9 +161,9 @@ def triton_service(name: str, instance: int, autoscaler: dict[str, Any]) -> dict
 
 
 @contextmanager
-def platform() -> Iterator[Platform]:
+def platform(tree: Path | None = None) -> Iterator[Platform]:
     with tempfile.TemporaryDirectory(prefix="openeas-autoscale-") as tmp:
-        p = Platform(Path(tmp))
+        p = Platform(Path(tmp), tree)
         try:
             p.start()
             yield p

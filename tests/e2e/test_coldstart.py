@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_first_requests_at_zero_are_answered_by_real_triton() -> None:
-    result = run(rounds=1, concurrent=16, say=lambda _: None)
+    result = run(rounds=1, concurrent=16, say=lambda _: None)["this"]
     print(report(result))
     assert len(result.cold_s) == 1
     assert result.concurrent_failed == [] and len(result.concurrent_s) == 16
