@@ -109,7 +109,8 @@ class Platform:
     def start(self) -> None:
         log = (self.tmp / "up.log").open("ab")
         self.proc = subprocess.Popen(
-            [str(BIN / "openeas"), "up", "--port", str(self.port)],
+            # A free gRPC port: several platforms (and other runs) side by side.
+            [str(BIN / "openeas"), "up", "--port", str(self.port), "--grpc-port", "0"],
             cwd=self.tmp,
             env=self.env,
             stdout=log,

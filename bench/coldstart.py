@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.autoscale import BIN, INFER, ROOT, Platform, free_port, platform, triton_service
+from controlplane.runtime.local import START_MARKER, log_folder
 from processors.triton import binary
 
 SERVICE = "coldstart_bench"
@@ -70,7 +71,11 @@ class Result:
 
     triton_s: list[float] = field(default_factory=list)  # spawn → ready, direct
     triton_first_s: list[float] = field(default_factory=list)  # spawn → first answer, direct
+    # spawn → first answer − triton_own(), direct: what Triton adds to its own start
+    direct_over_own_s: list[float] = field(default_factory=list)
     cold_s: list[float] = field(default_factory=list)  # first request at zero → answer
+    # first answer at zero − triton_own() of the replica's start
+    cold_over_own_s: list[float] = field(default_factory=list)
     concurrent_s: list[float] = field(default_factory=list)  # each of the 16
     concurrent_failed: list[str] = field(default_factory=list)
     events: list[str] = field(default_factory=list)  # ColdStart messages
@@ -81,6 +86,17 @@ class Result:
     def overhead_s(self) -> float:
         """Ours: the first request at zero against spawn → first answer, direct."""
         return statistics.median(self.cold_s) - statistics.median(self.triton_first_s)
+
+    @property
+    def added_s(self) -> float | None:
+        """What the platform adds to Triton's own start, as Triton's logs time it: the
+        median of (first answer at zero − the replica's Triton own start), less the same
+        for the direct start ((spawn → first answer) − its own start): the process start,
+        the wake-up, readiness noticed, the held request released. Triton's load time,
+        which varies by seconds on a busy machine, is out of it on both sides."""
+        if not self.cold_over_own_s or not self.direct_over_own_s:
+            return None
+        return statistics.median(self.cold_over_own_s) - statistics.median(self.direct_over_own_s)
 
     @property
     def over_load_s(self) -> float | None:
@@ -99,9 +115,42 @@ def triton_load(event: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def triton_start(tmp: Path) -> tuple[float, float]:
+# A line of Triton's log: severity, MMDD, time of day (UTC, microseconds), thread, source.
+TRITON_LINE = re.compile(rb"^[IWEF](\d{4}) (\d\d):(\d\d):(\d\d\.\d+) ", re.M)
+HTTP_STARTED = b"Started HTTPService"
+
+
+def triton_own(log: bytes) -> float | None:
+    """Triton's own start as its log tells it: its first line to "Started HTTPService" (its
+    models are loaded then), in seconds; None without both. Whoever started it (the bench,
+    a replica's processor) and however loaded the machine, this is Triton's part."""
+    at = log.find(HTTP_STARTED)
+    first = TRITON_LINE.search(log)
+    started = [m for m in TRITON_LINE.finditer(log, 0, at)] if at >= 0 else []
+    if first is None or not started:
+        return None
+
+    def seconds(m: re.Match[bytes]) -> float:
+        day, h, mi, sec = m.groups()
+        return int(day) % 100 * 86400 + int(h) * 3600 + int(mi) * 60 + float(sec)
+
+    return seconds(started[-1]) - seconds(first)
+
+
+def replica_own(p: Platform, service: str = SERVICE) -> float | None:
+    """:func:`triton_own` of the last start of the service's newest replica."""
+    folder = log_folder(p.tmp / "data", service)
+    logs = [f for f in folder.glob("*.log") if f.stem.isdigit()]
+    if not logs:
+        return None
+    text = max(logs, key=lambda f: int(f.stem)).read_bytes()
+    return triton_own(text[text.rfind(START_MARKER.encode()) :])
+
+
+def triton_start(tmp: Path) -> tuple[float, float, float | None]:
     """Seconds from spawning tritonserver on MODELS to its readiness, and to the answer of
-    a first inference sent then (Triton's own lazy initialisation included)."""
+    a first inference sent then (Triton's own lazy initialisation included); and
+    :func:`triton_own` of that start."""
     server = binary.locate()
     port, grpc, metrics = free_port(), free_port(), free_port()
     argv = [
@@ -118,7 +167,8 @@ def triton_start(tmp: Path) -> tuple[float, float]:
     # The python backend's stub runs models with the Python it finds first on PATH.
     env = server.environ({**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
     url = f"http://127.0.0.1:{port}/v2/health/ready"
-    with (tmp / "tritonserver.log").open("ab") as log:
+    log_path = tmp / "tritonserver.log"
+    with log_path.open("wb") as log:
         started = time.monotonic()
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -139,7 +189,8 @@ def triton_start(tmp: Path) -> tuple[float, float]:
                 conn.close()
                 if answer.status != 200:
                     raise RuntimeError(f"tritonserver answered {answer.status}")
-                return took, time.monotonic() - started
+                first = time.monotonic() - started
+                return took, first, triton_own(log_path.read_bytes())
             time.sleep(0.02)
         raise RuntimeError("tritonserver not ready after 120 s")
     finally:
@@ -257,7 +308,7 @@ def run(
         }
         # Alternated, so that all see the same machine (other load comes and goes).
         for i in range(rounds):
-            ready, first = triton_start(tmp)
+            ready, first, own = triton_start(tmp)
             line = (
                 f"round {i + 1}/{rounds}: tritonserver ready {ready:.2f} s, answered {first:.2f} s"
             )
@@ -266,10 +317,15 @@ def run(
                 r = results[name]
                 r.triton_s.append(ready)
                 r.triton_first_s.append(first)
+                if own is not None:
+                    r.direct_over_own_s.append(first - own)
                 status, took, body = infer(p.port, tokens[name])
                 if status != 200:
                     raise RuntimeError(f"{name}: first request at zero answered {status}: {body!r}")
                 r.cold_s.append(took)
+                replica = replica_own(p)
+                if replica is not None:
+                    r.cold_over_own_s.append(took - replica)
                 line += f"; {name}: first request at zero answered in {took:.2f} s"
             say(line)
         for name, p in platforms.items():
@@ -318,6 +374,13 @@ def report(r: Result, name: str = "this") -> str:
         f"{TARGET_OVERHEAD_S:g} s: {verdict}), ratio {cold / first:.2f}×; against ready: "
         f"{cold - ready:+.2f} s, ratio {cold / ready:.2f}×",
         over_line,
+        "added to Triton's own start (its log: first line → HTTP service started), "
+        + (
+            f"against the direct start's: {r.added_s:+.2f} s (first answer − own: "
+            f"{each(r.cold_over_own_s)}; direct: {each(r.direct_over_own_s)})"
+            if r.added_s is not None
+            else "-"
+        ),
         f"{len(r.concurrent_s)} of {len(r.concurrent_s) + len(r.concurrent_failed)} concurrent "
         f"first requests answered; slowest {max(r.concurrent_s, default=0):.2f} s, "
         f"fastest {min(r.concurrent_s, default=0):.2f} s",
@@ -346,6 +409,11 @@ def compare(this: Result, base: Result) -> str:
 
     lines = [
         row("first request at zero → answer", this.cold_s, base.cold_s),
+        row(
+            "first request at zero → answer, less Triton's own start",
+            this.cold_over_own_s,
+            base.cold_over_own_s,
+        ),
         f"overhead against Triton's first answer: this {this.overhead_s:+.2f} s, "
         f"base {base.overhead_s:+.2f} s",
         row(
