@@ -102,12 +102,22 @@ class RouteTable(BaseModel):
     services are gone. ``version`` only grows; a watcher gets an answer when a newer one
     exists, and a whole table when it has none yet or is too far behind."""
 
+    # Its strings are unique per route (names, tokens): a parse caches keys only, or the
+    # parser's process-wide cache would hold thousands of tokens alive.
+    model_config = ConfigDict(cache_strings="keys")
+
     version: int
     routes: list[Route]
     full: bool = True
     removed: list[str] = []
     groups: list[GroupRoute] = []  # whole, or those changed
     removed_groups: list[str] = []
+    # A whole table asked for in pages (``?page_size=``) comes in pages: each but the last
+    # names the next (passed back as ``?page=``), those after the first are ``continued``
+    # (groups come with the first). Every page carries the first page's version, read
+    # before any page's routes: the changes after it cover what changed between pages.
+    next_page: str | None = None
+    continued: bool = False
 
 
 class ServiceLoad(BaseModel):
