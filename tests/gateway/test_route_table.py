@@ -168,6 +168,52 @@ def test_changes_through_a_static_source(make_gateway: GatewayFactory, echo: Ech
     assert status_of(gw, "rotated-token") == 404
 
 
+def test_a_whole_table_in_pages_replaces_the_last_at_its_last_page() -> None:
+    """Each page's routes replace theirs at once (the rest of the last table serves
+    meanwhile); the last page drops what no page listed and moves the version. A first page
+    again (the read started over) begins anew; what earlier pages sent stays until then."""
+    state = RouteState(EndpointPool(), default_timeout_ms=1000)
+    state.apply(table(route([], service="old"), route([], service="kept"), version=1))
+    kept = state.get("kept")
+    assert kept is not None
+    counted = kept.in_flight
+    first = RouteTable(
+        version=5, routes=[route([], service="a"), route([], service="kept")], next_page="5.2"
+    )
+    second = RouteTable(version=5, routes=[route([], service="b")], continued=True, next_page="x")
+    last = RouteTable(version=5, routes=[route([], service="c", token="c")], continued=True)
+    state.apply(first)
+    assert state.version == 1 and set(state.services) == {"old", "kept", "a"}
+    again = state.get("kept")
+    assert again is not None and again is not kept and again.in_flight is counted
+    state.apply(second)
+    for page in (first, second, last):  # read over from its first page
+        state.apply(page)
+    assert state.version == 5 and set(state.services) == {"a", "kept", "b", "c"}
+    assert len(state.by_digest) == 2  # the test token, c's
+    found = state.by_token(b"c")
+    assert found is not None and found.service == "c"
+
+
+def test_a_whole_table_is_read_in_pages(
+    make_gateway: GatewayFactory, control_plane: FakeControlPlane, lt: LoopThread, echo: Echo
+) -> None:
+    names = [f"s{i}" for i in range(5)]
+    whole = table(*(route([echo.url], service=n, token=f"token-{n}") for n in names), version=3)
+    lt.call(lambda: control_plane.publish(whole))
+    source = cp_source(control_plane)
+    source.page_size = 2
+    gw = make_gateway(source=source)
+    for name in names:
+        path = f"/api/predict/{name}/v2"
+        assert seconds_until(lambda n=name, p=path: status_of(gw, f"token-{n}", p) == 200) < 2
+    assert control_plane.pages == ["3.2", "3.4"]
+    assert health(gw)["route_table_version"] == 3
+    lt.call(lambda: control_plane.publish(table(route([echo.url], service="s0"), version=4)))
+    assert seconds_until(lambda: health(gw)["route_table_version"] == 4) < 2
+    assert (3, 2.0) in control_plane.polls  # then long-polls after the pages' version
+
+
 @pytest.fixture
 def control_plane(lt: LoopThread, echo: Echo) -> FakeControlPlane:
     cp = FakeControlPlane(ADMIN, table(route([echo.url])))
