@@ -204,9 +204,11 @@ def test_a_whole_table_is_read_in_pages(
     source = cp_source(control_plane)
     source.page_size = 2
     gw = make_gateway(source=source)
-    for name in names:
-        path = f"/api/predict/{name}/v2"
-        assert seconds_until(lambda n=name, p=path: status_of(gw, f"token-{n}", p) == 200) < 2
+
+    def served(name: str) -> bool:
+        return status_of(gw, f"token-{name}", f"/api/predict/{name}/v2") == 200
+
+    assert seconds_until(lambda: all(served(name) for name in names)) < 2
     assert control_plane.pages == ["3.2", "3.4"]
     assert health(gw)["route_table_version"] == 3
     lt.call(lambda: control_plane.publish(table(route([echo.url], service="s0"), version=4)))
