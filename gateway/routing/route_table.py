@@ -33,9 +33,9 @@ class ServiceRoute:
     needs is made on its first call (the in-flight count, the signing key)."""
 
     __slots__ = (
-        "_in_flight",
         "_key",
         "accepted",
+        "admitted",
         "bucket",
         "digest",
         "endpoints",
@@ -83,7 +83,9 @@ class ServiceRoute:
         self.wakeable: bool = route.wakeable
         self.queue: QueueRoute | None = route.queue
         self.bucket: TokenBucket | None = bucket
-        self._in_flight: InFlight | None = in_flight
+        # The in-flight count once a call was admitted (:attr:`in_flight` makes it): what
+        # a call that was admitted leaves, read without a call on the per-request path.
+        self.admitted: InFlight | None = in_flight
         self.mirror: MirrorState | None = mirror  # None for most services: one check per call
         # The last Authorization value that passed, compared in constant time before hashing
         # (a hash per request cost more than the comparison). Never carried to a new route.
@@ -94,9 +96,9 @@ class ServiceRoute:
     def in_flight(self) -> InFlight:
         """The service's in-flight count (its ``max_queue_size`` bound, its load for the
         autoscaler), made on first use and carried to the service's next route."""
-        in_flight = self._in_flight
+        in_flight = self.admitted
         if in_flight is None:
-            in_flight = self._in_flight = InFlight(self.max_queue_size or None)
+            in_flight = self.admitted = InFlight(self.max_queue_size or None)
         return in_flight
 
     @property
@@ -137,7 +139,7 @@ class ServiceRoute:
                 f"service {name!r} is over its rate limit of {self.rate_limit} requests/s",
                 bucket.retry_after_s(),
             )
-        in_flight = self._in_flight
+        in_flight = self.admitted
         if in_flight is None:
             in_flight = self.in_flight
         if not in_flight.enter_at(now):
@@ -382,7 +384,7 @@ class RouteState:
                 bucket = prev.bucket
             else:
                 bucket = TokenBucket(route.rate_limit)
-        in_flight = None if prev is None else prev._in_flight
+        in_flight = None if prev is None else prev.admitted
         if in_flight is not None:
             in_flight.limit = route.max_queue_size if route.max_queue_size else None
         timeout_ms = route.timeout_ms if route.timeout_ms > 0 else self.default_timeout_ms

@@ -70,5 +70,5 @@ def test_what_only_a_call_needs_is_made_by_the_first_call() -> None:
     state.apply(RouteTable.model_validate_json(pages(3, 3)[0]))
     entry = state.get("svc_000001")
     assert entry is not None
-    assert (entry._key, entry._in_flight) == (None, None)
+    assert (entry._key, entry.admitted) == (None, None)
     assert entry.key is entry.key is not None and entry.in_flight is entry.in_flight
