@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sqlalchemy import bindparam, delete, event, insert, inspect, select, update
@@ -134,6 +134,23 @@ def _page(
         next_page=f"{at}.{rows[-1].id}" if more else None,
         continued=not first,
     )
+
+
+def pages(
+    sessions: sessionmaker[Session],
+    cluster: str,
+    default_timeout_ms: int,
+    page_size: int = PAGE_SIZE_DEFAULT,
+) -> Iterator[RouteTable]:
+    """The whole table, page after page (no tokens), as a gateway reads it: for those who
+    go through it once (the route snapshot) without holding all its routes at once."""
+    table_ = table(sessions, cluster, default_timeout_ms, page_size=page_size)
+    yield table_
+    while table_.next_page is not None:
+        table_ = table(
+            sessions, cluster, default_timeout_ms, page_size=page_size, page=table_.next_page
+        )
+        yield table_
 
 
 def parse_page(page: str) -> tuple[int, int]:

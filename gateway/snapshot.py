@@ -27,12 +27,10 @@ from typing import BinaryIO
 
 from pydantic import ValidationError
 
-from contract.wire import GroupRoute, Route, RouteTable
+from contract.wire import GroupRoute, Route, RouteTable, whole_table_json
 from gateway.routing.route_table import ServiceRoute
 
 log = logging.getLogger(__name__)
-# The tokens routes carry for signed calls (contract.wire.Route.token) never reach the disk.
-NO_TOKEN = {"token"}
 
 
 @dataclass(frozen=True)
@@ -73,15 +71,9 @@ def save_routes(
 def _write(
     f: BinaryIO, version: int, routes: Iterable[ServiceRoute | Route], groups: list[GroupRoute]
 ) -> None:
-    """A :class:`RouteTable`'s JSON, whole, without tokens."""
-    f.write(b'{"version":%d,"full":true,"routes":[' % version)
-    for i, route in enumerate(routes):
-        wire = route if isinstance(route, Route) else route.wire()
-        f.write(b"," if i else b"")
-        f.write(wire.model_dump_json(exclude=NO_TOKEN).encode())
-    f.write(b'],"groups":[')
-    f.write(b",".join(g.model_dump_json(exclude=NO_TOKEN).encode() for g in groups))
-    f.write(b"]}")
+    wire = (route if isinstance(route, Route) else route.wire() for route in routes)
+    for piece in whole_table_json(version, wire, groups):
+        f.write(piece)
 
 
 def load(path: Path) -> Snapshot | None:
