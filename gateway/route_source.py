@@ -92,7 +92,7 @@ class ControlPlaneRouteSource:
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
         min_interval_s: float = 0.05,
-        page_size: int = 1000,
+        page_size: int = 500,
     ) -> None:
         self.url = url.rstrip("/") + ROUTES_PATH
         self._auth = f"Bearer {token}"
