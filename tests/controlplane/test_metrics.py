@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from controlplane.elasticity.scaling_loop import Autoscaling
 from controlplane.metrics import NAMES, ControlPlaneMetrics, Probe, ServiceRow, by_status
-from controlplane.scaling_loop import Autoscaling
 from testing.waiting import WaitTimeout, wait_until
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_autoscaling import report

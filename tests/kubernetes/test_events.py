@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from controlplane.db import make_engine, make_sessions
 from controlplane.runtime.kubernetes.events import EventMirror
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.db import make_engine, make_sessions
 from controlplane.runtime.kubernetes.route_snapshot import KEY, RouteSnapshotPublisher
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services
 from gateway import snapshot
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async
