@@ -296,7 +296,7 @@ class RouteState:
 
         ``version`` moves to a whole table's version at its last page only: a gateway asks
         for the changes after it next, and they include any made while the pages were read
-        (the pages' version was read before their routes: :mod:`controlplane.route_feed`)."""
+        (the pages' version was read before their routes: :mod:`controlplane.store.route_feed`)."""
         before = set(self._refs)
         if table.full:
             listed, listed_groups = self._listed, self._listed_groups

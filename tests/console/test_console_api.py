@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 
 from contract.configfile import ConfigFileError, read_config
 from contract.wire import SIGNALS_PATH
-from controlplane.db import make_engine, make_sessions
-from controlplane.scaling_loop import Autoscaling
-from controlplane.sealing import from_settings
-from controlplane.services import Services
+from controlplane.elasticity.scaling_loop import Autoscaling
 from controlplane.settings import Settings
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import from_settings
+from controlplane.store.services import Services
 from tests.controlplane.conftest import seed_spec
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seed_triton.config"

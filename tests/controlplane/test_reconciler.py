@@ -15,10 +15,8 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from contract.progress import Progress
-from controlplane import changes, route_feed
-from controlplane.db import make_engine, make_sessions
-from controlplane.models import ServiceRow
-from controlplane.reconciler import BATCH, Reconciler
+from controlplane.model.states import Status
+from controlplane.reconcile.reconciler import BATCH, Reconciler
 from controlplane.runtime.base import (
     DesiredReplicaSet,
     Notify,
@@ -28,10 +26,12 @@ from controlplane.runtime.base import (
     ReplicaSummary,
     TemporaryRuntimeError,
 )
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services
-from controlplane.status import Status
-from controlplane.store import ReconcileStore, StatusWrite
+from controlplane.store import changes, route_feed
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.queries import ReconcileStore, StatusWrite
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services
+from controlplane.store.tables import ServiceRow
 from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec
 from tests.tasks import stop

@@ -15,16 +15,16 @@ from fastapi.testclient import TestClient
 
 from contract.progress import Progress
 from contract.wire import WAKE_PATH
-from controlplane import route_feed
 from controlplane.api.app import create_app
-from controlplane.coldstart import ColdStart, breakdown, phase_of
-from controlplane.db import make_engine, make_sessions
-from controlplane.desired import ServiceState
+from controlplane.elasticity.coldstart import ColdStart, breakdown, phase_of
+from controlplane.elasticity.scaling_loop import Autoscaling, NotWakeable
+from controlplane.model.states import ServiceState
 from controlplane.runtime.base import ReplicaStatus
-from controlplane.scaling_loop import Autoscaling, NotWakeable
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services
 from controlplane.settings import Settings
+from controlplane.store import route_feed
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_autoscaling import report
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
