@@ -147,7 +147,7 @@ NOT_REASONS = {
 KUBERNETES = ROOT / "controlplane" / "runtime" / "kubernetes"
 REASON_MODULES = [
     ROOT / "controlplane" / "runtime" / "local.py",
-    ROOT / "controlplane" / "status.py",
+    ROOT / "controlplane" / "reconcile" / "status.py",
     *(KUBERNETES / f"{m}.py" for m in ("client", "manifests", "replicas", "runtime")),
 ]
 # Reasons the API server's Status carries for the codes the client treats as permanent.
