@@ -26,6 +26,7 @@ from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec
+from tests.tasks import stop
 
 FIRST = [f"first_{i}" for i in range(3)]
 
@@ -55,8 +56,7 @@ class Installation:
         try:
             yield reconciler
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await stop(task)
             self.engine.dispose()
 
 
