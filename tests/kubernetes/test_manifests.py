@@ -216,7 +216,7 @@ def test_a_resource_group_places_the_pods() -> None:
 def test_check_resource_group(
     resource: str | None, groups: dict[str, Any], expected: str | None
 ) -> None:
-    problem = check_resource_group(resource, KubernetesSettings(resource_groups=groups))  # type: ignore[arg-type]
+    problem = check_resource_group(resource, KubernetesSettings(resource_groups=groups))
     if expected is None:
         assert problem is None
     else:
