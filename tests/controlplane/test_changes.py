@@ -7,7 +7,7 @@ import asyncio
 import threading
 import time
 
-from controlplane.changes import Changes
+from controlplane.store.changes import Changes
 
 
 async def test_a_fire_from_another_thread_wakes_a_waiter() -> None:

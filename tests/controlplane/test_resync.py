@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane import resync
-from controlplane.resync import StoredSummary, drifted
+from controlplane.model.states import StoredSummary
+from controlplane.reconcile import resync
+from controlplane.reconcile.resync import drifted
 from controlplane.runtime.base import ReplicaSummary
 
 H = frozenset({"h1"})
