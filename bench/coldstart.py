@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.autoscale import BIN, INFER, ROOT, Platform, free_port, platform, triton_service
+from bench.deploy import cpu_seconds
 from controlplane.runtime.local import START_MARKER, log_folder
 from processors.triton import binary
 
@@ -81,6 +82,7 @@ class Result:
     events: list[str] = field(default_factory=list)  # ColdStart messages
     woken_s: list[float] = field(default_factory=list)  # each of N services' first answer
     woken_failed: list[str] = field(default_factory=list)  # N services: each one lost
+    woken_cpu_s: float | None = None  # `openeas up`'s own CPU (not its replicas') meanwhile
 
     @property
     def overhead_s(self) -> float:
@@ -277,7 +279,10 @@ def wake_many(p: Platform, n: int, repo: Path, r: Result) -> None:
     for name in names:
         at_zero(p, name)
     calls = [lambda name=name: infer(p.port, tokens[name], name) for name in names]
+    assert p.proc is not None
+    cpu = cpu_seconds(p.proc.pid, descendants=False)
     r.woken_s, r.woken_failed = together(calls)
+    r.woken_cpu_s = cpu_seconds(p.proc.pid, descendants=False) - cpu
     for name in names:
         p.api("DELETE", f"/local/{name}")
     assert p.http is not None
@@ -391,7 +396,8 @@ def report(r: Result, name: str = "this") -> str:
         lines += [
             f"{n} services at zero woken at once: {len(r.woken_s)} answered, "
             f"{len(r.woken_failed)} lost; slowest {max(r.woken_s, default=0):.2f} s, "
-            f"median {med(r.woken_s)}",
+            f"median {med(r.woken_s)}; the platform's own CPU meanwhile "
+            f"{r.woken_cpu_s or 0:.2f} s (its replicas' not counted)",
             *(f"  lost: {f}" for f in r.woken_failed[:5]),
         ]
     lines += ["ColdStart events:", *(f"  {e}" for e in r.events)]
@@ -422,6 +428,11 @@ def compare(this: Result, base: Result) -> str:
             [max(base.concurrent_s, default=0)],
         ),
     ]
+    if this.woken_cpu_s and base.woken_cpu_s:
+        lines.append(
+            f"N services woken at once, the platform's own CPU: this {this.woken_cpu_s:.2f} s, "
+            f"base {base.woken_cpu_s:.2f} s, ratio {this.woken_cpu_s / base.woken_cpu_s:.2f}×"
+        )
     if this.woken_s and base.woken_s:
         lines.append(
             row("N services woken at once, slowest", [max(this.woken_s)], [max(base.woken_s)])
