@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 LEASE_NAME = "reconciler"
 MAX_BACKOFF = 60.0
 BATCH = 256  # services reconciled per read and write transaction
+# Reads of the pending services in a burst of commits, at most one per this many seconds
+# (a lone commit is read at once).
+BURST_GAP_S = 0.05
 
 
 def _temporary(error: Exception) -> bool:
@@ -187,9 +190,11 @@ class Reconciler:
         another control-plane replica did. Reads the partial index of pending services,
         unless nothing was committed since the last read (the same names then)."""
         written = self.store.commits()
+        spacing = changes.Spacing(BURST_GAP_S)  # a burst of creates: one read per gap
         pending: list[str] = []
         while True:
             if written():
+                await spacing.turn()
                 pending = await asyncio.to_thread(self.store.needing_work)
             for name in pending:
                 # Failed ones come back on their backoff timer; those being reconciled are

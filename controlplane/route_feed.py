@@ -194,11 +194,16 @@ class VersionWatch:
     database every ``interval`` (and at once on a commit in this process) while any
     long-poll waits, so idle cost does not grow with the number of gateways polling this
     control plane, and is nil when none does. A tick with nothing committed since the last
-    (:func:`controlplane.changes.commit_watch`: SQLite) reads nothing."""
+    (:func:`controlplane.changes.commit_watch`: SQLite) reads nothing. In a burst of
+    commits it reads at most once per ``BURST_GAP_S`` (:class:`changes.Spacing`), so each
+    gateway gets one delta per gap instead of one per commit; a lone change is read at once."""
+
+    BURST_GAP_S = 0.05
 
     def __init__(self, sessions: sessionmaker[Session], interval: float) -> None:
         self._sessions = sessions
         self._written = commit_watch(sessions)
+        self._spacing = changes.Spacing(self.BURST_GAP_S)
         self.interval = interval
         self._current: int | None = None
         self._waiters = 0
@@ -234,6 +239,7 @@ class VersionWatch:
             while self._waiters:
                 await changes.ROUTES.wait(self.interval)
                 if self._written():
+                    await self._spacing.turn()
                     await self._moved_to(await asyncio.to_thread(self._read))
         finally:
             self._task = None

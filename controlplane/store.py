@@ -138,6 +138,7 @@ class ReconcileStore:
     def __init__(self, sessions: sessionmaker[Session], cluster: str) -> None:
         self._sessions = sessions
         self.cluster = cluster
+        self._pending = pending(cluster)  # built once: the poll runs it on every commit
 
     def commits(self) -> Callable[[], bool]:
         """Whether anything was committed since its last call (:func:`commit_watch`)."""
@@ -155,7 +156,7 @@ class ReconcileStore:
         """Services with a generation not yet acted on, or being deleted (read through the
         partial index of exactly those: the poll costs nothing while nothing changes)."""
         with self._sessions() as s:
-            return list(s.scalars(pending(self.cluster)))
+            return list(s.scalars(self._pending))
 
     def summaries(self, observed: Iterable[str] | None = None) -> list[StoredSummary]:
         """Services as the last reconcile left them: one query, no JSON columns. With
