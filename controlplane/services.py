@@ -689,7 +689,7 @@ def page_query(
     size: int,
     page: int,
     page_token: str | None,
-) -> Select[tuple[ServiceRow]]:
+) -> Select[ServiceRow]:
     """The rows of one page: after the row ``page_token`` names (a seek), else at page
     ``page`` (an offset). The page's ids are found first on the sort column's index alone
     (its entries carry the id: an index-only scan, which skips ``(page - 1) * size``
