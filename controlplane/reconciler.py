@@ -205,15 +205,17 @@ class Reconciler:
             await changes.ROUTES.wait(self.poll_seconds)
 
     async def _resync(self) -> None:
-        """A safety net under the runtime's notifications: one runtime listing and one
-        query of the rows it can concern (those with replicas, asked for or running, and
-        those the runtime names), then only the services that drifted (orphans included)
-        are reconciled. The listing comes first: a row is made before its replicas, so a
-        service created between the two is never taken for an orphan."""
+        """A safety net under the runtime's notifications: one runtime listing and the rows
+        it can concern (those with replicas, asked for or running, kept between passes and
+        read again only when stamped since the last pass; and those the runtime names),
+        then only the services that drifted (orphans included) are reconciled. The listing
+        comes first: a row is made before its replicas, so a service created between the two
+        is never taken for an orphan."""
+        kept = resync.KeptRows()  # read again whole when this process starts to lead
         while True:
             assert self.runtime is not None
             observed = await self.runtime.summary()
-            stored = await asyncio.to_thread(self.store.summaries, observed)
+            stored = await asyncio.to_thread(self.store.resync_rows, kept, observed)
             await self._judge_orphans(resync.orphans(stored, observed), len(observed))
             for name in resync.drifted(stored, observed):
                 self._enqueue(name)

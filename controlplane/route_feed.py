@@ -46,6 +46,14 @@ COUNTER = "routes"
 FLOOR = "routes_floor"  # removals at or below it are pruned: a gateway that far behind
 REMOVALS_KEPT = 10_000  # gets a whole table; how many versions of removals are kept
 _ROUTING_FIELDS = ("token_sha256", "status", "spec", "deleting", "stopped")
+# What the resync reads of a service (controlplane.resync.KeptRows) also stamps a new version.
+_RESYNC_FIELDS = (
+    "generation",
+    "observed_generation",
+    "total_instances",
+    "running_instances",
+    "template_hash",
+)
 _GROUP_ROUTING_FIELDS = ("token_sha256", "traffic_mode")
 
 
@@ -61,6 +69,12 @@ def _versions(session: Session) -> tuple[int, int]:
     """The route counter and the removals' floor, in one read."""
     values: dict[str, int] = {name: value for name, value in session.execute(_VERSIONS)}
     return values.get(COUNTER, 0), values.get(FLOOR, 0)
+
+
+def versions(session: Session) -> tuple[int, int]:
+    """The route counter and the removals' floor: the resync's watermark too
+    (:class:`controlplane.resync.KeptRows`)."""
+    return _versions(session)
 
 
 def table(
@@ -177,7 +191,8 @@ def _routing_changes(session: Session) -> tuple[list[Routed], list[Routed]]:
 
 def _routes(row: Routed) -> bool:
     state: InstanceState[Routed] = inspect(row)
-    fields = _ROUTING_FIELDS if isinstance(row, ServiceRow) else _GROUP_ROUTING_FIELDS
+    service = isinstance(row, ServiceRow)
+    fields = _ROUTING_FIELDS + _RESYNC_FIELDS if service else _GROUP_ROUTING_FIELDS
     if any(state.attrs[f].history.has_changes() for f in fields):
         return True
     if isinstance(row, GroupRow):

@@ -13,6 +13,7 @@ from sqlalchemy import Select, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import route_feed, sealing, service_watch
+from controlplane import route_queries as rq
 from controlplane.changes import commit_watch
 from controlplane.desired import ServiceState
 from controlplane.models import (
@@ -22,7 +23,7 @@ from controlplane.models import (
     ServiceRow,
     utcnow,
 )
-from controlplane.resync import StoredSummary
+from controlplane.resync import KeptRows, StoredSummary
 from controlplane.sealing import TokenSealer
 from controlplane.status import Status
 
@@ -119,6 +120,20 @@ _WRITE_STATUS = (
 )
 
 
+# A resync's view of a row (controlplane.resync.StoredSummary, in its order).
+_SUMMARY = select(
+    _services.name,
+    or_(_services.generation > _services.observed_generation, _services.deleting),
+    _services.total_instances,
+    _services.running_instances,
+    _services.template_hash,
+)
+_HAS_REPLICAS = or_(_services.total_instances > 0, _services.running_instances > 0)
+# What a resync reads of a row besides its pending state: a status write that changes one
+# stamps the row, as a routing change does (controlplane.resync.KeptRows).
+_SUMMARY_FIELDS = ("observed_generation", "total_instances", "running_instances", "template_hash")
+
+
 def _routes_differ(before: Any, values: dict[str, Any]) -> bool:
     """Whether a status write changes the service's route (its status, its endpoints)."""
     if before.status != values["status"]:
@@ -157,6 +172,33 @@ class ReconcileStore:
         partial index of exactly those: the poll costs nothing while nothing changes)."""
         with self._sessions() as s:
             return list(s.scalars(self._pending))
+
+    def resync_rows(self, kept: KeptRows, observed: Iterable[str]) -> list[StoredSummary]:
+        """What :meth:`summaries` answers for ``observed``, reading only the rows stamped
+        since ``kept``'s last pass (every row with replicas on a first pass, or when the
+        removals since then were pruned), then those the runtime runs that ``kept`` does not
+        hold. The route counter is read first (:class:`KeptRows` says why that is safe)."""
+        with self._sessions() as s:
+            current, floor = route_feed.versions(s)
+            whole = kept.version < floor or kept.version > current
+            if whole:
+                kept.reset()
+                query = _SUMMARY.where(_services.cluster == self.cluster, _HAS_REPLICAS)
+                removed: list[str] = []
+            else:
+                after = _services.route_version > kept.version
+                query = _SUMMARY.where(_services.cluster == self.cluster, after)
+                removed = rq.removed_after(s, self.cluster, kept.version).get("service", [])
+            kept.fold(current, [StoredSummary(*row) for row in s.execute(query)], removed)
+            unknown = kept.unknown(observed)
+            extra = []
+            if unknown:
+                named = _services.name.in_(unknown)
+                extra = [
+                    StoredSummary(*row)
+                    for row in s.execute(_SUMMARY.where(_services.cluster == self.cluster, named))
+                ]
+        return kept.rows() + extra
 
     def summaries(self, observed: Iterable[str] | None = None) -> list[StoredSummary]:
         """Services as the last reconcile left them: one query, no JSON columns. With
@@ -244,8 +286,10 @@ class ReconcileStore:
                     continue
                 if (row.status, row.reason) != (values["status"], values["reason"]):
                     events.append({"service_id": row.id, "created_at": now, **write.event()})
-                if _routes_differ(row, values):
-                    routed.append(row.id)
+                if _routes_differ(row, values) or any(
+                    getattr(row, f) != values[f] for f in _SUMMARY_FIELDS
+                ):
+                    routed.append(row.id)  # the gateways' table, or the resync's rows
                 updates.append({"_id": row.id, "_version": row.version, "updated_at": now})
                 updates[-1].update(values)
             if not updates:
