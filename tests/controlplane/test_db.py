@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, func, insert, select, text
@@ -60,7 +61,12 @@ def test_postgresql_pings_only_a_connection_that_sat_idle(
     engine = db.make_engine(postgres_server_url)
     pings: list[int] = []
     ping = engine.dialect.do_ping
-    monkeypatch.setattr(engine.dialect, "do_ping", lambda c: pings.append(1) or ping(c))
+
+    def counted(dbapi: Any) -> bool:
+        pings.append(1)
+        return ping(dbapi)
+
+    monkeypatch.setattr(engine.dialect, "do_ping", counted)
     try:
         for _ in range(5):
             with engine.connect() as conn:

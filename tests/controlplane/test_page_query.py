@@ -50,13 +50,9 @@ def services(database_url: str) -> Iterator[Services]:
 def _expected(services: Services, sort: SortKey, order: str) -> list[str]:
     with services._reads() as s:
         rows = list(s.query(ServiceRow))
-    value = {
-        "name": lambda r: r.name,
-        "createTime": lambda r: r.created_at,
-        "updateTime": lambda r: r.updated_at,
-        "status": lambda r: r.status,
-    }[sort]
-    ordered = sorted(rows, key=lambda r: (value(r), r.id), reverse=order == "desc")
+    column = {"name": "name", "createTime": "created_at", "updateTime": "updated_at"}
+    field = column.get(sort, sort)
+    ordered = sorted(rows, key=lambda r: (getattr(r, field), r.id), reverse=order == "desc")
     return [r.name for r in ordered]
 
 
