@@ -11,9 +11,9 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from controlplane import migrate
-from controlplane.db import make_engine
 from controlplane.settings import Settings, ensure_admin_token
+from controlplane.store import migrate
+from controlplane.store.db import make_engine
 from startup.heap import freeze_startup_heap
 from startup.helptext import settings_epilog
 
@@ -67,15 +67,15 @@ def migrate_main(argv: list[str]) -> int:
 def upgrade(settings: Settings, *, reseal: bool = False) -> int:
     """Bring the schema to head, then seal any token still stored in clear (all of them
     under the first key with ``reseal``); how many tokens were (re)sealed."""
-    from controlplane import sealing, store
-    from controlplane.db import make_sessions
+    from controlplane.store import queries, sealing
+    from controlplane.store.db import make_sessions
 
     with migrate.exclusive(settings.sqlalchemy_url):
         migrate.upgrade(settings.sqlalchemy_url)
         engine = make_engine(settings.sqlalchemy_url)
         try:
             sealer = sealing.from_settings(settings.secret_key, settings.data_dir)
-            return store.seal_tokens(make_sessions(engine), sealer, reseal=reseal)
+            return queries.seal_tokens(make_sessions(engine), sealer, reseal=reseal)
         finally:
             engine.dispose()
 

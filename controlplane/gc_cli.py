@@ -1,5 +1,5 @@
 """``openeas gc``: delete orphans, the replicas this installation runs that no service row
-asks for, beyond the share one resync deletes on its own (:mod:`controlplane.resync`).
+asks for, beyond the share one resync deletes on its own (:mod:`controlplane.reconcile.resync`).
 
 Without ``--confirm`` it only lists them. It acts, like the reconciler, only for the
 installation the serving namespace records for this database, and only on objects that
@@ -12,12 +12,12 @@ import argparse
 import asyncio
 import time
 
-from controlplane import resync
-from controlplane.db import make_engine, make_sessions
+from controlplane.reconcile import resync
 from controlplane.runtime import make_runtime
 from controlplane.runtime.base import Runtime, RuntimeError_
 from controlplane.settings import Settings
-from controlplane.store import ReconcileStore
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.queries import ReconcileStore
 
 DELETE_TIMEOUT_SECONDS = 300.0
 

@@ -1,7 +1,7 @@
 """``openeas manifests <service.json>``: print the Kubernetes objects of a service as YAML.
 
 A dry run users can read, diff and ``kubectl apply``: the spec goes through the API's own
-checks (:func:`controlplane.spec.validate_spec`, the resource groups) and the objects come
+checks (:func:`controlplane.model.spec.validate_spec`, the resource groups) and the objects come
 from :func:`controlplane.runtime.kubernetes.manifests.desired_objects` with the runtime's
 settings (``OPENEAS_K8S_*``), so they are exactly what the kubernetes runtime would apply.
 Only the service's uid and generation, which exist once it is stored, are placeholders.
@@ -17,12 +17,13 @@ import yaml
 from pydantic import ValidationError
 
 from contract.configfile import ConfigFileError, read_config
-from controlplane.desired import ServiceState, desired
-from controlplane.errors import InvalidSpec
+from controlplane.model.errors import InvalidSpec
+from controlplane.model.spec import split_token, validate_spec
+from controlplane.model.states import ServiceState
+from controlplane.reconcile.desired import desired
 from controlplane.runtime.base import PermanentRuntimeError
 from controlplane.runtime.kubernetes.manifests import check_resource_group, desired_objects
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.spec import split_token, validate_spec
 
 PROG = "openeas manifests"
 

@@ -210,7 +210,8 @@ class ControlPlaneMetrics:
         return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-# Every status a service can have (controlplane.status), so each shows, at 0 when none has it.
+# Every status a service can have (controlplane.reconcile.status), so each shows, at 0 when
+# none has it.
 STATUSES = ("Creating", "Waiting", "Running", "Updating", "Stopped", "Failed", "Deleting")
 
 

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from controlplane import migrate, sealing
 from controlplane.api.app import create_app
-from controlplane.cronscaling import CronScaling
-from controlplane.db import make_engine, make_sessions
+from controlplane.elasticity.cron_loop import CronScaling
+from controlplane.elasticity.queues import Backlog
+from controlplane.elasticity.scaling_loop import Autoscaling
 from controlplane.metrics import ControlPlaneMetrics
-from controlplane.queues import Backlog
-from controlplane.reconciler import Reconciler
+from controlplane.reconcile.reconciler import Reconciler
 from controlplane.runtime import make_runtime
-from controlplane.scaling_loop import Autoscaling
-from controlplane.services import Services
 from controlplane.settings import Settings
+from controlplane.store import migrate, sealing
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.services import Services
 
 if TYPE_CHECKING:  # the kubernetes client is imported only where that runtime runs
     from controlplane.runtime.kubernetes.events import EventMirror

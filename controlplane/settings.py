@@ -27,9 +27,9 @@ class Settings(BaseSettings):
     admin_token: str = Field(default="", repr=False)
     # The gateway's route-reader credential: opens the route table, nothing else.
     routes_token: str = Field(default="", repr=False)
-    # Seals service and group tokens at rest (controlplane.sealing); empty: a key file.
+    # Seals service and group tokens at rest (controlplane.store.sealing); empty: a key file.
     secret_key: str = Field(default="", repr=False)
-    # How long the audit trail keeps an entry (controlplane.audit).
+    # How long the audit trail keeps an entry (controlplane.store.audit).
     audit_retention_days: float = Field(default=90.0, gt=0)
     cluster_id: str = "local"
     public_url: str = ""  # what endpoints are shown as; empty: the server's own address

@@ -56,9 +56,9 @@ groups: create, change, scale, delete, tokens) or `viewer` (reads only), and opt
 `Services`, globs (`*`, `?`) of the service and group names they cover (all when omitted;
 an admin is never narrowed; the names a write's body gives, a new service's `name` and the
 `metadata.group` it joins, must match too). The action of a call is its route's name below
-(the SDK's action name); an action `controlplane/roles.py` does not classify is admin-only. The
-secret is shown once and sealed at rest with `OPENEAS_SECRET_KEY`; a deleted key is refused
-by every control-plane replica within a second.
+(the SDK's action name); an action `controlplane/model/roles.py` does not classify is
+admin-only. The secret is shown once and sealed at rest with `OPENEAS_SECRET_KEY`; a deleted
+key is refused by every control-plane replica within a second.
 
 Refusals: `401` `MissingAuthorization`, `InvalidAccessKeyId.NotFound` (unknown or revoked),
 `SignatureDoesNotMatch` (secret, path, query, a signed header or the body changed),

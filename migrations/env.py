@@ -6,9 +6,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from controlplane.db import make_engine
-from controlplane.models import Base
 from controlplane.settings import Settings
+from controlplane.store.db import make_engine
+from controlplane.store.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -139,7 +139,7 @@ class _Fault:
     after: int = 0
     rate: float = 0.0  # bytes/s, for "slow"
     match: Callable[[Call], bool] | None = None
-    action: Callable[[], None] | None = None  # "before": run ahead of the request
+    action: Callable[[], object] | None = None  # "before": run ahead of the request
 
 
 @dataclass
@@ -230,7 +230,7 @@ class OssServer:
         return self._store(bucket_, key, path, "application/octet-stream", None, parts).etag
 
     def before_next(
-        self, action: Callable[[], None], n: int = 1, match: Callable[[Call], bool] | None = None
+        self, action: Callable[[], object], n: int = 1, match: Callable[[Call], bool] | None = None
     ) -> None:
         """Run ``action`` (another writer, e.g. :meth:`put` replacing the object) just
         before the next ``n`` (matching) requests are served."""

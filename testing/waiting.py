@@ -23,13 +23,14 @@ class WaitTimeout(AssertionError):
 
 
 def wait_until(
-    condition: Callable[[], T],
+    condition: Callable[[], T | None],
     timeout: float = DEFAULT_TIMEOUT,
     *,
     interval: float = 0.02,
     what: str = "",
 ) -> T:
-    """Poll ``condition()`` until it returns something truthy; returns that value."""
+    """Poll ``condition()`` until it returns something truthy; returns that value (so never
+    None: a condition that answers ``X | None`` gives an ``X``)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -42,7 +43,7 @@ def wait_until(
 
 @overload
 async def wait_until_async(
-    condition: Callable[[], Awaitable[T]],
+    condition: Callable[[], Awaitable[T | None]],
     timeout: float = ...,
     *,
     interval: float = ...,
@@ -52,7 +53,7 @@ async def wait_until_async(
 
 @overload
 async def wait_until_async(
-    condition: Callable[[], T],
+    condition: Callable[[], T | None],
     timeout: float = ...,
     *,
     interval: float = ...,

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from controlplane import migrate
+from controlplane.store import migrate
 
 POSTGRES_URL = os.environ.get(
     "OPENEAS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -12,8 +12,6 @@ from fastapi.openapi.utils import get_openapi
 from sqlalchemy import Engine, select, text
 
 from controlplane import metrics as metrics_mod
-from controlplane import route_feed, sealing
-from controlplane.accesskeys import AccessKeys
 from controlplane.api import (
     auth,
     console_routes,
@@ -26,18 +24,20 @@ from controlplane.api import (
 )
 from controlplane.api import groups as groups_api
 from controlplane.api import services as services_api
-from controlplane.audit import AuditTrail
-from controlplane.db import make_sessions
-from controlplane.errors import FieldProblem
-from controlplane.groups import Groups
-from controlplane.models import ServiceRow
-from controlplane.queues import Backlog
+from controlplane.elasticity.queues import Backlog
+from controlplane.elasticity.scaling_loop import Autoscaling
+from controlplane.model.errors import FieldProblem
+from controlplane.model.spec import Check, ServiceSpec
 from controlplane.runtime import make_log_source
 from controlplane.runtime.base import LogSource
-from controlplane.scaling_loop import Autoscaling
-from controlplane.services import Services
 from controlplane.settings import Settings
-from controlplane.spec import Check, ServiceSpec
+from controlplane.store import route_feed, sealing
+from controlplane.store.accesskeys import AccessKeys
+from controlplane.store.audit import AuditTrail
+from controlplane.store.db import make_sessions
+from controlplane.store.groups import Groups
+from controlplane.store.services import Services
+from controlplane.store.tables import ServiceRow
 
 
 def deployment_checks(settings: Settings) -> list[Check]:

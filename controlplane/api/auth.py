@@ -7,7 +7,7 @@
 - :func:`authorize` is the one dependency every route declares. The action is the route's
   ``name=`` (the SDK's action name), the resource its ``name``/``group`` path parameter;
   a write's JSON body may name more (``name``, ``metadata.group``), each checked alike.
-  ``controlplane.roles`` decides.
+  ``controlplane.model.roles`` decides.
 - :class:`AuditMiddleware` gives every request a RequestId and records writes and refusals
   once their status is known.
 
@@ -37,10 +37,10 @@ from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contract import signing
-from controlplane.accesskeys import AccessKeys, Key
-from controlplane.audit import AuditTrail, Entry
-from controlplane.errors import Refused
-from controlplane.roles import ROOT, ROUTE_READER, Kind, Principal, kind, refusal
+from controlplane.model.errors import Refused
+from controlplane.model.roles import ROOT, ROUTE_READER, Kind, Principal, kind, refusal
+from controlplane.store.accesskeys import AccessKeys, Key
+from controlplane.store.audit import AuditTrail, Entry
 
 WINDOW = timedelta(minutes=15)  # how far a signed request's time may be from ours
 # Path parameters that name the resource an action is on, most specific first.

@@ -13,10 +13,10 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from controlplane.api.auth import authorize
-from controlplane.load_reports import Signals
-from controlplane.metrics_history import POINTS, STEP_S
-from controlplane.services import Services
+from controlplane.elasticity.load_reports import LoadReports
+from controlplane.elasticity.metrics_history import POINTS, STEP_S
 from controlplane.settings import Settings
+from controlplane.store.services import Services
 
 FILES = Path(__file__).resolve().parents[1] / "console_assets"
 # The whole console; read once, so a request can name nothing else.
@@ -52,7 +52,7 @@ class ServiceMetrics(BaseModel):
     Points: list[MetricPoint]
 
 
-def router(services: Services, settings: Settings, signals: Signals) -> APIRouter:
+def router(services: Services, settings: Settings, signals: LoadReports) -> APIRouter:
     api = APIRouter()
     assets = {name: (FILES / name).read_bytes() for name in ASSETS}
 

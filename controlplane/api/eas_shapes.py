@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from controlplane.models import EventRow, ServiceRow, ServiceVersionRow
-from controlplane.spec import Autoscaler
+from controlplane.model.spec import Autoscaler
+from controlplane.store.tables import EventRow, ServiceRow, ServiceVersionRow
 
 
 def eas_time(t: datetime) -> str:

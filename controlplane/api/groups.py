@@ -14,13 +14,13 @@ from controlplane.api import eas_shapes, schemas
 from controlplane.api.auth import authorize
 from controlplane.api.endpoints import endpoints_of
 from controlplane.api.visibility import sees_token
-from controlplane.errors import FieldProblem, InvalidSpec
-from controlplane.groups import Group, Groups, TrafficMode
-from controlplane.models import ServiceRow
-from controlplane.paging import MAX_PAGE_NUMBER
-from controlplane.roles import Principal
-from controlplane.services import Services
+from controlplane.model.errors import FieldProblem, InvalidSpec
+from controlplane.model.paging import MAX_PAGE_NUMBER
+from controlplane.model.roles import Principal
 from controlplane.settings import Settings
+from controlplane.store.groups import Group, Groups, TrafficMode
+from controlplane.store.services import Services
+from controlplane.store.tables import ServiceRow
 
 
 class TrafficModeRequest(BaseModel):

@@ -1,5 +1,5 @@
 """REST handlers for AccessKey pairs (``/api/v2/accesskeys``) and the audit trail
-(``/api/v2/audit``). Both are the admin role's alone (``controlplane.roles``)."""
+(``/api/v2/audit``). Both are the admin role's alone (``controlplane.model.roles``)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from controlplane.accesskeys import AccessKeys
 from controlplane.api.auth import authorize
-from controlplane.audit import AuditTrail
-from controlplane.errors import FieldProblem, InvalidSpec
-from controlplane.models import AccessKeyRow
-from controlplane.roles import Role
+from controlplane.model.errors import FieldProblem, InvalidSpec
+from controlplane.model.roles import Role
+from controlplane.store.accesskeys import AccessKeys
+from controlplane.store.audit import AuditTrail
+from controlplane.store.tables import AccessKeyRow
 
 
 class AccessKeyCreate(BaseModel):

@@ -23,12 +23,12 @@ from contract.wire import (
     WakeAnswer,
     WakeRequest,
 )
-from controlplane import route_feed
 from controlplane.api.auth import authorize
+from controlplane.elasticity.scaling_loop import Autoscaling, NotWakeable
 from controlplane.runtime.base import LogSource, RuntimeError_
-from controlplane.scaling_loop import Autoscaling, NotWakeable
-from controlplane.services import Services
 from controlplane.settings import Settings
+from controlplane.store import route_feed
+from controlplane.store.services import Services
 
 POLL_SECONDS = 0.5  # how soon a change committed by another process is seen
 
@@ -61,7 +61,7 @@ def router(
     scaling: Autoscaling,
 ) -> APIRouter:
     api = APIRouter()
-    # The route-reader token opens the gateway's three calls only (controlplane.roles).
+    # The route-reader token opens the gateway's three calls only (controlplane.model.roles).
     admin = route_reader = [Depends(authorize)]
 
     watch = route_feed.VersionWatch(sessions, POLL_SECONDS)

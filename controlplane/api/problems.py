@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from contract.configfile import ConfigSyntaxError, parse, repaired
-from controlplane.errors import ControlPlaneError, InvalidSpec
+from controlplane.model.errors import ControlPlaneError, InvalidSpec
 
 
 def request_id(request: Request) -> str:

@@ -15,15 +15,15 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from controlplane import cronscaler
 from controlplane.api import eas_shapes, schemas
 from controlplane.api.auth import authorize
 from controlplane.api.endpoints import endpoints_of
 from controlplane.api.problems import json_body
-from controlplane.errors import FieldProblem, InvalidSpec, ServiceNotFound
-from controlplane.scaling_loop import Autoscaling
-from controlplane.services import Services
+from controlplane.elasticity.scaling_loop import Autoscaling
+from controlplane.model import cron_schedule
+from controlplane.model.errors import FieldProblem, InvalidSpec, ServiceNotFound
 from controlplane.settings import Settings
+from controlplane.store.services import Services
 
 PREFIX = "/api/v2/services/{cluster}/{name}"
 
@@ -129,7 +129,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         }
 
     async def set_cron(request: Request, cluster: str, name: str, action: str) -> Any:
-        scaler = cronscaler.parse(json_body(await request.body()))
+        scaler = cron_schedule.parse(json_body(await request.body()))
         await run_in_threadpool(services.set_cron_scaler, cluster, name, scaler, action)
         jobs = len(scaler["ScaleJobs"])
         return {

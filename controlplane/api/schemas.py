@@ -1,5 +1,6 @@
 """Output shapes of the REST API, in EAS's OpenAPI style (PascalCase keys), built from
-stored rows. Input shapes are in ``controlplane.spec``; rows in ``controlplane.models``."""
+stored rows. Input shapes are in ``controlplane.model.spec``; rows in
+``controlplane.store.tables``."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from controlplane.api import eas_shapes
-from controlplane.groups import Group, shares
-from controlplane.models import EventRow, ServiceRow
+from controlplane.store.groups import Group, shares
+from controlplane.store.tables import EventRow, ServiceRow
 
 
 class Endpoints(BaseModel):
@@ -63,7 +64,7 @@ class ServicePublic(Endpoints):
     AccessToken: str | None = None
     # The autoscaler's metric values and last decision, from the leading control plane.
     AutoscalerStatus: dict[str, Any] | None = None
-    # The spec's fields this runtime does not act on, each with why (controlplane.eas_fields).
+    # The spec's fields this runtime does not act on, each with why (controlplane.model.eas_fields).
     NotHonoured: list[dict[str, str]] = []
     # An async service's queues: lengths, dead letters, each replica's consumer (describe).
     QueueStatus: dict[str, Any] | None = None

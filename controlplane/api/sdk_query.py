@@ -7,8 +7,8 @@ import json
 from datetime import UTC, datetime
 from typing import Literal
 
-from controlplane.errors import FieldProblem, InvalidSpec
-from controlplane.services import SortKey
+from controlplane.model.errors import FieldProblem, InvalidSpec
+from controlplane.store.services import SortKey
 
 _SORTS: dict[str, SortKey] = {
     "name": "name",

@@ -14,16 +14,16 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from contract.merge import merge_patch
-from controlplane import safety_lock
 from controlplane.api import eas_shapes, sdk_query
 from controlplane.api.auth import authorize
 from controlplane.api.endpoints import endpoints_of
 from controlplane.api.problems import json_body
 from controlplane.api.visibility import sees_token
-from controlplane.errors import FieldProblem, InvalidSpec, ServiceNotFound
-from controlplane.paging import MAX_PAGE_NUMBER
-from controlplane.services import Services
+from controlplane.model.errors import FieldProblem, InvalidSpec, ServiceNotFound
+from controlplane.model.paging import MAX_PAGE_NUMBER
 from controlplane.settings import Settings
+from controlplane.store import safety_lock
+from controlplane.store.services import Services
 
 PREFIX = "/api/v2/services/{cluster}/{name}"
 

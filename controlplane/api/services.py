@@ -1,7 +1,7 @@
 """REST handlers for ``/api/v2/services``: EAS-shaped paths, admin-authenticated. Each
 route is named after the EAS SDK action it serves (authorization reads the action from it).
 
-Thin: parse, call :class:`controlplane.services.Services`, shape the answer. Errors are raised
+Thin: parse, call :class:`controlplane.store.services.Services`, shape the answer. Errors are raised
 as domain exceptions and turned into problem+json by ``controlplane.api.problems``.
 """
 
@@ -15,19 +15,20 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
-from controlplane import changes, eas_fields, service_watch
 from controlplane.api import eas_shapes, schemas, sdk_query
 from controlplane.api.auth import audit_in, authorize
 from controlplane.api.endpoints import endpoints_of
 from controlplane.api.problems import json_body
 from controlplane.api.visibility import sees_token
-from controlplane.errors import FieldProblem, InvalidSpec
-from controlplane.models import ServiceRow
-from controlplane.paging import MAX_PAGE_NUMBER
-from controlplane.roles import Principal
-from controlplane.scaling_loop import Autoscaling
-from controlplane.services import Services, SortKey
+from controlplane.elasticity.scaling_loop import Autoscaling
+from controlplane.model import eas_fields
+from controlplane.model.errors import FieldProblem, InvalidSpec
+from controlplane.model.paging import MAX_PAGE_NUMBER
+from controlplane.model.roles import Principal
 from controlplane.settings import Settings
+from controlplane.store import changes, service_watch
+from controlplane.store.services import Services, SortKey
+from controlplane.store.tables import ServiceRow
 
 
 def _body(schema: str) -> dict[str, object]:

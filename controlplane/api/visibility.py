@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from controlplane.roles import Principal
+from controlplane.model.roles import Principal
 
 
 def sees_token(request: Request) -> bool:

@@ -89,7 +89,7 @@ class DesiredReplicaSet:
     replicas when it changes (processor, params, resources), but not the replica count."""
 
     service: str  # EAS name
-    object_name: str  # Kubernetes-safe name (controlplane.spec.k8s_name)
+    object_name: str  # Kubernetes-safe name (controlplane.model.spec.k8s_name)
     uid: str
     generation: int
     replicas: int

@@ -27,7 +27,7 @@ from pathlib import Path
 import aiohttp
 
 from contract.progress import WARMED_UP, Progress
-from controlplane.eas_spec import RollingStrategy
+from controlplane.model.eas_spec import RollingStrategy
 from controlplane.runtime.base import (
     DesiredReplicaSet,
     Notify,

@@ -248,8 +248,9 @@ def _write_py(fd: int, data: bytes | memoryview) -> int:
 # error. gateway/http/_nowait.c's when built: they hold the GIL and raise nothing for the common
 # "not now" (each exception and GIL release cost more than a relay's wakeup saves otherwise).
 try:
-    from gateway.http._nowait import readinto as _readinto
-    from gateway.http._nowait import write as _write
+    from gateway.http import _nowait
+
+    _readinto, _write = _nowait.readinto, _nowait.write
 except ImportError:  # built without C (OPENEAS_PURE_PYTHON=1)
     _readinto, _write = _readinto_py, _write_py
 

@@ -39,7 +39,7 @@ def upgrade() -> None:
             sa.Column("template_hash", sa.String(16), nullable=False, server_default="")
         )
         batch.add_column(sa.Column("group_name", sa.String(63), nullable=True))
-        # Room for a sealed token (controlplane.sealing); existing ones are sealed by
+        # Room for a sealed token (controlplane.store.sealing); existing ones are sealed by
         # 'openeas migrate'.
         batch.alter_column("token", type_=sa.String(512), existing_type=sa.String(128))
     # Existing services count as changed at the current version (a delta after an older

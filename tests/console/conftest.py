@@ -18,15 +18,15 @@ from typing import Any
 import httpx
 import pytest
 
-from controlplane import migrate
 from controlplane.api.app import create_app
-from controlplane.db import make_engine, make_sessions
-from controlplane.reconciler import Reconciler
+from controlplane.elasticity.scaling_loop import Autoscaling
+from controlplane.reconcile.reconciler import Reconciler
 from controlplane.runtime.base import DesiredReplicaSet, Notify, ReplicaStatus
-from controlplane.scaling_loop import Autoscaling
-from controlplane.sealing import from_settings
-from controlplane.services import Services
 from controlplane.settings import Settings
+from controlplane.store import migrate
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import from_settings
+from controlplane.store.services import Services
 from testing.waiting import wait_until
 from tests.controlplane.conftest import (  # noqa: F401 (fixtures)
     ADMIN,

@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from contract.wire import SIGNALS_PATH, LoadReport, ServiceLoad
-from controlplane.metrics_history import POINTS, STEP_S, MetricsHistory
+from controlplane.elasticity.metrics_history import POINTS, STEP_S, MetricsHistory
 from testing.waiting import wait_until
 from tests.console.conftest import Platform
 from tests.controlplane.conftest import ADMIN

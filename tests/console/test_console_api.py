@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 
 from contract.configfile import ConfigFileError, read_config
 from contract.wire import SIGNALS_PATH
-from controlplane.db import make_engine, make_sessions
-from controlplane.scaling_loop import Autoscaling
-from controlplane.sealing import from_settings
-from controlplane.services import Services
+from controlplane.elasticity.scaling_loop import Autoscaling
 from controlplane.settings import Settings
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import from_settings
+from controlplane.store.services import Services
 from tests.controlplane.conftest import seed_spec
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seed_triton.config"
@@ -108,12 +108,15 @@ def test_json_damage_without_a_fix_names_where_and_corrects_nothing(client: Test
     assert client.post("/api/v2/services", content=b"\xff{}").status_code == 400
 
 
+def service_load(**load: object) -> dict[str, object]:
+    return {"service": "triton_test", "requests": 0, "concurrency": 0.0} | load
+
+
 def report(reporter: str, **load: object) -> dict[str, object]:
-    base = {"service": "triton_test", "requests": 0, "concurrency": 0.0}
     return {
         "reporter": reporter,
         "interval_s": 0.5,
-        "services": [base | load],
+        "services": [service_load(**load)],
         "latency_bounds_s": [0.01, 0.1, 1.0],
     }
 
@@ -131,7 +134,7 @@ def test_load_reports_become_the_service_charts(client: TestClient, scaling: Aut
         sent = report(reporter, requests=10, completed=10, errors=1, latency=[0, 10, 0, 0])
         assert client.post(SIGNALS_PATH, json=sent).status_code == 204
     # An older gateway's report (no answered counts or histogram) still parses.
-    old = {"reporter": "gw-old", "interval_s": 0.5, "services": [report("x")["services"][0]]}
+    old = {"reporter": "gw-old", "interval_s": 0.5, "services": [service_load()]}
     assert client.post(SIGNALS_PATH, json=old).status_code == 204
 
     got = client.get(url, params={"window": 60}).json()

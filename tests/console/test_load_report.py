@@ -12,11 +12,11 @@ import httpx
 
 from contract.wire import LoadReport
 from controlplane.api.app import create_app
-from controlplane.db import make_engine, make_sessions
-from controlplane.scaling_loop import Autoscaling
-from controlplane.sealing import from_settings
-from controlplane.services import Services
+from controlplane.elasticity.scaling_loop import Autoscaling
 from controlplane.settings import Settings
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import from_settings
+from controlplane.store.services import Services
 from gateway.metrics import GatewayMetrics
 from gateway.reporter import LoadReporter
 from gateway.routing.limits import Activity, InFlight

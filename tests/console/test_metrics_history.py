@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from contract.wire import LoadReport, ServiceLoad
-from controlplane.metrics_history import POINTS, STEP_S, MetricsHistory, quantile
+from controlplane.elasticity.metrics_history import POINTS, STEP_S, MetricsHistory, quantile
 
 BOUNDS = (0.01, 0.1, 1.0)
 

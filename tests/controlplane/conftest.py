@@ -15,9 +15,9 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from controlplane.api.app import create_app
-from controlplane.db import make_engine
-from controlplane.scaling_loop import Autoscaling
+from controlplane.elasticity.scaling_loop import Autoscaling
 from controlplane.settings import Settings
+from controlplane.store.db import make_engine
 from tests.tasks import stop
 
 if TYPE_CHECKING:

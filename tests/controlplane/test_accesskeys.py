@@ -1,4 +1,4 @@
-"""controlplane.accesskeys on each database: secrets sealed at rest, revocation, nonces."""
+"""controlplane.store.accesskeys on each database: secrets sealed at rest, revocation, nonces."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from controlplane import accesskeys
-from controlplane.accesskeys import AccessKeyNotFound, AccessKeys
-from controlplane.db import make_engine, make_sessions
-from controlplane.errors import InvalidSpec
-from controlplane.models import AccessKeyRow, NonceRow, utcnow
-from controlplane.sealing import TokenSealer
+from controlplane.model.errors import InvalidSpec
+from controlplane.store import accesskeys
+from controlplane.store.accesskeys import AccessKeyNotFound, AccessKeys
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.tables import AccessKeyRow, NonceRow, utcnow
 
 
 @pytest.fixture

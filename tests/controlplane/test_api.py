@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
 from contract.wire import token_digest
-from controlplane import changes, service_watch
+from controlplane.store import changes, service_watch
 from tests.controlplane.conftest import ADMIN, seed_spec
 
 SVC = "/api/v2/services/local/triton_test"
@@ -462,10 +462,12 @@ def test_health_ready_and_openapi(client: TestClient) -> None:
 
 def test_unknown_resource_group_is_a_4xx_on_kubernetes(settings: Any) -> None:
     from controlplane.api.app import create_app
-    from controlplane.db import make_engine
-    from controlplane.runtime.kubernetes.settings import KubernetesSettings
+    from controlplane.runtime.kubernetes.settings import KubernetesSettings, ResourceGroup
+    from controlplane.store.db import make_engine
 
-    k8s = KubernetesSettings(resource_groups={"eas-r-gpu": {"node_selector": {"gpu": "a10"}}})
+    k8s = KubernetesSettings(
+        resource_groups={"eas-r-gpu": ResourceGroup(node_selector={"gpu": "a10"})}
+    )
     on_k8s = settings.model_copy(update={"runtime": "kubernetes", "k8s": k8s})
     engine = make_engine(on_k8s.sqlalchemy_url)
     with TestClient(create_app(on_k8s, engine)) as c:

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 
 from contract.wire import ROUTES_PATH, RouteTable
 from controlplane.api.app import create_app
-from controlplane.db import make_engine
 from controlplane.settings import Settings
+from controlplane.store.db import make_engine
 from eascmd import render
 from tests.controlplane.conftest import ADMIN, seed_spec
 from tests.controlplane.test_api import SVC, errors_of

@@ -11,11 +11,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event
 
 from controlplane.api.app import create_app
-from controlplane.audit import AuditTrail, Entry
-from controlplane.db import make_engine, make_sessions
-from controlplane.models import AuditRow, utcnow
-from controlplane.services import Services
 from controlplane.settings import Settings
+from controlplane.store.audit import AuditTrail, Entry
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.services import Services
+from controlplane.store.tables import AuditRow, utcnow
 from tests.controlplane.conftest import ADMIN, seed_spec
 
 

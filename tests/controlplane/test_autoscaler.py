@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from controlplane.scaling_decision import History, decide
-from controlplane.spec import Autoscaler
+from controlplane.elasticity.scaling_decision import History, decide
+from controlplane.model.spec import Autoscaler
 
 
 def scaler(

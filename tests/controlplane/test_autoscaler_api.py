@@ -10,11 +10,11 @@ from fastapi.testclient import TestClient
 
 from contract.wire import SIGNALS_PATH
 from controlplane.api.app import create_app
-from controlplane.db import make_engine, make_sessions
-from controlplane.scaling_loop import Autoscaling
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services
+from controlplane.elasticity.scaling_loop import Autoscaling
 from controlplane.settings import Settings
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_api import errors_of
 

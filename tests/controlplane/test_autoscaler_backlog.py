@@ -9,9 +9,9 @@ import uuid
 import pytest
 import redis
 
-from controlplane.queues import Backlog, input_key
-from controlplane.scaling_decision import decide
-from controlplane.spec import Autoscaler
+from controlplane.elasticity.queues import Backlog, input_key
+from controlplane.elasticity.scaling_decision import decide
+from controlplane.model.spec import Autoscaler
 
 NOW = 1000.0
 

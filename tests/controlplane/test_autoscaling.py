@@ -7,8 +7,8 @@ import asyncio
 from typing import Any
 
 from contract.wire import LoadReport, ServiceLoad
-from controlplane.load_reports import Signals
-from controlplane.scaling_loop import Autoscaling
+from controlplane.elasticity.load_reports import LoadReports
+from controlplane.elasticity.scaling_loop import Autoscaling
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
 
@@ -28,7 +28,7 @@ def report(reporter: str, interval: float = 1.0, **loads: tuple[int, float]) -> 
 
 def test_signals_sum_reporters_and_expire_silent_ones() -> None:
     clock = Clock()
-    signals = Signals(clock=clock)
+    signals = LoadReports(clock=clock)
     woken: list[list[str]] = []
     signals.listeners.append(woken.append)
     signals.receive(report("gw-a", a=(100, 2.0), b=(5, 0.5)))

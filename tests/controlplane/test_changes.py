@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from controlplane import changes
-from controlplane.changes import Changes
+from controlplane.store import changes
+from controlplane.store.changes import Changes
 
 
 async def test_a_fire_from_another_thread_wakes_a_waiter() -> None:

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from controlplane import cronscaler
-from controlplane.cronscaling import CronScaling
-from controlplane.db import make_engine, make_sessions
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services
+from controlplane.elasticity.cron_loop import CronScaling
+from controlplane.model import cron_schedule
 from controlplane.settings import Settings
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services
 from tests.controlplane.conftest import seed_spec
 
 EIGHT = datetime(2026, 12, 7, 8, 0, 0, tzinfo=UTC)
@@ -41,7 +41,7 @@ def make(services: Services, body: dict[str, Any], **extra: Any) -> None:
     spec = seed_spec(name="svc", **extra)
     spec["metadata"]["instance"] = 1
     services.create(spec)
-    services.set_cron_scaler("local", "svc", cronscaler.parse(body), "CreateServiceCronScaler")
+    services.set_cron_scaler("local", "svc", cron_schedule.parse(body), "CreateServiceCronScaler")
 
 
 def test_a_job_sets_the_instance_count(services: Services) -> None:

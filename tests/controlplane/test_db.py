@@ -1,4 +1,4 @@
-"""SQLite write turns (controlplane.db.WriteTurns): concurrent writers of one process all
+"""SQLite write turns (controlplane.store.db.WriteTurns): concurrent writers of one process all
 get through, and every way a transaction ends gives its turn back."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import create_engine, func, insert, select, text
 from sqlalchemy.pool import NullPool
 
-from controlplane import db, migrate
-from controlplane.models import CounterRow
+from controlplane.store import db, migrate
+from controlplane.store.tables import CounterRow
 
 
 def test_concurrent_writers_take_turns_and_every_ending_gives_it_back(

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from controlplane.desired import ServiceState, desired
-from controlplane.spec import StoredSpec
+from controlplane.model.spec import StoredSpec
+from controlplane.model.states import ServiceState
+from controlplane.reconcile.desired import desired
 
 
 def state(**changes: Any) -> ServiceState:

@@ -50,7 +50,7 @@ def test_what_the_local_runtime_cannot_run_is_refused_with_why(client: TestClien
 
 def test_kubernetes_refuses_a_warm_up_it_could_not_replay() -> None:
     from controlplane.api.app import image_warm_up
-    from controlplane.spec import validate_spec
+    from controlplane.model.spec import validate_spec
 
     spec = validate_spec(issue_config(warm_up_data_path="oss://bucket/warm-up"))
     [problem] = image_warm_up(spec)

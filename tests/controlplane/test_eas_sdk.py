@@ -20,9 +20,9 @@ from alibabacloud_eas20210701.client import Client
 from alibabacloud_tea_openapi.models import Config
 from Tea.model import TeaModel
 
-from controlplane import migrate
 from controlplane.server import ControlPlane, bind
 from controlplane.settings import Settings
+from controlplane.store import migrate
 from processors import registry
 from processors.base import Processor
 from testing.waiting import wait_until

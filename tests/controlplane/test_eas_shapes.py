@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from controlplane import cronscaler, safety_lock
 from controlplane.api import eas_shapes, sdk_query
-from controlplane.errors import InvalidSpec
-from controlplane.models import ServiceRow
-from controlplane.spec import StoredSpec
+from controlplane.model import cron_schedule
+from controlplane.model.errors import InvalidSpec
+from controlplane.model.spec import StoredSpec
+from controlplane.store import safety_lock
+from controlplane.store.tables import ServiceRow
 
 T0 = datetime(2026, 12, 7, 7, 59, 58, tzinfo=UTC)  # a Monday
 
@@ -41,7 +42,7 @@ T0 = datetime(2026, 12, 7, 7, 59, 58, tzinfo=UTC)  # a Monday
     ],
 )
 def test_cron_matches(expr: str, when: datetime, matches: bool) -> None:
-    assert cronscaler.parse_cron(expr).matches(when) is matches
+    assert cron_schedule.parse_cron(expr).matches(when) is matches
 
 
 @pytest.mark.parametrize(
@@ -60,8 +61,8 @@ def test_cron_matches(expr: str, when: datetime, matches: bool) -> None:
     ],
 )
 def test_bad_cron_says_what_is_wrong(expr: str, says: str) -> None:
-    with pytest.raises(cronscaler.CronError) as e:
-        cronscaler.parse_cron(expr)
+    with pytest.raises(cron_schedule.CronError) as e:
+        cron_schedule.parse_cron(expr)
     assert says in str(e.value)
 
 
@@ -105,7 +106,7 @@ JOBS: dict[str, Any] = {
 def test_which_job_fired(after: datetime, until: datetime, fired: tuple[str, int] | None) -> None:
     # The Shanghai job only where it is the subject (it fires at 08:00 UTC too).
     jobs = {**JOBS, "ScaleJobs": JOBS["ScaleJobs"] if fired == ("sh", 2) else JOBS["ScaleJobs"][:2]}
-    firing = cronscaler.fired(jobs, after, until)
+    firing = cron_schedule.fired(jobs, after, until)
     if fired is None:
         assert firing is None
     else:
@@ -161,13 +162,13 @@ def test_which_job_fired(after: datetime, until: datetime, fired: tuple[str, int
 )
 def test_bad_cron_scalers_name_the_field(body: Any, field: str, says: str) -> None:
     with pytest.raises(InvalidSpec) as e:
-        cronscaler.parse(body)
+        cron_schedule.parse(body)
     assert any(p.field == field and says in p.message for p in e.value.problems), e.value
 
 
 def test_a_cron_scaler_is_kept_with_named_jobs_and_zones() -> None:
     body = {"ScaleJobs": [{"Schedule": "0 0 8 * * *", "TargetSize": 2}]}
-    assert cronscaler.parse(body) == {
+    assert cron_schedule.parse(body) == {
         "ScaleJobs": [
             {"Name": "job-1", "Schedule": "0 0 8 * * *", "TargetSize": 2, "TimeZone": "UTC"}
         ],

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from controlplane import eas_fields
-from controlplane.eas_spec import RollingStrategy
-from controlplane.errors import InvalidSpec
-from controlplane.spec import StoredSpec, split_token, validate_spec
+from controlplane.model import eas_fields
+from controlplane.model.eas_spec import RollingStrategy
+from controlplane.model.errors import InvalidSpec
+from controlplane.model.spec import StoredSpec, split_token, validate_spec
 
 REPO = "oss://bucket/models/triton/"
 
@@ -275,8 +275,8 @@ def test_a_command_with_an_unclosed_quote_is_refused_with_the_field() -> None:
 
 @pytest.mark.parametrize(("ready", "limit"), [(0, 5), (1, 5), (3, 15)])
 def test_rate_limit_is_per_instance_at_the_gateway(ready: int, limit: int) -> None:
-    from controlplane import route_feed
-    from controlplane.models import ServiceRow
+    from controlplane.store import route_feed
+    from controlplane.store.tables import ServiceRow
 
     spec = stored({**issue_config(), "metadata": {"name": "triton_mnist", "rpc.rate_limit": 5}})
     replicas: list[dict[str, Any]] = [

@@ -14,8 +14,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 from controlplane.api.app import create_app
-from controlplane.db import make_engine
 from controlplane.settings import Settings
+from controlplane.store.db import make_engine
 from tests.controlplane.conftest import ADMIN
 
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -23,7 +23,7 @@ AUTH = {"Authorization": f"Bearer {ADMIN}"}
 
 @pytest.fixture(scope="module")
 def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from controlplane import migrate
+    from controlplane.store import migrate
 
     data = Path(tmp_path_factory.mktemp("fuzz"))
     fuzz_settings = Settings(data_dir=data, admin_token=ADMIN)

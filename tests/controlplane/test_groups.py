@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from contract.wire import ROUTES_PATH, RouteTable, token_digest
-from controlplane.groups import shares
-from controlplane.models import ServiceRow
-from controlplane.spec import StoredSpec
+from controlplane.model.spec import StoredSpec
+from controlplane.store.groups import shares
+from controlplane.store.tables import ServiceRow
 from tests.controlplane.conftest import seed_spec
 
 GROUPS = "/api/v2/groups"

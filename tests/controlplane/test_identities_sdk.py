@@ -20,8 +20,8 @@ from alibabacloud_tea_openapi.utils import Utils
 
 from contract import signing
 from controlplane.api.app import create_app
-from controlplane.db import make_engine
 from controlplane.settings import Settings
+from controlplane.store.db import make_engine
 from tests.controlplane.conftest import ADMIN, LiveServer, seed_spec
 
 

@@ -76,8 +76,8 @@ def test_logs_are_served_by_a_control_plane_that_does_not_reconcile(
 
 def test_logs_on_an_unreachable_cluster_are_a_clear_503(settings: Settings) -> None:
     from controlplane.api.app import create_app
-    from controlplane.db import make_engine
     from controlplane.runtime.kubernetes.settings import KubernetesSettings
+    from controlplane.store.db import make_engine
 
     k8s = KubernetesSettings(kubeconfig=str(settings.data_dir / "no-such-kubeconfig"))
     on_k8s = settings.model_copy(update={"runtime": "kubernetes", "k8s": k8s})
@@ -115,7 +115,7 @@ def test_a_commit_in_this_process_wakes_the_long_poll(
 def test_the_routes_token_opens_the_route_table_and_nothing_else(settings: Settings) -> None:
     """Exactly the gateway's three calls: the route table, load reports and wake-ups."""
     from controlplane.api.app import create_app
-    from controlplane.db import make_engine
+    from controlplane.store.db import make_engine
 
     routes_token = "routes-reader-token-0123456789"
     scoped = settings.model_copy(update={"routes_token": routes_token})

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane.db import make_engine, make_sessions
-from controlplane.lease import Lease
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.lease import Lease
 
 
 @pytest.fixture

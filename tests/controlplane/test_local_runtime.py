@@ -219,7 +219,7 @@ async def test_a_replica_ignoring_sigterm_is_killed_with_its_group_after_the_gra
     (replica,) = await wait_until_async(lambda: pids(rt))
     try:
         await until(states_are(rt, ["Running"]))
-        log = await wait_until_async(lambda: "stub pid" in (text := replica_log(tmp_path)) and text)
+        log = await wait_until_async(lambda: stub_announced(tmp_path))
         stub = int(log.split("stub pid ")[1].split()[0])
         stopping = time.monotonic()
         assert not await rt.delete("svc")
@@ -231,6 +231,12 @@ async def test_a_replica_ignoring_sigterm_is_killed_with_its_group_after_the_gra
         with contextlib.suppress(ProcessLookupError):
             os.killpg(replica, signal.SIGKILL)  # so that close() returns whatever happened
         await rt.close()
+
+
+def stub_announced(data_dir: Path) -> str | None:
+    """The replica's log once its stub has written its pid there."""
+    text = replica_log(data_dir)
+    return text if "stub pid" in text else None
 
 
 def replica_log(data_dir: Path) -> str:
@@ -342,7 +348,7 @@ async def test_what_a_crashed_replica_leaves_in_its_group_goes_with_it(tmp_path:
     rt = LocalRuntime(tmp_path, lambda _: None, probe_interval=0.05, drain_seconds=0.0)
     await rt.apply(want(behaviour="crash-leaving-stub"))
     try:
-        log = await wait_until_async(lambda: "stub pid" in (text := replica_log(tmp_path)) and text)
+        log = await wait_until_async(lambda: stub_announced(tmp_path))
         stub = int(log.split("stub pid ")[1].split()[0])
         await wait_until_async(lambda: not is_alive(stub), timeout=10)
     finally:

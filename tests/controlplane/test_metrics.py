@@ -16,13 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from controlplane.elasticity.scaling_loop import Autoscaling
 from controlplane.metrics import NAMES, ControlPlaneMetrics, Probe, ServiceRow, by_status
-from controlplane.scaling_loop import Autoscaling
 from testing.waiting import WaitTimeout, wait_until
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_autoscaling import report
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
 from tests.fixtures_triton import free_port
+from tests.tasks import stop
 
 BIN = Path(sys.executable).parent
 
@@ -123,8 +124,7 @@ async def counted(
     task = asyncio.create_task(reconciler.run())
     await harness.until(lambda: reconciler.is_leader)
     yield harness, scaling, metrics
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    await stop(task)
 
 
 async def test_the_leader_counts_reconciles_and_autoscaler_decisions(

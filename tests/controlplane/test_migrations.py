@@ -13,9 +13,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from controlplane import migrate
-from controlplane.db import make_engine
-from controlplane.models import Base
+from controlplane.store import migrate
+from controlplane.store.db import make_engine
+from controlplane.store.tables import Base
 from tests.fixtures_db import _reset_postgres
 
 

@@ -1,4 +1,4 @@
-"""The service list's page query (controlplane.services.page_query), as a table: every
+"""The service list's page query (controlplane.store.services.page_query), as a table: every
 sort, order, page size and page, by number and by the previous page's token, answers what
 sorting all the rows in Python answers."""
 
@@ -12,10 +12,10 @@ from typing import Literal
 import pytest
 from sqlalchemy import update
 
-from controlplane.db import make_engine, make_sessions
-from controlplane.models import ServiceRow
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services, SortKey
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services, SortKey
+from controlplane.store.tables import ServiceRow
 from tests.controlplane.conftest import seed_spec
 
 NAMES = ["m", "c", "x", "a", "q", "b", "z"]

@@ -7,7 +7,7 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -15,24 +15,25 @@ from sqlalchemy import event, func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from contract.progress import Progress
-from controlplane import changes, route_feed
-from controlplane.db import make_engine, make_sessions
-from controlplane.models import ServiceRow
-from controlplane.reconciler import BATCH, Reconciler
-from controlplane.resync import KeptRows
+from controlplane.model.kept_rows import KeptRows
+from controlplane.model.states import Status
+from controlplane.reconcile.reconciler import BATCH, Reconciler
 from controlplane.runtime.base import (
     DesiredReplicaSet,
     Notify,
     Observation,
     PermanentRuntimeError,
+    ReplicaState,
     ReplicaStatus,
     ReplicaSummary,
     TemporaryRuntimeError,
 )
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services
-from controlplane.status import Status
-from controlplane.store import ReconcileStore, StatusWrite
+from controlplane.store import changes, route_feed
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.queries import ReconcileStore, StatusWrite
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services
+from controlplane.store.tables import ServiceRow
 from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec
 from tests.tasks import stop
@@ -108,7 +109,7 @@ class FakeRuntime:
     async def close(self) -> None:
         self.closed = True
 
-    def set_all(self, service: str, state: str, **kw: Any) -> None:
+    def set_all(self, service: str, state: ReplicaState, **kw: Any) -> None:
         self.replicas[service] = [
             ReplicaStatus(
                 r.name,
@@ -117,7 +118,7 @@ class FakeRuntime:
                 endpoint=f"http://127.0.0.1:{9000 + i}",
                 grpc_endpoint=f"http://127.0.0.1:{9100 + i}",
                 **kw,
-            )  # type: ignore[arg-type]
+            )
             for i, r in enumerate(self.replicas[service])
         ]
         self.notify(service)
@@ -142,7 +143,7 @@ class Harness:
     def row(self, name: str = "triton_test") -> Any:
         return self.services.get("local", name)
 
-    async def until(self, check: Callable[[], bool], timeout: float = 15.0) -> None:
+    async def until(self, check: Callable[[], object], timeout: float = 15.0) -> None:
         await wait_until_async(check, timeout)
 
     def reasons(self, name: str = "triton_test") -> list[str]:
@@ -502,11 +503,11 @@ async def test_a_burst_of_creates_is_reconciled_in_batches(harness: Harness) -> 
     batches: list[int] = []
     write = reconciler.store.write_statuses
 
-    def counted(writes: list[StatusWrite]) -> set[str]:
+    def counted(writes: Sequence[StatusWrite]) -> set[str]:
         batches.append(len(writes))
         return write(writes)
 
-    reconciler.store.write_statuses = counted  # type: ignore[method-assign]
+    reconciler.store.write_statuses = counted  # type: ignore[method-assign]  # counts the batches
     task = asyncio.create_task(reconciler.run())
     try:
         await harness.until(

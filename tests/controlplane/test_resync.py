@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane import resync
-from controlplane.resync import StoredSummary, drifted
+from controlplane.model.kept_rows import KeptRows
+from controlplane.model.states import StoredSummary
+from controlplane.reconcile import resync
+from controlplane.reconcile.resync import drifted
 from controlplane.runtime.base import ReplicaSummary
 
 H = frozenset({"h1"})
@@ -75,7 +77,7 @@ def test_kept_rows_fold_what_changed(
     removed: list[str],
     expected: dict[str, int],
 ) -> None:
-    rows = resync.KeptRows()
+    rows = KeptRows()
     rows.fold(1, kept)
     rows.fold(2, changed, removed)
     assert rows.version == 2

@@ -1,4 +1,4 @@
-"""controlplane.roles: who may do what, as a table."""
+"""controlplane.model.roles: who may do what, as a table."""
 
 from __future__ import annotations
 
@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from controlplane.roles import ROOT, ROUTE_READER, Kind, Principal, kind, like_pattern, refusal
+from controlplane.model.roles import (
+    ROOT,
+    ROUTE_READER,
+    Kind,
+    Principal,
+    kind,
+    like_pattern,
+    refusal,
+)
 
 DEV = Principal("OEAKDEV", "developer", ("team_a_*", "shared"))
 DEV_ALL = Principal("OEAKDEVALL", "developer")
@@ -77,9 +85,9 @@ def test_every_named_route_is_classified() -> None:
     from fastapi.routing import APIRoute
 
     from controlplane.api.app import create_app
-    from controlplane.db import make_engine
-    from controlplane.roles import ACTIONS
+    from controlplane.model.roles import ACTIONS
     from controlplane.settings import Settings
+    from controlplane.store.db import make_engine
 
     with tempfile.TemporaryDirectory() as d:
         settings = Settings(data_dir=Path(d), admin_token="t" * 32)

@@ -12,14 +12,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, update
 
 from contract.wire import ROUTES_PATH, Route, RouteTable
-from controlplane import route_feed
 from controlplane.api.app import create_app
-from controlplane.changes import commit_watch
-from controlplane.db import make_engine, make_sessions
-from controlplane.models import CounterRow
-from controlplane.sealing import SealError
 from controlplane.settings import Settings
-from controlplane.store import ReconcileStore
+from controlplane.store import route_feed
+from controlplane.store.changes import commit_watch
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.queries import ReconcileStore
+from controlplane.store.sealing import SealError
+from controlplane.store.tables import CounterRow
 from tests.controlplane.conftest import ADMIN, seed_spec
 
 

@@ -8,23 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 import pytest
 from fastapi.testclient import TestClient
 
 from contract.progress import Progress
 from contract.wire import WAKE_PATH
-from controlplane import route_feed
 from controlplane.api.app import create_app
-from controlplane.coldstart import ColdStart, breakdown, phase_of
-from controlplane.db import make_engine, make_sessions
-from controlplane.desired import ServiceState
+from controlplane.elasticity.coldstart import ColdStart, breakdown, phase_of
+from controlplane.elasticity.scaling_loop import Autoscaling, NotWakeable
+from controlplane.model.states import ServiceState
 from controlplane.runtime.base import ReplicaStatus
-from controlplane.scaling_loop import Autoscaling, NotWakeable
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services
 from controlplane.settings import Settings
+from controlplane.store import route_feed
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_autoscaling import report
 from tests.controlplane.test_reconciler import Harness, harness  # noqa: F401  (fixture)
@@ -44,6 +45,22 @@ def to_zero(grace: int = 1, activation: int = 1, window: int = 0) -> dict[str, A
             },
         },
     }
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def held(call: Callable[P, R], done: threading.Event, go_on: threading.Event) -> Callable[P, R]:
+    """``call``, which then sets ``done`` and waits (5 s at most) for ``go_on``."""
+
+    def holding(*args: P.args, **kwargs: P.kwargs) -> R:
+        result = call(*args, **kwargs)
+        done.set()
+        go_on.wait(5)
+        return result
+
+    return holding
 
 
 def instances(h: Harness, name: str = "triton_test") -> Any:
@@ -77,16 +94,17 @@ async def test_idle_service_goes_to_zero_and_a_wake_up_brings_it_back(
     assert to_zero_event.startswith("scaled 1→0: no request for ")
     assert to_zero_event.endswith(" s (grace period 1 s)")
     assert route(h).wakeable and route(h).endpoints == []
-    assert h.runtime is not None and h.runtime.replicas["triton_test"] == []
+    runtime = h.runtime
+    assert runtime is not None and runtime.replicas["triton_test"] == []
 
     assert await scaling.wake("triton_test") == 2
     assert instances(h) == 2
     assert events(h, "Woken") == ["scaled 0→2: woken by a request"]
-    await h.until(lambda: len(h.runtime.replicas.get("triton_test", [])) == 2)
+    await h.until(lambda: len(runtime.replicas.get("triton_test", [])) == 2)
     assert await scaling.wake("triton_test") == 2  # a second gateway: nothing more written
     assert events(h, "Woken") == ["scaled 0→2: woken by a request"]
 
-    h.runtime.set_all("triton_test", "Running")
+    runtime.set_all("triton_test", "Running")
     await h.until(lambda: h.row().status == "Running")
     await h.until(lambda: len(events(h, "ColdStart")) == 1)
     (cold,) = events(h, "ColdStart")
@@ -113,15 +131,8 @@ async def test_a_read_of_the_wake_up_during_its_write_does_not_scale_it_back(
     loop = asyncio.create_task(scaling.run())
 
     written, go_on = threading.Event(), threading.Event()
-    write = h.services.autoscale
-
-    def slow_write(*args: Any) -> int | None:
-        done = write(*args)
-        written.set()
-        go_on.wait(5)
-        return done
-
-    h.services.autoscale = slow_write  # type: ignore[method-assign]
+    # A spy: the wake-up's write, held until the test lets it go on.
+    h.services.autoscale = held(h.services.autoscale, written, go_on)  # type: ignore[method-assign]
     try:
         waking = asyncio.create_task(scaling.wake("triton_test"))
         assert await asyncio.to_thread(written.wait, 5)
@@ -145,7 +156,9 @@ async def test_the_grace_period_counts_from_the_wake_up_and_requests(
     await h.until(lambda: h.row().status == "ScaledToZero")
     loop = asyncio.get_running_loop()
     await scaling.wake("triton_test")
-    await h.until(lambda: len(h.runtime.replicas.get("triton_test", [])) == 1)
+    runtime = h.runtime
+    assert runtime is not None  # made when the reconciler began to lead
+    await h.until(lambda: len(runtime.replicas.get("triton_test", [])) == 1)
     # Waking is not idle: a replica slower to start than the grace period is kept.
     await asyncio.sleep(2.5)
     assert instances(h) == 1

@@ -10,10 +10,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from controlplane import cli, sealing
-from controlplane.db import make_engine
-from controlplane.sealing import SealError, TokenSealer
+from controlplane import cli
 from controlplane.settings import Settings
+from controlplane.store import sealing
+from controlplane.store.db import make_engine
+from controlplane.store.sealing import SealError, TokenSealer
 from tests.controlplane.conftest import seed_spec
 
 TOKEN = "my-custom-service-token-0123456789"

@@ -18,9 +18,10 @@ import pytest
 import uvicorn
 
 from contract.wire import ROUTES_PATH
-from controlplane import cli, migrate, route_feed
+from controlplane import cli
 from controlplane.server import ControlPlane, bind
 from controlplane.settings import Settings
+from controlplane.store import migrate, route_feed
 from testing.waiting import wait_until
 from tests.controlplane.conftest import ADMIN
 

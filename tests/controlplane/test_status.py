@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from controlplane.desired import ServiceState, desired
+from controlplane.model.spec import StoredSpec
+from controlplane.model.states import ServiceState
+from controlplane.reconcile.desired import desired
+from controlplane.reconcile.status import compute
 from controlplane.runtime.base import Observation, ReplicaStatus
-from controlplane.spec import StoredSpec
-from controlplane.status import compute
 
 SPEC = StoredSpec.model_validate(
     {"name": "s", "processor": "triton", "processor_params": [], "metadata": {"instance": 2}}

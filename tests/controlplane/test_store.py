@@ -7,8 +7,8 @@ from pathlib import Path
 
 from sqlalchemy import Select, text
 
-from controlplane import migrate, store
-from controlplane.db import make_engine
+from controlplane.store import migrate, queries
+from controlplane.store.db import make_engine
 
 
 def plan(url: str, query: Select[str]) -> str:
@@ -23,6 +23,6 @@ def plan(url: str, query: Select[str]) -> str:
 def test_the_reconcilers_poll_reads_only_the_pending_index(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'x.db'}"
     migrate.upgrade(url)
-    assert plan(url, store.pending("local")) == (
+    assert plan(url, queries.pending("local")) == (
         "SEARCH services USING INDEX ix_services_pending (cluster=?)"
     )

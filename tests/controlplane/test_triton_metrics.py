@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from controlplane.triton_metrics import QueueTimes, counters
+from controlplane.elasticity.triton_metrics import QueueTimes, counters
 from testing.waiting import wait_until
 from tests.fixtures_triton import TritonServer, check_example_models
 

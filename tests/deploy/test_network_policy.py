@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from controlplane.desired import ServiceState, desired
+from controlplane.model.spec import StoredSpec
+from controlplane.model.states import ServiceState
+from controlplane.reconcile.desired import desired
 from controlplane.runtime.kubernetes.manifests import desired_objects
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.spec import StoredSpec
 from tests.deploy.chart import NAMESPACE, Obj, find, render
 
 SERVING = "openeas-serving"

@@ -22,15 +22,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from controlplane.desired import ServiceState, desired
-from controlplane.models import EventRow
+from controlplane.model.spec import StoredSpec
+from controlplane.model.states import ServiceState
+from controlplane.reconcile.desired import desired
 from controlplane.runtime.base import DesiredReplicaSet
 from controlplane.runtime.kubernetes.client import KubeClient
 from controlplane.runtime.kubernetes.events import kube_event
 from controlplane.runtime.kubernetes.logs import KubernetesLogs
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.spec import StoredSpec
+from controlplane.store.tables import EventRow
 from testing import k8s_server as ks
 from testing.waiting import wait_until_async
 from tests.deploy.chart import ROOT, VALUE_SETS, Obj, find, render

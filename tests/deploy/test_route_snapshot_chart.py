@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from controlplane.db import make_engine, make_sessions
 from controlplane.runtime.kubernetes.route_snapshot import KEY, RouteSnapshotPublisher
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services
 from tests.controlplane.conftest import seed_spec
 from tests.deploy.chart import NAMESPACE, Obj, container, find, render
 from tests.deploy.test_rbac import _PATH, _VERBS, AuditedStandIn

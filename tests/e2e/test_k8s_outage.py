@@ -68,10 +68,14 @@ class Proc:
 class Cluster:
     """The API stand-in with its kubelet, control planes, a Service over them, a gateway."""
 
-    def __init__(self, tmp: Path, database_url: str, **kubelet: float) -> None:
+    def __init__(
+        self, tmp: Path, database_url: str, *, pull_seconds: float = 0.0, load_seconds: float = 0.0
+    ) -> None:
         self.tmp = tmp
         self.api = ApiStandIn().start()
-        self.kubelet = Kubelet(self.api, **kubelet).start()
+        self.kubelet = Kubelet(
+            self.api, pull_seconds=pull_seconds, load_seconds=load_seconds
+        ).start()
         self.env = {
             **os.environ,
             "HOME": str(tmp / "home"),

@@ -21,9 +21,9 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from controlplane import migrate
 from controlplane.server import ControlPlane, bind
 from controlplane.settings import Settings
+from controlplane.store import migrate
 from gateway.app import GatewayRunner, start_gateway
 from gateway.route_source import ControlPlaneRouteSource
 from gateway.settings import GatewaySettings

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -98,7 +99,7 @@ class FakeClient:
     def service_path(self, name: str, action: str = "") -> str:
         return name
 
-    def watch(self, path: str, after: str | None, wait: float) -> tuple[dict[str, Any], str]:
+    def watch(self, path: str, after: str | None, wait: float) -> tuple[dict[str, Any], str | None]:
         assert 0 < wait <= cli.WATCH_S
         self.afters.append(after)
         n, status = next(self._statuses)
@@ -142,7 +143,7 @@ def test_against_a_server_without_long_polls_it_polls_at_its_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     slept: list[float] = []
-    monkeypatch.setattr(cli.time, "sleep", slept.append)
+    monkeypatch.setattr(time, "sleep", slept.append)  # the module eascmd.cli sleeps with
     client = OlderServer(
         [service("Waiting", replica(0, "Pending", None))] * 2 + [service("Running")]
     )

@@ -455,7 +455,9 @@ def test_client_disconnect_cancels_upstream(
 
 def coroutine_paths(gw: Gateway, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records each call that takes the coroutine path rather than the callback one."""
-    slow = gw.runner.gateway._predict.slow
+    predict = gw.runner.gateway._predict
+    assert predict is not None  # made when the gateway started
+    slow = predict.slow
     taken: list[str] = []
     original = slow.run
 

@@ -45,7 +45,10 @@ def test_collect_counts_requests_and_mean_in_flight() -> None:
     clock.now += 0.5  # over 1 s: a had 2 in flight for 0.5 s, then 1; b had 1 for 0.5 s
     got = reporter.collect()
     assert got is not None and got.interval_s == pytest.approx(1.0)
-    loads = {s.service: (s.requests, s.concurrency) for s in got.services}
+    # object: the expected side holds pytest.approx where the floats are
+    loads: dict[str, tuple[int, object]] = {
+        s.service: (s.requests, s.concurrency) for s in got.services
+    }
     assert loads == {"a": (2, pytest.approx(1.5)), "b": (1, pytest.approx(0.5))}
 
     clock.now += 1.0  # a's last request still runs: reported again; b went quiet: a zero

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import random
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from gateway.app import Gateway
 from gateway.http.forwarding import read_body
 from gateway.http.listener import HttpServer
 from gateway.http.server import SHARED_HEAD_BYTES, SHARED_HEADS, HttpConnection, Request
+from gateway.http.writes import Chunk
 from gateway.route_source import StaticRouteSource
 from gateway.settings import GatewaySettings
 from testing.waiting import wait_until, wait_until_async
@@ -83,10 +85,10 @@ class ListSink:
     def __init__(self) -> None:
         self.data: list[bytes] = []
 
-    def write_body(self, data: bytes) -> None:
+    def write_body(self, data: Chunk) -> None:
         self.data.append(bytes(data))
 
-    def splice_target(self) -> None:
+    def splice_target(self) -> tuple[int, Callable[[], int]] | None:
         return None  # a list, not a socket: every byte passes through write_body
 
 

@@ -50,7 +50,7 @@ class Replica:
     slow: bool = False
     early: bool = False
     bodies: list[bytes] = field(default_factory=list)
-    server: asyncio.AbstractServer | None = None
+    server: asyncio.Server | None = None
 
     async def start(self) -> None:
         sock = socket.socket()

@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from gateway.http.writes import SEND, SENDV, Sender, send_nowait, sendv_nowait
 from tests.gateway.harness import LOOPS
 
 
-def run(loop: str, scenario: Callable[[], Awaitable[None]]) -> None:
+def run(loop: str, scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
     with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
         runner.run(scenario())
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from controlplane.desired import ServiceState, desired
-from controlplane.reconciler import Reconciler
+from controlplane.elasticity.scaling_loop import Autoscaling
+from controlplane.model.states import ServiceState
+from controlplane.reconcile.desired import desired
+from controlplane.reconcile.reconciler import Reconciler
 from controlplane.runtime.base import DesiredReplicaSet, Notify
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.scaling_loop import Autoscaling
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
 from tests.controlplane.conftest import seed_spec

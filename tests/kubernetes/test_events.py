@@ -10,14 +10,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from controlplane.db import make_engine, make_sessions
 from controlplane.runtime.kubernetes.events import EventMirror
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec
+from tests.tasks import stop
 
 SERVING = "openeas-serving"
 
@@ -95,8 +96,7 @@ async def test_only_the_leader_mirrors(
         await wait_until_async(lambda: len(kube_events(k8s)) == 1, 5)
         assert kube_events(k8s)[0]["message"] == "while leading"
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)
 
 
 def test_an_event_the_api_refuses_is_skipped_not_retried_forever(

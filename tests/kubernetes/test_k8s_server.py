@@ -8,9 +8,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+import urllib3
 from kubernetes import client as kube
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
@@ -18,15 +19,26 @@ from kubernetes.client.exceptions import ApiException
 from testing.k8s_server import ApiStandIn, parse_selector, status_ready
 
 NS = "openeas-serving"
+APPLY = "application/apply-patch+yaml"  # server-side apply
+
+
+def client_for(k8s: ApiStandIn, kubeconfig: Path) -> kube.ApiClient:
+    """A client configured as the runtime's is: from a kubeconfig (here the stand-in's)."""
+    # kubernetes.config carries no annotations (the client's APIs and models do).
+    api: kube.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(k8s.write_kubeconfig(kubeconfig))
+    )
+    return api
 
 
 @pytest.fixture
 def core(k8s: ApiStandIn, tmp_path: Path) -> Iterator[kube.CoreV1Api]:
-    api = k8s_config.new_client_from_config(config_file=str(k8s.write_kubeconfig(tmp_path / "kc")))
-    yield kube.CoreV1Api(api)
-    api.close()
+    with client_for(k8s, tmp_path / "kc") as api:
+        yield kube.CoreV1Api(api)
 
 
+# Creates and replaces take the client's models: the client would validate a dict into one
+# (pydantic's validate_call); the tests do it themselves with ``model_validate``.
 def service(name: str = "svc", **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -36,13 +48,21 @@ def service(name: str = "svc", **spec: Any) -> dict[str, Any]:
     }
 
 
+def unread(response: object) -> urllib3.BaseHTTPResponse:
+    """What a call with ``_preload_content=False`` returns."""
+    # The client's docstrings say so; its annotations name the model it would have decoded.
+    return cast(urllib3.BaseHTTPResponse, response)
+
+
 def raw(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    response = call(*args, _preload_content=False, **kwargs)
-    return json.loads(response.data)  # type: ignore[no-any-return]
+    body: dict[str, Any] = json.loads(unread(call(*args, _preload_content=False, **kwargs)).data)
+    return body
 
 
 def status_of(error: pytest.ExceptionInfo[ApiException]) -> dict[str, Any]:
-    return json.loads(error.value.body)  # type: ignore[no-any-return]
+    assert error.value.body is not None  # the API answers every refusal with a Status
+    status: dict[str, Any] = json.loads(error.value.body)
+    return status
 
 
 def test_requests_need_the_token(k8s: ApiStandIn) -> None:
@@ -55,12 +75,12 @@ def test_requests_need_the_token(k8s: ApiStandIn) -> None:
 def test_create_conflicts_and_resource_versions(core: kube.CoreV1Api) -> None:
     created = raw(core.create_namespaced_service, NS, service())
     with pytest.raises(ApiException) as caught:
-        core.create_namespaced_service(NS, service())
+        core.create_namespaced_service(NS, kube.V1Service.model_validate(service()))
     assert caught.value.status == 409 and status_of(caught)["reason"] == "AlreadyExists"
 
     stale = dict(service(), metadata={**service()["metadata"], "resourceVersion": "1"})
     with pytest.raises(ApiException) as caught:
-        core.replace_namespaced_service("svc", NS, stale)
+        core.replace_namespaced_service("svc", NS, kube.V1Service.model_validate(stale))
     assert caught.value.status == 409 and status_of(caught)["reason"] == "Conflict"
 
     version = created["metadata"]["resourceVersion"]
@@ -82,14 +102,14 @@ def test_invalid_objects_are_422(core: kube.CoreV1Api) -> None:
                 NS,
                 bad,
                 field_manager="me",
-                _content_type="application/apply-patch+yaml",
+                _content_type=APPLY,
             )
         assert caught.value.status == 422, bad
         assert says in status_of(caught)["message"]
 
 
 def test_patch_kinds(k8s: ApiStandIn, core: kube.CoreV1Api) -> None:
-    core.create_namespaced_service(NS, service())
+    core.create_namespaced_service(NS, kube.V1Service.model_validate(service()))
     ports = {"spec": {"ports": [{"name": "grpc", "port": 81}]}}
     merged = raw(core.patch_namespaced_service, "svc", NS, ports)  # strategic by default
     assert [p["port"] for p in merged["spec"]["ports"]] == [80, 81]  # merged by port
@@ -109,21 +129,26 @@ def test_patch_kinds(k8s: ApiStandIn, core: kube.CoreV1Api) -> None:
 
 
 def test_server_side_apply(core: kube.CoreV1Api) -> None:
-    apply = {"_content_type": "application/apply-patch+yaml"}
     with pytest.raises(ApiException) as caught:
-        core.patch_namespaced_service("svc", NS, service(), **apply)
+        core.patch_namespaced_service("svc", NS, service(), _content_type=APPLY)
     assert caught.value.status == 422 and "fieldManager" in status_of(caught)["message"]
 
     labelled = service()
     labelled["metadata"]["labels"]["tier"] = "gpu"
-    raw(core.patch_namespaced_service, "svc", NS, labelled, field_manager="me", **apply)
+    raw(core.patch_namespaced_service, "svc", NS, labelled, field_manager="me", _content_type=APPLY)
     raw(core.patch_namespaced_service, "svc", NS, {"metadata": {"labels": {"app": "other"}}},
         field_manager="kubectl")  # fmt: skip
     with pytest.raises(ApiException) as caught:  # someone else owns app now
-        core.patch_namespaced_service("svc", NS, service(), field_manager="me", **apply)
+        core.patch_namespaced_service("svc", NS, service(), field_manager="me", _content_type=APPLY)
     assert caught.value.status == 409 and "kubectl" in status_of(caught)["message"]
     forced = raw(
-        core.patch_namespaced_service, "svc", NS, service(), field_manager="me", force=True, **apply
+        core.patch_namespaced_service,
+        "svc",
+        NS,
+        service(),
+        field_manager="me",
+        force=True,
+        _content_type=APPLY,
     )
     assert forced["metadata"]["labels"] == {"app": "svc"}  # tier is no longer applied: gone
 
@@ -143,22 +168,26 @@ def test_label_selectors(k8s: ApiStandIn) -> None:
 def test_watch_replays_and_expires(k8s: ApiStandIn, core: kube.CoreV1Api) -> None:
     listed = raw(core.list_namespaced_service, NS)
     start = listed["metadata"]["resourceVersion"]
-    core.create_namespaced_service(NS, service("one"))
-    core.create_namespaced_service(NS, service("two"))
-    response = core.list_namespaced_service(
-        NS,
-        watch=True,
-        resource_version=start,
-        timeout_seconds=1,
-        label_selector="app=two",
-        _preload_content=False,
+    core.create_namespaced_service(NS, kube.V1Service.model_validate(service("one")))
+    core.create_namespaced_service(NS, kube.V1Service.model_validate(service("two")))
+    response = unread(
+        core.list_namespaced_service(
+            NS,
+            watch=True,
+            resource_version=start,
+            timeout_seconds=1,
+            label_selector="app=two",
+            _preload_content=False,
+        )
     )
     events = [json.loads(line) for line in response if line.strip()]
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "two")]
 
     k8s.expire_watches()
-    response = core.list_namespaced_service(
-        NS, watch=True, resource_version=start, timeout_seconds=1, _preload_content=False
+    response = unread(
+        core.list_namespaced_service(
+            NS, watch=True, resource_version=start, timeout_seconds=1, _preload_content=False
+        )
     )
     [error] = [json.loads(line) for line in response if line.strip()]
     assert error["type"] == "ERROR"
@@ -176,18 +205,20 @@ def test_watch_sends_deleted_and_added_when_a_selector_stops_and_starts_matching
     core: kube.CoreV1Api,
 ) -> None:
     start = raw(core.list_namespaced_service, NS)["metadata"]["resourceVersion"]
-    core.create_namespaced_service(NS, service("one"))
+    core.create_namespaced_service(NS, kube.V1Service.model_validate(service("one")))
     relabel = {"metadata": {"labels": {"app": "other"}}}
     core.patch_namespaced_service("one", NS, relabel)  # leaves the selection
     core.patch_namespaced_service("one", NS, {"metadata": {"labels": {"x": "1"}}})  # unseen
     core.patch_namespaced_service("one", NS, {"metadata": {"labels": {"app": "one"}}})  # back
-    response = core.list_namespaced_service(
-        NS,
-        watch=True,
-        resource_version=start,
-        timeout_seconds=1,
-        label_selector="app=one",
-        _preload_content=False,
+    response = unread(
+        core.list_namespaced_service(
+            NS,
+            watch=True,
+            resource_version=start,
+            timeout_seconds=1,
+            label_selector="app=one",
+            _preload_content=False,
+        )
     )
     events = [json.loads(line) for line in response if line.strip()]
     assert [(e["type"], e["object"]["metadata"]["labels"]["app"]) for e in events] == [
@@ -217,9 +248,8 @@ def deployment(name: str = "web", replicas: int = 2, **spec: Any) -> dict[str, A
 
 @pytest.fixture
 def apps(k8s: ApiStandIn, tmp_path: Path) -> Iterator[kube.AppsV1Api]:
-    api = k8s_config.new_client_from_config(config_file=str(k8s.write_kubeconfig(tmp_path / "ka")))
-    yield kube.AppsV1Api(api)
-    api.close()
+    with client_for(k8s, tmp_path / "ka") as api:
+        yield kube.AppsV1Api(api)
 
 
 def test_selectors_by_expression_and_their_validation(apps: kube.AppsV1Api) -> None:
@@ -235,11 +265,11 @@ def test_selectors_by_expression_and_their_validation(apps: kube.AppsV1Api) -> N
         body = deployment("b")
         body["spec"]["selector"] = selector
         if says is None:
-            apps.create_namespaced_deployment(NS, body)
+            apps.create_namespaced_deployment(NS, kube.V1Deployment.model_validate(body))
             apps.delete_namespaced_deployment("b", NS)
             continue
         with pytest.raises(ApiException) as caught:
-            apps.create_namespaced_deployment(NS, body)
+            apps.create_namespaced_deployment(NS, kube.V1Deployment.model_validate(body))
         assert caught.value.status == 422 and says in status_of(caught)["message"], selector
 
 
@@ -267,7 +297,7 @@ def test_delete_preconditions(apps: kube.AppsV1Api) -> None:
 def test_garbage_collection_follows_owner_references(
     k8s: ApiStandIn, apps: kube.AppsV1Api, policy: str
 ) -> None:
-    apps.create_namespaced_deployment(NS, deployment())
+    apps.create_namespaced_deployment(NS, kube.V1Deployment.model_validate(deployment()))
     pods = k8s.sync_pods("web")
     assert len(pods) == 2
     owner = k8s.get("pods", pods[0])["metadata"]["ownerReferences"]  # type: ignore[index]
@@ -283,7 +313,8 @@ def test_garbage_collection_follows_owner_references(
 
 def test_rollouts_surge_and_wait_for_readiness(k8s: ApiStandIn, apps: kube.AppsV1Api) -> None:
     strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
-    apps.create_namespaced_deployment(NS, deployment(replicas=2, strategy=strategy))
+    body = deployment(replicas=2, strategy=strategy)
+    apps.create_namespaced_deployment(NS, kube.V1Deployment.model_validate(body))
     first = k8s.sync_pods("web")
     for pod in first:
         k8s.set_pod_status(pod, {**status_ready()})

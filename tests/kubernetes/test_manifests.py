@@ -16,7 +16,9 @@ import pytest
 from kubernetes_validate.utils import all_versions
 from packaging.version import Version
 
-from controlplane.desired import ServiceState, desired
+from controlplane.model.spec import ServiceSpec, StoredSpec, split_token
+from controlplane.model.states import ServiceState
+from controlplane.reconcile.desired import desired
 from controlplane.runtime.base import DesiredReplicaSet, PermanentRuntimeError
 from controlplane.runtime.kubernetes.manifests import (
     HASH_ANNOTATION,
@@ -28,7 +30,6 @@ from controlplane.runtime.kubernetes.manifests import (
     model_cache_secret,
 )
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.spec import ServiceSpec, StoredSpec, split_token
 from processors.base import READY_FILE_ENV
 from tests.kubernetes.conftest import RESOURCE_GROUPS
 
@@ -215,7 +216,7 @@ def test_a_resource_group_places_the_pods() -> None:
 def test_check_resource_group(
     resource: str | None, groups: dict[str, Any], expected: str | None
 ) -> None:
-    problem = check_resource_group(resource, KubernetesSettings(resource_groups=groups))  # type: ignore[arg-type]
+    problem = check_resource_group(resource, KubernetesSettings(resource_groups=groups))
     if expected is None:
         assert problem is None
     else:

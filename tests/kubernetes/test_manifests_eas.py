@@ -14,12 +14,13 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from controlplane.desired import ServiceState, desired
+from controlplane.model.spec import split_token, validate_spec
+from controlplane.model.states import ServiceState
+from controlplane.reconcile.desired import desired
 from controlplane.runtime.base import DesiredReplicaSet
 from controlplane.runtime.kubernetes.manifests import desired_objects
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.spec import split_token, validate_spec
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
 from tests.kubernetes.conftest import claimed

@@ -12,20 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import migrate
-from controlplane.db import make_engine, make_sessions
-from controlplane.reconciler import Reconciler
+from controlplane.reconcile.reconciler import Reconciler
 from controlplane.runtime.base import Notify
 from controlplane.runtime.kubernetes import ownership
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services
-from controlplane.store import ReconcileStore
+from controlplane.store import migrate
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.queries import ReconcileStore
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec
+from tests.tasks import stop
 
 FIRST = [f"first_{i}" for i in range(3)]
 
@@ -55,8 +56,7 @@ class Installation:
         try:
             yield reconciler
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await stop(task)
             self.engine.dispose()
 
 

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.db import make_engine, make_sessions
 from controlplane.runtime.kubernetes.route_snapshot import KEY, RouteSnapshotPublisher
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.sealing import TokenSealer
-from controlplane.services import Services
+from controlplane.store.db import make_engine, make_sessions
+from controlplane.store.sealing import TokenSealer
+from controlplane.store.services import Services
 from gateway import snapshot
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec
+from tests.tasks import stop
 
 RELEASE_NS = "openeas"
 
@@ -102,5 +103,4 @@ async def test_only_while_leading(
             lambda: api.get("configmaps", "openeas-routes", RELEASE_NS) is not None, 5
         )
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)

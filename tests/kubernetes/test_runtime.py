@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from controlplane import status as status_mod
-from controlplane.desired import ServiceState, desired
+from controlplane.model.spec import StoredSpec
+from controlplane.model.states import ServiceState
+from controlplane.reconcile import status as status_mod
+from controlplane.reconcile.desired import desired
 from controlplane.runtime.base import (
     DesiredReplicaSet,
     PermanentRuntimeError,
@@ -28,7 +30,6 @@ from controlplane.runtime.kubernetes.client import DEPLOYMENT, SERVICE, KubeClie
 from controlplane.runtime.kubernetes.manifests import HASH_ANNOTATION, SERVICE_LABEL
 from controlplane.runtime.kubernetes.runtime import KubernetesRuntime
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.spec import StoredSpec
 from testing import k8s_server as ks
 from testing.k8s_server import ApiStandIn
 from testing.waiting import wait_until_async

@@ -22,10 +22,10 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane.models import EventRow, ServiceRow
+from controlplane.model.spec import k8s_name
 from controlplane.runtime.kubernetes.client import KubeClient
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
-from controlplane.spec import k8s_name
+from controlplane.store.tables import EventRow, ServiceRow
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from contract.wire import RouteTable
-from controlplane import route_feed
 from controlplane.runtime.kubernetes.client import KubeClient
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
+from controlplane.store import route_feed
 
 log = logging.getLogger(__name__)
 

@@ -69,7 +69,12 @@ def test_reports_come_line_by_line_and_failures_as_raised() -> None:
 
 def test_a_stopped_pull_ends_its_helper() -> None:
     stop = threading.Event()
-    helper = start(lambda report: (report("0 x"), threading.Event().wait(60)))
+
+    def hung(report: Report) -> None:
+        report("0 x")
+        threading.Event().wait(60)
+
+    helper = start(hung)
     lines = helper.lines(stop)
     assert next(lines) == "0 x"
     stop.set()

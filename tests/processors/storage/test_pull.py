@@ -267,7 +267,7 @@ def test_a_stream_reads_into_a_page_aligned_buffer(
 def test_a_page_aligned_buffer_starts_on_a_page_and_holds_its_size(size: int) -> None:
     buffer = page_aligned(size)
     buffer[-1:] = b"x"
-    assert (len(buffer), address(buffer) % mmap.PAGESIZE, buffer[-1:]) == (size, 0, b"x")
+    assert (len(buffer), address(buffer) % mmap.PAGESIZE, bytes(buffer[-1:])) == (size, 0, b"x")
 
 
 def test_a_stream_that_waits_on_the_network_gets_company(
@@ -952,6 +952,9 @@ def test_readers_always_see_a_whole_repository(
             except FileNotFoundError:
                 seen.append("missing")
 
+    def sees(version: str) -> Callable[[], bool]:
+        return lambda: seen[-1] == version
+
     client.put_object(f"{base}/m/version", b"0")
     pull(f"oss://{BUCKET}/{base}", dest)
     thread = threading.Thread(target=reader)
@@ -960,7 +963,7 @@ def test_readers_always_see_a_whole_repository(
         for version in range(1, 11):
             client.put_object(f"{base}/m/version", str(version).encode())
             pull(f"oss://{BUCKET}/{base}", dest)
-            wait_until(lambda v=str(version): seen[-1] == v, 10, what=f"a reader sees {version}")
+            wait_until(sees(str(version)), 10, what=f"a reader sees {version}")
     finally:
         done.set()
         thread.join()
