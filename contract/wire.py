@@ -8,6 +8,7 @@ is the whole contract between them, so keep it small and dependency-light.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Iterator
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,12 +103,40 @@ class RouteTable(BaseModel):
     services are gone. ``version`` only grows; a watcher gets an answer when a newer one
     exists, and a whole table when it has none yet or is too far behind."""
 
+    # Its strings are unique per route (names, tokens): a parse caches keys only, or the
+    # parser's process-wide cache would hold thousands of tokens alive.
+    model_config = ConfigDict(cache_strings="keys")
+
     version: int
     routes: list[Route]
     full: bool = True
     removed: list[str] = []
     groups: list[GroupRoute] = []  # whole, or those changed
     removed_groups: list[str] = []
+    # A whole table asked for in pages (``?page_size=``) comes in pages: each but the last
+    # names the next (passed back as ``?page=``), those after the first are ``continued``
+    # (groups come with the first). Every page carries the first page's version, read
+    # before any page's routes: the changes after it cover what changed between pages.
+    next_page: str | None = None
+    continued: bool = False
+
+
+def whole_table_json(
+    version: int, routes: Iterable[Route], groups: Iterable[GroupRoute]
+) -> Iterator[bytes]:
+    """A whole :class:`RouteTable`'s JSON in pieces, a route at a time, tokens left out: the
+    route snapshots (a gateway's file, the control plane's ConfigMap), written without the
+    whole table in memory as wire routes at once."""
+    yield b'{"version":%d,"full":true,"routes":[' % version
+    for i, route in enumerate(routes):
+        yield (b"," if i else b"") + route.model_dump_json(exclude=_NO_TOKEN).encode()
+    yield b'],"groups":['
+    for i, group in enumerate(groups):
+        yield (b"," if i else b"") + group.model_dump_json(exclude=_NO_TOKEN).encode()
+    yield b"]}"
+
+
+_NO_TOKEN = {"token"}
 
 
 class ServiceLoad(BaseModel):

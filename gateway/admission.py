@@ -141,11 +141,11 @@ class Admission:
                 TOO_LARGE, f"request body of {length} bytes exceeds the limit of {limit}", name
             )
         if not (entry.grpc_endpoints if grpc else entry.endpoints):
-            if entry.route.wakeable:
+            if entry.wakeable:
                 raise Asleep(entry)
             port = " with a gRPC port" if grpc else ""
             raise self.unavailable(
-                name, f"service {name!r} has no ready replica{port} (status: {entry.route.status})"
+                name, f"service {name!r} has no ready replica{port} (status: {entry.status})"
             )
         over = entry.take_place(self.activity, now)
         if over is not None:
@@ -162,7 +162,7 @@ class Admission:
         """Why a call held for ``asleep`` (a service at zero) was not let through:
         ``e`` is what its wait raised (:mod:`gateway.wake`), or a refusal of its
         admission once woken."""
-        name = asleep.route.service
+        name = asleep.service
         if isinstance(e, Refused):
             return e
         if isinstance(e, QueueFull):

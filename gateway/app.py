@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from contract.wire import RouteTable
+from contract.wire import GroupRoute, RouteTable
 from gateway import snapshot
 from gateway.admission import Admission
 from gateway.grpc.server import GrpcDoor
@@ -40,7 +40,7 @@ from gateway.reporter import LoadReporter
 from gateway.route_source import ControlPlaneRouteSource, Health, RouteSource, iso_time
 from gateway.routing.balancer import EndpointPool
 from gateway.routing.limits import Activity
-from gateway.routing.route_table import RouteChange, RouteState
+from gateway.routing.route_table import RouteChange, RouteState, ServiceRoute
 from gateway.settings import GatewaySettings
 from gateway.wake import ControlPlaneWake, Waking
 from gateway.workers import WorkerPeers
@@ -223,18 +223,25 @@ class Gateway:
         self.routes.apply(saved.table)
         self.from_snapshot = saved
 
-    def _to_save(self) -> tuple[Path, RouteTable] | None:
-        """Where and what to save: the table in force, unless it came from the file."""
-        table = self.routes.table()
-        if self.snapshot_path is None or table is None or self.from_snapshot is not None:
+    def _to_save(
+        self,
+    ) -> tuple[Path, int, list[ServiceRoute], list[GroupRoute]] | None:
+        """Where and what to save (:func:`gateway.snapshot.save_routes`): the table in force,
+        unless it came from the file. Taken here, on the loop: the save may run in a thread
+        while the table changes (an entry is replaced by a change, never altered)."""
+        if self.snapshot_path is None or self.from_snapshot is not None:
             return None
-        return self.snapshot_path, table
+        wire = self.routes.wire()
+        if wire is None or self.routes.version is None:
+            return None
+        return self.snapshot_path, self.routes.version, *wire
 
     def _save_snapshot_soon(self) -> None:
         """At the start of an outage: the table in force is the newest there will be."""
         save = self._to_save()
         if save is not None:
-            self._snapshot_task = asyncio.create_task(asyncio.to_thread(snapshot.save, *save))
+            saving = asyncio.to_thread(snapshot.save_routes, *save)
+            self._snapshot_task = asyncio.create_task(saving)
 
     async def wait_for_routes(self, timeout: float | None = None) -> bool:
         """True once a first route table is in; False if ``timeout`` passed first."""
@@ -254,7 +261,7 @@ class Gateway:
         self._source_task = self._report_task = self._snapshot_task = None
         save = self._to_save()
         if save is not None:
-            snapshot.save(*save)
+            snapshot.save_routes(*save)
         if self._predict is not None:
             await self._predict.mirrors.close()  # shadows in flight are dropped, not awaited
         await self.waking.close()

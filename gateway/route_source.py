@@ -75,10 +75,12 @@ class StaticRouteSource:
 class ControlPlaneRouteSource:
     """Long-polls ``GET <url>/internal/v1/routes?after=<version>&wait=<s>`` with the route-reader
     bearer token. A 200 carries a newer table (applied at once), a 204 means nothing
-    changed during the hold. On any failure the last table stays in force, the health
-    output reports ``unreachable since …`` and the poll is retried with capped back-off;
-    after a failure the next poll asks for the full table (``after=-1``), so a control plane
-    that restarted with a lower version is followed too."""
+    changed during the hold. A whole table is asked for in pages of ``page_size`` routes,
+    each applied as it arrives, the next asked for at once. On any failure the last table
+    stays in force, the health output reports ``unreachable since …`` and the poll is
+    retried with capped back-off; after a failure the next poll asks for the full table
+    (``after=-1``), so a control plane that restarted with a lower version is followed
+    too."""
 
     def __init__(
         self,
@@ -90,6 +92,7 @@ class ControlPlaneRouteSource:
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
         min_interval_s: float = 0.05,
+        page_size: int = 500,
     ) -> None:
         self.url = url.rstrip("/") + ROUTES_PATH
         self._auth = f"Bearer {token}"
@@ -98,6 +101,9 @@ class ControlPlaneRouteSource:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.min_interval_s = min_interval_s
+        # Routes per page of a whole table: never one answer of the whole cluster's routes
+        # (held at once as wire routes while parsed) however many services it has.
+        self.page_size = page_size
         self.version: int | None = None
         self.last_sync: float | None = None
         self.unreachable_since: float | None = None
@@ -128,10 +134,17 @@ class ControlPlaneRouteSource:
                 self.on_unreachable()
         self.last_error = reason
 
-    async def poll_once(self, session: aiohttp.ClientSession, after: int) -> RouteTable | None:
-        """One long-poll. Returns the new table, None on 204; raises on failure."""
+    async def poll_once(
+        self, session: aiohttp.ClientSession, after: int, page: str | None = None
+    ) -> RouteTable | None:
+        """One long-poll, or the ``page`` of a whole table. Returns the new table, None on
+        204; raises on failure."""
         # Whole seconds: parses whether the server declares ``wait`` an int or a float.
         params = {"after": str(after), "wait": str(max(1, math.ceil(self.wait_s)))}
+        if after < 0 or page is not None:  # a whole table: in pages
+            params["page_size"] = str(self.page_size)
+        if page is not None:
+            params["page"] = page
         async with session.get(
             self.url, params=params, headers={"Authorization": self._auth}
         ) as resp:
@@ -151,10 +164,11 @@ class ControlPlaneRouteSource:
         )
         backoff = self.backoff_initial_s
         after = -1
+        page: str | None = None  # the next page of a whole table being read
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while True:
                 try:
-                    table = await self.poll_once(session, after)
+                    table = await self.poll_once(session, after, page)
                 except asyncio.CancelledError:
                     raise
                 except _PollError as e:
@@ -169,6 +183,11 @@ class ControlPlaneRouteSource:
                     self.last_error = None
                     self.last_sync = now
                     backoff = self.backoff_initial_s
+                    if table is not None and table.next_page is not None:
+                        page = table.next_page  # asked for at once; the version waits
+                        apply(table)
+                        continue
+                    page = None
                     if table is not None:
                         self.version = after = table.version
                         apply(table)
@@ -177,7 +196,7 @@ class ControlPlaneRouteSource:
                         # one per commit (and a server ignoring ?after= cannot spin us).
                         await asyncio.sleep(self.min_interval_s)
                     continue
-                after = -1
+                after, page = -1, None  # (a whole table read anew, from its first page)
                 await asyncio.sleep(backoff)
                 backoff = min(self.backoff_max_s, backoff * 2)
 

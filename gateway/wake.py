@@ -107,7 +107,7 @@ class Waking:
     async def hold_call(self, entry: ServiceRoute, activity: Activity, wake_queue: int) -> None:
         """Hold one call (either door's) for ``entry``'s service at zero, counted in its
         in-flight load meanwhile so the autoscaler sees the demand; :meth:`hold`'s errors."""
-        name = entry.route.service
+        name = entry.service
         in_flight = entry.in_flight  # the service's own (kept across its route changes)
         in_flight.enter_held()
         if not in_flight.active:
@@ -143,7 +143,7 @@ class Waking:
     def _on_table(self, change: RouteChange) -> None:
         for service, asleep in list(self._asleep.items()):
             entry = self.routes.services.get(service)
-            if entry is None or entry.endpoints or not entry.route.wakeable:
+            if entry is None or entry.endpoints or not entry.wakeable:
                 # Ready, gone, or no longer wakeable (stopped): the proxy looks again.
                 if entry is not None and entry.endpoints:
                     waited = time.perf_counter() - asleep.first_at
@@ -165,7 +165,7 @@ class Waking:
 def queue_bound(entry: ServiceRoute, wake_queue: int) -> int:
     """How many calls a service waking from zero holds: the gateway's bound, or the
     service's ``metadata.rpc.max_queue_size`` when lower."""
-    limit = entry.route.max_queue_size
+    limit = entry.max_queue_size
     return min(wake_queue, limit) if limit else wake_queue
 
 

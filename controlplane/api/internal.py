@@ -5,6 +5,7 @@ replica logs (from the runtime's log source, so any control-plane replica answer
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import Annotated, Any
@@ -77,19 +78,32 @@ def router(
         request: Request,
         after: Annotated[int, Query(ge=-1)] = -1,
         wait: Annotated[float, Query(ge=0, le=60)] = 0,
+        page_size: Annotated[int | None, Query(ge=1, le=route_feed.PAGE_SIZE_MAX)] = None,
+        page: Annotated[str | None, Query(max_length=64)] = None,
     ) -> RouteTable | Response:
         """The gateway's route table: the changes after version ``after`` (a whole table
         without one). With ``wait`` it is a long-poll: answered at once when the version
-        differs from ``after``, else 204 after ``wait`` seconds."""
-        if not await _unless_gone(request, watch.wait_past(after, wait)):
+        differs from ``after``, else 204 after ``wait`` seconds. With ``page_size`` a whole
+        table comes in pages: ``page`` (a page's ``next_page``) asks for the next one, at
+        once (``after`` and ``wait`` unused)."""
+        if page is not None:
+            try:
+                route_feed.parse_page(page)
+            except ValueError as e:
+                raise HTTPException(400, str(e)) from e
+        elif not await _unless_gone(request, watch.wait_past(after, wait)):
             return Response(status_code=204)
         return await run_in_threadpool(
-            route_feed.table,
-            sessions,
-            settings.cluster_id,
-            settings.default_timeout_ms,
-            after,
-            services.sealer.open,
+            functools.partial(
+                route_feed.table,
+                sessions,
+                settings.cluster_id,
+                settings.default_timeout_ms,
+                after,
+                services.sealer.open,
+                page_size=page_size,
+                page=page,
+            )
         )
 
     @api.post(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sqlalchemy import bindparam, delete, event, insert, inspect, select, update
@@ -83,14 +83,28 @@ def table(
     default_timeout_ms: int,
     after: int = -1,
     opener: Opener | None = None,
+    *,
+    page_size: int | None = None,
+    page: str | None = None,
 ) -> RouteTable:
     """The changes after version ``after``, or the whole table when the caller has none
     (``after`` < 0), is too far behind (removals pruned) or ahead (a new database). With
-    ``opener``, each route carries its token (else only its digest)."""
+    ``opener``, each route carries its token (else only its digest).
+
+    With ``page_size``, a whole table comes in pages of that many routes: the first, then
+    the one ``page`` names (the previous page's ``next_page``; ``after`` is then unused).
+    Each page carries the version read before the first page's routes, so the changes after
+    it, asked for once the last page is in, cover whatever changed while pages were read
+    (a page may show a route newer than that version: the delta repeats it)."""
     with sessions() as s:
+        if page is not None:
+            at, after_id = parse_page(page)
+            return _page(s, cluster, default_timeout_ms, opener, at, after_id, page_size)
         # Read first: a change after this shows up as a newer version.
         current, floor = _versions(s)
         if after < floor or after > current:
+            if page_size is not None:
+                return _page(s, cluster, default_timeout_ms, opener, current, -1, page_size)
             routes = [_route(r, default_timeout_ms, opener) for r in rq.routable(s, cluster)]
             groups = [_group(g, opener) for g in rq.groups_changed_after(s, cluster, -1)]
             return RouteTable(version=current, routes=routes, groups=groups)
@@ -104,6 +118,63 @@ def table(
             groups=[_group(g, opener) for g in rq.groups_changed_after(s, cluster, after)],
             removed_groups=removed.get("group", []),
         )
+
+
+PAGE_SIZE_MAX = 5000  # routes per page of a whole table
+PAGE_SIZE_DEFAULT = 1000  # (a page that names none: the API's only)
+
+
+def _page(
+    s: Session,
+    cluster: str,
+    default_timeout_ms: int,
+    opener: Opener | None,
+    at: int,
+    after_id: int,
+    page_size: int | None,
+) -> RouteTable:
+    """The page of the whole table at version ``at`` whose routes follow service id
+    ``after_id`` (-1: the first page, which also carries every group)."""
+    size = min(PAGE_SIZE_MAX, page_size or PAGE_SIZE_DEFAULT)
+    rows = rq.routable_page(s, cluster, after_id, size + 1)  # one more: is there a next?
+    more = len(rows) > size
+    rows = rows[:size]
+    first = after_id < 0
+    groups = rq.groups_changed_after(s, cluster, -1) if first else []
+    return RouteTable(
+        version=at,
+        routes=[_route(r, default_timeout_ms, opener) for r in rows],
+        groups=[_group(g, opener) for g in groups],
+        next_page=f"{at}.{rows[-1].id}" if more else None,
+        continued=not first,
+    )
+
+
+def pages(
+    sessions: sessionmaker[Session],
+    cluster: str,
+    default_timeout_ms: int,
+    page_size: int = PAGE_SIZE_DEFAULT,
+) -> Iterator[RouteTable]:
+    """The whole table, page after page (no tokens), as a gateway reads it: for those who
+    go through it once (the route snapshot) without holding all its routes at once."""
+    table_ = table(sessions, cluster, default_timeout_ms, page_size=page_size)
+    yield table_
+    while table_.next_page is not None:
+        table_ = table(
+            sessions, cluster, default_timeout_ms, page_size=page_size, page=table_.next_page
+        )
+        yield table_
+
+
+def parse_page(page: str) -> tuple[int, int]:
+    """A ``next_page`` as :func:`_page` wrote it: the table's version and the last service
+    id sent. ValueError for anything else."""
+    at, dot, after = page.partition(".")
+    after_id = int(after) if dot else -1
+    if after_id < 0:
+        raise ValueError(f"not a route-table page: {page!r}")
+    return int(at), after_id
 
 
 def _token(row: ServiceRow | GroupRow, opener: Opener | None) -> str | None:

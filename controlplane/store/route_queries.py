@@ -19,6 +19,26 @@ def routable(s: Session, cluster: str) -> Sequence[ServiceRow]:
     ).all()
 
 
+_ROUTABLE_PAGE = (
+    select(ServiceRow)
+    .where(
+        ServiceRow.cluster == bindparam("cluster"),
+        ServiceRow.deleting.is_(False),
+        ServiceRow.id > bindparam("after_id"),
+    )
+    .order_by(ServiceRow.id)
+    .limit(bindparam("limit"))
+)
+
+
+def routable_page(s: Session, cluster: str, after_id: int, limit: int) -> Sequence[ServiceRow]:
+    """:func:`routable`, ``limit`` of them at most, those after id ``after_id`` in id order
+    (the pages of a whole table)."""
+    return s.scalars(
+        _ROUTABLE_PAGE, {"cluster": cluster, "after_id": after_id, "limit": limit}
+    ).all()
+
+
 _CHANGED_ROUTES = select(ServiceRow).where(
     ServiceRow.cluster == bindparam("cluster"), ServiceRow.route_version > bindparam("after")
 )

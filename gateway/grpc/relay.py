@@ -171,7 +171,7 @@ class Call:
         self.down = Leg(self, client, sid)
         self.up: Leg | None = None
         self.entry = entry  # None: refused by the relay itself
-        self.service = entry.route.service if entry is not None else service
+        self.service = entry.service if entry is not None else service
         self.endpoint: Endpoint | None = None
         self.started = time.perf_counter()
         self.deadline: int | None = None  # its slot in Deadlines, while it runs
@@ -794,7 +794,7 @@ class Relay:
             self.end(call, refusal.code, refusal.details)
             return
         except Asleep as asleep:
-            call = self._track(Call(client, sid, None, asleep.entry.route.service), end)
+            call = self._track(Call(client, sid, None, asleep.entry.service), end)
             call.held = []
             self._spawn(self._wake(call, head, asleep.entry))
             return

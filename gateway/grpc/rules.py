@@ -133,7 +133,7 @@ class CallHead:
 
     method: str
     authority: bytes
-    digest: bytes | None  # SHA-256 hex of the presented token
+    digest: bytes | None  # SHA-256 of the presented token
     timeout_s: float | None
     upstream_block: bytes
     problem: str = ""

@@ -100,7 +100,7 @@ class GrpcDoor:
             raise self.admission.unknown(named)
         entry, group = found
         tokens = [entry.digest] if group is None else [entry.digest, group.digest]
-        name = entry.route.service
+        name = entry.service
         self._authenticate(head, tokens, name, f"the token does not match service {name!r}")
         return entry
 

@@ -89,7 +89,7 @@ async def relay(
 
 
 def upstream_problem(entry: ServiceRoute, error: UpstreamError) -> Problem:
-    name = entry.route.service
+    name = entry.service
     if error.kind == "timeout":
         # 408, as EAS answers a request past its service's rpc.keepalive.
         return Problem(
@@ -136,7 +136,7 @@ class SlowPath:
     ) -> None:
         """Hold an authenticated call for a service at zero until a replica is ready, then
         admit it again (the route changed) and forward it."""
-        name = asleep.route.service
+        name = asleep.service
         try:
             await self.waking.hold_call(asleep, self.activity, self.settings.wake_queue)
             entry, unchecked = self.readmit(request, target, time.monotonic())
@@ -163,7 +163,7 @@ class SlowPath:
     ) -> None:
         """Forward an admitted call. ``unchecked``: the Content-MD5 a signed call's body is
         read whole and checked against before anything is sent (see :meth:`_forward`)."""
-        name = entry.route.service
+        name = entry.service
         code = 500
         try:
             code = await self._forward(request, target, entry, copy, first, unchecked)
@@ -195,7 +195,7 @@ class SlowPath:
         A mirror's ``copy`` gets the request as sent and keeps the answer. ``first``: the
         replica already chosen for this call (if it is still routed). ``unchecked``: the
         Content-MD5 the body must have (a signed call's: read whole, never streamed)."""
-        name = entry.route.service
+        name = entry.service
         metrics = self.metrics
         length = request.content_length
         body: bytes | None = None

@@ -355,7 +355,9 @@ class PredictProxy:
         """``ex`` ended at ``now`` (the upstream pool's clock, which is this one's)."""
         entry, endpoint, started = ex.entry, ex.endpoint, ex.started
         endpoint.outstanding -= 1
-        entry.in_flight.leave_at(now)
+        admitted = entry.admitted
+        if admitted is not None:  # (it is: the call was admitted)
+            admitted.leave_at(now)
         name = entry.service
         request = ex.request
         if ex.aborted:

@@ -53,9 +53,9 @@ class Mirrors:
         if mirror is None or not mirror.picker.take():
             return None
         if not request.body.complete or (request.content_length is None and request.has_body):
-            self._count_all(entry.route.service, mirror, "skipped")  # streamed: no copy
+            self._count_all(entry.service, mirror, "skipped")  # streamed: no copy
             return None
-        service = entry.route.service
+        service = entry.service
         return Copy(service, mirror, request.method, target.path_qs, self.max_answer_bytes)
 
     def launch(self, copy: Copy) -> None:

@@ -88,7 +88,7 @@ class Consumers:
             entry = self.routes.services.get(name)
             wanted = (
                 {ep.base_url for ep in entry.endpoints}
-                if entry is not None and entry.route.queue is not None
+                if entry is not None and entry.queue is not None
                 else set()
             )
             have = {ep for (svc, ep) in self.running if svc == name}
@@ -125,7 +125,7 @@ class Consumers:
 
     def _queue(self, name: str) -> QueueRoute | None:
         entry = self.routes.services.get(name)
-        return None if entry is None else entry.route.queue
+        return None if entry is None else entry.queue
 
     async def _run(self, name: str, ep: str) -> None:
         while True:

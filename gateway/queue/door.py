@@ -99,7 +99,7 @@ class QueueDoor:
 
     def serves(self, target: Target) -> bool:
         entry = self.routes.services.get(target.service)
-        return entry is not None and entry.route.queue is not None
+        return entry is not None and entry.queue is not None
 
     async def handle(self, request: Request, target: Target) -> None:
         try:
@@ -109,7 +109,7 @@ class QueueDoor:
 
     async def _handle(self, request: Request, target: Target) -> None:
         entry = self.routes.services[target.service]
-        queue = entry.route.queue
+        queue = entry.queue
         assert queue is not None
         content_md5 = self._authenticate(request, entry)
         where = protocol.address(target.segments, target.path_qs)
@@ -214,7 +214,7 @@ class QueueDoor:
             except QueueFull as e:
                 raise Problem(429, str(e), service=name, headers={"Retry-After": "1"}) from e
             self.metrics.queue_puts.inc((name, which))
-            if which == INPUT and not entry.endpoints and entry.route.wakeable:
+            if which == INPUT and not entry.endpoints and entry.wakeable:
                 self._wake(name)
             _answer(request, 200, str(index).encode(), [(REQUEST_ID, rid.encode())])
         elif isinstance(op, protocol.Get):

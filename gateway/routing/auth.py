@@ -67,14 +67,18 @@ def presented_token(authorization: bytes | None) -> bytes | None:
 
 
 def digest_bytes(token_sha256: str) -> bytes:
-    """The stored digest in the form :func:`token_matches` compares (lower-case hex)."""
-    return token_sha256.strip().lower().encode("ascii")
+    """The stored digest (hex, either case) in the form :func:`token_matches` compares: its
+    32 bytes. A digest that is not hex gives bytes no token's digest equals."""
+    try:
+        return bytes.fromhex(token_sha256)
+    except ValueError:
+        return b""
 
 
 def token_digest_of(token: bytes) -> bytes:
     """``token``'s digest in the form :func:`digest_bytes` gives the stored one; the bytes
     are hashed as sent, which is UTF-8 for any token the platform issues."""
-    return hashlib.sha256(token).hexdigest().encode("ascii")
+    return hashlib.sha256(token).digest()
 
 
 def token_matches(token: bytes, expected_digest: bytes) -> bool:

@@ -11,35 +11,122 @@ here.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from contract.wire import GroupRoute, Route, RouteTable
+from contract.wire import GroupRoute, QueueRoute, Route, RouteTable
 from gateway.routing.auth import SigningKey, digest_bytes, token_digest_of
 from gateway.routing.balancer import Endpoint, EndpointPool
 from gateway.routing.limits import Activity, InFlight, OverLimit, TokenBucket
 from gateway.routing.traffic import MirrorState, SmoothWeighted
 
 
-@dataclass(slots=True)
 class ServiceRoute:
-    """One service as the proxy uses it: its wire route plus live admission state."""
+    """One service as the proxy uses it: what its wire route says, then live admission
+    state. Compact by contract, as a gateway holds one per service of the cluster
+    (``tests/gateway/test_route_memory.py`` holds a route to its budget): the wire route is
+    not kept, the token digest is its 32 bytes (also the :attr:`RouteState.by_digest` key),
+    text that many routes share (status, group) is interned, and what only a called service
+    needs is made on its first call (the in-flight count, the signing key)."""
 
-    route: Route
-    service: str  # route.service, read per call (the wire route is not compiled)
-    digest: bytes
-    endpoints: tuple[Endpoint, ...]
-    timeout_s: float
-    bucket: TokenBucket | None
-    in_flight: InFlight
-    mirror: MirrorState | None = None  # None for most services: one check on the hot path
-    # The last Authorization value that passed, compared in constant time before hashing
-    # (a hash per request cost more than the comparison). Never carried to a new table.
-    # A signed call's value never goes here: each is checked in full (its Date and body).
-    accepted: bytes | None = None
-    key: SigningKey | None = None  # the token, which signed calls are checked with (or none)
+    __slots__ = (
+        "_key",
+        "accepted",
+        "admitted",
+        "bucket",
+        "digest",
+        "endpoints",
+        "group",
+        "grouping",
+        "grpc_endpoints",
+        "max_queue_size",
+        "mirror",
+        "queue",
+        "rate_limit",
+        "service",
+        "status",
+        "timeout_s",
+        "token",
+        "wakeable",
+        "weight",
+    )
+
+    def __init__(
+        self,
+        route: Route,
+        *,
+        endpoints: tuple[Endpoint, ...] = (),
+        grpc_endpoints: tuple[Endpoint, ...] = (),
+        timeout_s: float,
+        bucket: TokenBucket | None = None,
+        in_flight: InFlight | None = None,
+        mirror: MirrorState | None = None,
+    ) -> None:
+        self.service: str = route.service
+        self.digest: bytes = digest_bytes(route.token_sha256)
+        # The token, which signed calls are checked with (None: they are refused); its
+        # SigningKey is made by the first signed call (:attr:`key`).
+        self.token: bytes | None = route.token.encode("utf-8") if route.token else None
+        self._key: SigningKey | None = None
+        self.endpoints: tuple[Endpoint, ...] = endpoints
+        self.grpc_endpoints: tuple[Endpoint, ...] = grpc_endpoints  # the same replicas' gRPC ports
+        self.timeout_s: float = timeout_s
+        self.rate_limit: int | None = route.rate_limit
+        self.max_queue_size: int | None = route.max_queue_size
+        self.status: str = sys.intern(route.status)  # for a 503's detail only
+        self.group: str | None = None if route.group is None else sys.intern(route.group)
+        self.weight: int = route.weight
+        self.grouping: bool = route.grouping
+        self.wakeable: bool = route.wakeable
+        self.queue: QueueRoute | None = route.queue
+        self.bucket: TokenBucket | None = bucket
+        # The in-flight count once a call was admitted (:attr:`in_flight` makes it): what
+        # a call that was admitted leaves, read without a call on the per-request path.
+        self.admitted: InFlight | None = in_flight
+        self.mirror: MirrorState | None = mirror  # None for most services: one check per call
+        # The last Authorization value that passed, compared in constant time before hashing
+        # (a hash per request cost more than the comparison). Never carried to a new route.
+        # A signed call's value never goes here: each is checked in full (its Date and body).
+        self.accepted: bytes | None = None
+
+    @property
+    def in_flight(self) -> InFlight:
+        """The service's in-flight count (its ``max_queue_size`` bound, its load for the
+        autoscaler), made on first use and carried to the service's next route."""
+        in_flight = self.admitted
+        if in_flight is None:
+            in_flight = self.admitted = InFlight(self.max_queue_size or None)
+        return in_flight
+
+    @property
+    def key(self) -> SigningKey | None:
+        """The key signed calls are checked with, None without a token."""
+        key = self._key
+        if key is None and self.token is not None:
+            key = self._key = SigningKey(self.token)
+        return key
+
+    def wire(self) -> Route:
+        """The route as the control plane sent it, less its token (for the snapshot)."""
+        return Route(
+            service=self.service,
+            token_sha256=self.digest.hex(),
+            endpoints=[ep.base_url for ep in self.endpoints],
+            grpc_endpoints=[ep.base_url for ep in self.grpc_endpoints],
+            timeout_ms=round(self.timeout_s * 1000),
+            rate_limit=self.rate_limit,
+            max_queue_size=self.max_queue_size,
+            status=self.status,
+            group=self.group,
+            weight=self.weight,
+            grouping=self.grouping,
+            mirror=None if self.mirror is None else self.mirror.route,
+            wakeable=self.wakeable,
+            queue=self.queue,
+        )
 
     def take_place(self, activity: Activity, now: float) -> OverLimit | None:
         """Admit one call under the service's rate limit and in-flight bound (HTTP and gRPC
@@ -49,10 +136,12 @@ class ServiceRoute:
         name = self.service
         if bucket is not None and not bucket.try_acquire():
             return OverLimit(
-                f"service {name!r} is over its rate limit of {self.route.rate_limit} requests/s",
+                f"service {name!r} is over its rate limit of {self.rate_limit} requests/s",
                 bucket.retry_after_s(),
             )
-        in_flight = self.in_flight
+        in_flight = self.admitted
+        if in_flight is None:
+            in_flight = self.in_flight
         if not in_flight.enter_at(now):
             return OverLimit(
                 f"service {name!r} already has {in_flight.limit} requests in flight "
@@ -63,8 +152,6 @@ class ServiceRoute:
         if not in_flight.active:
             activity.touch(name, in_flight)
         return None
-
-    grpc_endpoints: tuple[Endpoint, ...] = ()  # the same replicas' gRPC ports
 
 
 class Asleep(Exception):
@@ -117,6 +204,10 @@ class RouteState:
         # (gRPC clients that only have the gateway's address); tokens are unique per cluster.
         self.by_digest: dict[bytes, str] = {}
         self.group_by_digest: dict[bytes, str] = {}  # a group token's digest → the group
+        # While a whole table arrives in pages: the services and groups its pages listed.
+        self._listed: set[str] | None = None
+        self._listed_groups: set[str] | None = None
+        self._timeouts: dict[int, float] = {}  # one float per distinct timeout, shared
 
     def by_token(self, token: bytes) -> ServiceRoute | None:
         """The service whose token ``token`` is (one hash, one lookup)."""
@@ -126,15 +217,13 @@ class RouteState:
     def get(self, service: str) -> ServiceRoute | None:
         return self.services.get(service)
 
-    def table(self) -> RouteTable | None:
-        """The whole table in force (for the snapshot), None before the first one."""
+    def wire(self) -> tuple[list[ServiceRoute], list[GroupRoute]] | None:
+        """What the snapshot saves of the table in force, None before a first whole one:
+        the entries as they are now (each turns into its wire route with
+        :meth:`ServiceRoute.wire`, one at a time, wherever it is written) and the groups."""
         if self.version is None:
             return None
-        return RouteTable(
-            version=self.version,
-            routes=[entry.route for entry in self.services.values()],
-            groups=[entry.route for entry in self.groups.values()],
-        )
+        return list(self.services.values()), [entry.route for entry in self.groups.values()]
 
     def named(self, name: str) -> GroupEntry | tuple[ServiceRoute, GroupEntry | None] | None:
         """What a caller's name for its target reaches (a path segment on HTTP, a host
@@ -149,7 +238,7 @@ class RouteState:
             return None if entry is None else (entry, None)
         group_name, dot, member = name.partition(".")
         entry = self.services.get(member if dot else name)
-        if entry is None or (dot and entry.route.group != group_name):
+        if entry is None or (dot and entry.group != group_name):
             return None
         return entry, self.groups.get(group_name) if dot else None
 
@@ -162,8 +251,8 @@ class RouteState:
         for name in self.members.get(group.route.group, ()):
             entry = self.services[name]
             ready = entry.grpc_endpoints if grpc else entry.endpoints
-            if entry.route.grouping and ready:
-                candidates[name] = (entry, len(ready) if auto else entry.route.weight)
+            if entry.grouping and ready:
+                candidates[name] = (entry, len(ready) if auto else entry.weight)
         chosen = group.picker.pick((name, share) for name, (_, share) in candidates.items())
         return None if chosen is None else candidates[chosen][0]
 
@@ -184,9 +273,9 @@ class RouteState:
         asleep = [
             self.services[name]
             for name in sorted(self.members.get(group.route.group, ()))
-            if self.services[name].route.grouping and self.services[name].route.wakeable
+            if self.services[name].grouping and self.services[name].wakeable
         ]
-        return max(asleep, key=lambda e: e.route.weight, default=None)
+        return max(asleep, key=lambda e: e.weight, default=None)
 
     def group_tokens(self, group: GroupEntry) -> list[bytes]:
         """The digests that open a group endpoint: the group's, then every member's."""
@@ -200,21 +289,32 @@ class RouteState:
         return [group.key, *(self.services[name].key for name in members)]
 
     def apply(self, table: RouteTable) -> None:
-        """Apply ``table``: a whole one replaces every route, changes replace and remove
-        only theirs. Per-service counters (in flight, rate-limit bucket) and per-endpoint
-        counts survive when the service or endpoint is still there."""
+        """Apply ``table``: a whole one replaces every route (over its pages: each page's
+        routes replace theirs, and the last page drops what no page listed), changes replace
+        and remove only theirs. Per-service counters (in flight, rate-limit bucket) and
+        per-endpoint counts survive when the service or endpoint is still there.
+
+        ``version`` moves to a whole table's version at its last page only: a gateway asks
+        for the changes after it next, and they include any made while the pages were read
+        (the pages' version was read before their routes: :mod:`controlplane.store.route_feed`)."""
         before = set(self._refs)
         if table.full:
-            old, self.services = self.services, {}
-            old_groups, self.groups = self.groups, {}
-            self._refs.clear()
-            self.members.clear()
-            self.by_digest.clear()
-            self.group_by_digest.clear()
+            listed, listed_groups = self._listed, self._listed_groups
+            if not table.continued or listed is None or listed_groups is None:  # it begins
+                listed = self._listed = set()
+                listed_groups = self._listed_groups = set()
             for route in table.routes:
-                self._put(route, old.get(route.service))
+                self._put(route, self._drop(route.service))
+                listed.add(route.service)
             for group in table.groups:
-                self._put_group(group, old_groups.get(group.group))
+                self._put_group(group, self.groups.get(group.group))
+                listed_groups.add(group.group)
+            if table.next_page is None:  # its last page
+                for name in [name for name in self.services if name not in listed]:
+                    self._drop(name)
+                for name in [name for name in self.groups if name not in listed_groups]:
+                    self._drop_group(name)
+                self._listed = self._listed_groups = None
         else:
             for name in table.removed:
                 self._drop(name)
@@ -226,7 +326,8 @@ class RouteState:
                 self._put_group(group, self.groups.get(group.group))
         after = set(self._refs)
         change = RouteChange(table, frozenset(after - before), frozenset(before - after))
-        self.version = table.version
+        if not (table.full and table.next_page is not None):
+            self.version = table.version
         self.generation += 1
         self.updated_at = time.time()
         self.pool.forget(ep.base_url for ep in change.released)
@@ -255,13 +356,13 @@ class RouteState:
 
     def _drop(self, name: str) -> ServiceRoute | None:
         entry = self.services.pop(name, None)
-        if entry is not None and entry.route.group is not None:
-            self._forget_accepted(entry.route.group)
-            members = self.members.get(entry.route.group)
+        if entry is not None and entry.group is not None:
+            self._forget_accepted(entry.group)
+            members = self.members.get(entry.group)
             if members is not None:
                 members.discard(name)
                 if not members:
-                    del self.members[entry.route.group]
+                    del self.members[entry.group]
         if entry is not None:
             if self.by_digest.get(entry.digest) == name:
                 del self.by_digest[entry.digest]
@@ -283,29 +384,28 @@ class RouteState:
                 bucket = prev.bucket
             else:
                 bucket = TokenBucket(route.rate_limit)
-        in_flight = prev.in_flight if prev is not None else InFlight()
-        in_flight.limit = route.max_queue_size if route.max_queue_size else None
+        in_flight = None if prev is None else prev.admitted
+        if in_flight is not None:
+            in_flight.limit = route.max_queue_size if route.max_queue_size else None
         timeout_ms = route.timeout_ms if route.timeout_ms > 0 else self.default_timeout_ms
-        endpoints = self.pool.resolve(route.endpoints)
-        grpc_endpoints = self.pool.resolve(route.grpc_endpoints)
+        timeout_s = self._timeouts.setdefault(timeout_ms, timeout_ms / 1000.0)
+        endpoints = self.pool.resolve(route.endpoints) if route.endpoints else ()
+        grpc_endpoints = self.pool.resolve(route.grpc_endpoints) if route.grpc_endpoints else ()
         self._refs.update(endpoints + grpc_endpoints)
-        digest = digest_bytes(route.token_sha256)
-        self.by_digest[digest] = route.service
-        if route.group is not None:
-            self.members.setdefault(route.group, set()).add(route.service)
-            self._forget_accepted(route.group)
-        self.services[route.service] = ServiceRoute(
-            route=route,
-            service=route.service,
-            digest=digest,
+        entry = ServiceRoute(
+            route,
             endpoints=endpoints,
-            timeout_s=timeout_ms / 1000.0,
+            grpc_endpoints=grpc_endpoints,
+            timeout_s=timeout_s,
             bucket=bucket,
             in_flight=in_flight,
             mirror=MirrorState.of(route.mirror, prev.mirror if prev is not None else None),
-            grpc_endpoints=grpc_endpoints,
-            key=_key(route.token),
         )
+        self.by_digest[entry.digest] = entry.service
+        if entry.group is not None:
+            self.members.setdefault(entry.group, set()).add(entry.service)
+            self._forget_accepted(entry.group)
+        self.services[entry.service] = entry
 
 
 def _key(token: str | None) -> SigningKey | None:

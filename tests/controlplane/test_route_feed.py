@@ -5,6 +5,7 @@ the whole table, whatever it missed; removals, rotations and restarts of either 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,17 +32,31 @@ class Watcher:
         self.routes: dict[str, Route] = {}
         self.tables: list[RouteTable] = []
 
-    def poll(self, client: TestClient) -> RouteTable:
-        table = RouteTable.model_validate(
-            client.get(ROUTES_PATH, params={"after": self.version}).json()
-        )
+    def poll(
+        self,
+        client: TestClient,
+        page_size: int | None = None,
+        between: Callable[[int], None] = lambda _: None,
+    ) -> RouteTable:
+        """One poll; a whole table asked for in pages of ``page_size`` is read to its last
+        page, ``between(n)`` called before asking for page n + 1."""
+        params: dict[str, Any] = {"after": self.version}
+        if page_size is not None:
+            params["page_size"] = page_size
+        table = RouteTable.model_validate(client.get(ROUTES_PATH, params=params).json())
         if table.full:
             self.routes = {}
-        for name in table.removed:
-            self.routes.pop(name, None)
-        self.routes.update({r.service: r for r in table.routes})
+        while True:
+            for name in table.removed:
+                self.routes.pop(name, None)
+            self.routes.update({r.service: r for r in table.routes})
+            self.tables.append(table)
+            if table.next_page is None:
+                break
+            between(len(self.tables))
+            params["page"] = table.next_page
+            table = RouteTable.model_validate(client.get(ROUTES_PATH, params=params).json())
         self.version = table.version
-        self.tables.append(table)
         return table
 
 
@@ -98,6 +113,44 @@ def test_a_change_costs_one_route_whatever_the_table_size(client: TestClient) ->
     client.post("/api/v2/services/local/s7/token")
     delta = gateway.poll(client)
     assert [r.service for r in delta.routes] == ["s7"] and not delta.full
+
+
+def test_a_whole_table_in_pages_misses_no_change_made_between_them(client: TestClient) -> None:
+    """The pages of a whole table carry the version read before the first page's routes, so
+    the delta after it, asked for once the last page is in, brings every change made while
+    the pages were read: to routes already sent (a rotation, a deletion) and to routes not
+    yet sent (deleted before their page)."""
+    for name in ("a", "b", "c", "d", "e", "f", "g"):
+        create(client, name, group="grp")
+    before = RouteTable.model_validate(client.get(ROUTES_PATH).json()).version
+
+    def meanwhile(pages: int) -> None:
+        if pages == 1:  # a and b were sent
+            client.post("/api/v2/services/local/a/token")
+            client.delete("/api/v2/services/local/b")
+            create(client, "h")
+        if pages == 2:  # c and d were sent
+            client.delete("/api/v2/services/local/f")
+            client.put("/api/v2/services/local/g", json={"metadata": {"rpc": {"keepalive": 7}}})
+
+    gateway = Watcher()
+    gateway.poll(client, page_size=2, between=meanwhile)
+    pages = gateway.tables
+    assert [len(p.routes) for p in pages] == [2, 2, 2, 1]  # e, g; h (f is gone)
+    assert {p.version for p in pages} == {before} and gateway.version == before
+    assert [p.continued for p in pages] == [False, True, True, True]
+    assert [len(p.groups) for p in pages] == [1, 0, 0, 0]  # groups come with the first
+    assert gateway.routes != whole(client)  # a's old token, b still listed
+
+    delta = gateway.poll(client)
+    assert not delta.full and "b" in delta.removed and "f" in delta.removed
+    assert gateway.routes == whole(client)
+    assert gateway.routes["g"].timeout_ms == 7
+
+
+def test_a_page_the_feed_did_not_write_is_refused(client: TestClient) -> None:
+    for page in ("x", "3", "3.-1", "3.x"):
+        assert client.get(ROUTES_PATH, params={"page": page}).status_code == 400
 
 
 def test_a_gateway_ahead_of_the_database_gets_the_whole_table(client: TestClient) -> None:

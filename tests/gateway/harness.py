@@ -292,7 +292,8 @@ class Echo:
 
 class FakeControlPlane:
     """Serves ``GET ROUTES_PATH?after=&wait=`` per the wire contract: 200 + table at once
-    when its version is newer than ``after``, else holds up to ``wait`` and answers 204;
+    when its version is newer than ``after``, else holds up to ``wait`` and answers 204 (a
+    whole table in pages when asked with ``page_size``, the next by ``page``);
     records the load reports POSTed to ``SIGNALS_PATH``. Requires
     ``Authorization: Bearer <admin token>``. ``POST WAKE_PATH`` records the wake-up and
     calls ``on_wake`` (in the loop thread), which answers with a status."""
@@ -305,6 +306,8 @@ class FakeControlPlane:
         self.polls: list[tuple[int, float]] = []
         self.reports: list[LoadReport] = []  # load reports received, in order
         self.wakes: list[str] = []
+        self.published: dict[int, RouteTable] = {}  # whole tables sent in pages, by version
+        self.pages: list[str] = []  # the pages asked for after a first
         self.on_wake: Callable[[str], int] = lambda _: 200
         self.runner: web.AppRunner | None = None
 
@@ -324,12 +327,33 @@ class FakeControlPlane:
         after = int(request.query["after"])
         wait = float(request.query["wait"])
         self.polls.append((after, wait))
+        page = request.query.get("page")
+        if page is not None:  # "<version>.<index of its first route>", as this fake writes
+            version, start = map(int, page.split("."))
+            self.pages.append(page)
+            return self._page(self.published[version], start, int(request.query["page_size"]))
         if self.table.version <= after:
             try:
                 await asyncio.wait_for(self.changed.wait(), wait)
             except TimeoutError:
                 return web.Response(status=204)
+        if self.table.full and "page_size" in request.query:
+            return self._page(self.table, 0, int(request.query["page_size"]))
         return web.Response(body=self.table.model_dump_json(), content_type="application/json")
+
+    def _page(self, whole: RouteTable, start: int, size: int) -> web.Response:
+        """A page of a whole table, per the wire contract (groups with the first page)."""
+        self.published[whole.version] = whole
+        end = start + size
+        page = whole.model_copy(
+            update={
+                "routes": whole.routes[start:end],
+                "groups": whole.groups if start == 0 else [],
+                "continued": start > 0,
+                "next_page": f"{whole.version}.{end}" if end < len(whole.routes) else None,
+            }
+        )
+        return web.Response(body=page.model_dump_json(), content_type="application/json")
 
     async def signals(self, request: web.Request) -> web.StreamResponse:
         if request.headers.get("Authorization") != f"Bearer {self.admin_token}":

@@ -79,7 +79,7 @@ def test_the_token_index_follows_deltas() -> None:
     state = RouteState(EndpointPool(), default_timeout_ms=1000)
     state.apply(table(route([], service="a", token="token-a"), route([], service="b")))
     found = state.by_token(b"token-a")
-    assert found is not None and found.route.service == "a"
+    assert found is not None and found.service == "a"
     assert state.by_token(TOKEN.encode()) is state.get("b")
     assert state.by_token(b"nobody") is None
     # a rotates to a new token and b takes a's old one, in one delta
@@ -101,7 +101,7 @@ def test_the_group_token_index_follows_deltas() -> None:
     def group(token: str) -> GroupRoute:
         return GroupRoute(group="g", token_sha256=token_digest(token), traffic_mode="auto")
 
-    digest = {t: token_digest(t).encode() for t in ("t1", "t2")}
+    digest = {t: bytes.fromhex(token_digest(t)) for t in ("t1", "t2")}
     state.apply(RouteTable(version=1, routes=[], groups=[group("t1")]))
     assert state.group_by_digest == {digest["t1"]: "g"}
     state.apply(RouteTable(version=2, routes=[], groups=[group("t2")], full=False))
@@ -140,10 +140,11 @@ def test_a_delta_touches_only_its_services_and_releases_unlisted_replicas() -> N
     assert {ep.base_url for ep in changes[-1].released} == {own}  # b still lists the shared one
     assert changes[-1].added == frozenset()
 
+    counted = b.in_flight  # made by b's first call
     rotated = route([shared], service="b", token="rotated-token")
     state.apply(RouteTable(version=3, routes=[rotated], full=False))
     again = state.get("b")
-    assert again is not None and again is not b and again.in_flight is b.in_flight
+    assert again is not None and again is not b and again.in_flight is counted
     assert changes[-1].released == frozenset() and changes[-1].added == frozenset()
     state.apply(RouteTable(version=4, routes=[], full=False, removed=["b", "gone-already"]))
     assert {ep.base_url for ep in changes[-1].released} == {shared}
@@ -165,6 +166,54 @@ def test_changes_through_a_static_source(make_gateway: GatewayFactory, echo: Ech
     # Stop / delete: the service is gone.
     gw.publish(table(version=5))
     assert status_of(gw, "rotated-token") == 404
+
+
+def test_a_whole_table_in_pages_replaces_the_last_at_its_last_page() -> None:
+    """Each page's routes replace theirs at once (the rest of the last table serves
+    meanwhile); the last page drops what no page listed and moves the version. A first page
+    again (the read started over) begins anew; what earlier pages sent stays until then."""
+    state = RouteState(EndpointPool(), default_timeout_ms=1000)
+    state.apply(table(route([], service="old"), route([], service="kept"), version=1))
+    kept = state.get("kept")
+    assert kept is not None
+    counted = kept.in_flight
+    first = RouteTable(
+        version=5, routes=[route([], service="a"), route([], service="kept")], next_page="5.2"
+    )
+    second = RouteTable(version=5, routes=[route([], service="b")], continued=True, next_page="x")
+    last = RouteTable(version=5, routes=[route([], service="c", token="c")], continued=True)
+    state.apply(first)
+    assert state.version == 1 and set(state.services) == {"old", "kept", "a"}
+    again = state.get("kept")
+    assert again is not None and again is not kept and again.in_flight is counted
+    state.apply(second)
+    for page in (first, second, last):  # read over from its first page
+        state.apply(page)
+    assert state.version == 5 and set(state.services) == {"a", "kept", "b", "c"}
+    assert len(state.by_digest) == 2  # the test token, c's
+    found = state.by_token(b"c")
+    assert found is not None and found.service == "c"
+
+
+def test_a_whole_table_is_read_in_pages(
+    make_gateway: GatewayFactory, control_plane: FakeControlPlane, lt: LoopThread, echo: Echo
+) -> None:
+    names = [f"s{i}" for i in range(5)]
+    whole = table(*(route([echo.url], service=n, token=f"token-{n}") for n in names), version=3)
+    lt.call(lambda: control_plane.publish(whole))
+    source = cp_source(control_plane)
+    source.page_size = 2
+    gw = make_gateway(source=source)
+
+    def served(name: str) -> bool:
+        return status_of(gw, f"token-{name}", f"/api/predict/{name}/v2") == 200
+
+    assert seconds_until(lambda: all(served(name) for name in names)) < 2
+    assert control_plane.pages == ["3.2", "3.4"]
+    assert health(gw)["route_table_version"] == 3
+    lt.call(lambda: control_plane.publish(table(route([echo.url], service="s0"), version=4)))
+    assert seconds_until(lambda: health(gw)["route_table_version"] == 4) < 2
+    assert (3, 2.0) in control_plane.polls  # then long-polls after the pages' version
 
 
 @pytest.fixture

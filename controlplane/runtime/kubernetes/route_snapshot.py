@@ -5,7 +5,8 @@ upgrade gone wrong) serves the last table instead of nothing.
 The leading control plane (:class:`~controlplane.server.ControlPlane` runs
 :meth:`RouteSnapshotPublisher.run`, which checks the lead before each write) writes the whole
 table, gzip-compressed, as the ConfigMap's one ``binaryData`` key :data:`KEY`, after a change
-and at most every ``interval_s``. The chart mounts the ConfigMap into every gateway pod
+and at most every ``interval_s``: read from the route feed in pages and compressed as they
+come, never held whole. The chart mounts the ConfigMap into every gateway pod
 (``OPENEAS_GATEWAY_ROUTE_SNAPSHOT_SHARED``); the gateway reads it only when no control
 plane answers in time (:mod:`gateway.snapshot` reads gzip). Like the gateway's own file it
 holds token digests and replica addresses, never a token (a gateway serving it refuses
@@ -20,13 +21,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import io
+import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from contract.wire import RouteTable
+from contract.wire import RouteTable, whole_table_json
 from controlplane.runtime.kubernetes.client import KubeClient
 from controlplane.runtime.kubernetes.settings import KubernetesSettings
 from controlplane.store import route_feed
@@ -39,18 +42,29 @@ MAX_BYTES = 700 * 1024
 FIELD_MANAGER = "openeas-route-snapshot"
 
 
-# The tokens routes carry for signed calls (contract.wire.Route.token) never leave for the
-# ConfigMap, as they never reach the gateway's own snapshot file (gateway.snapshot).
-NO_TOKENS: dict[str, Any] = {"routes": {"__all__": {"token"}}, "groups": {"__all__": {"token"}}}
-
-
 def encode(table: RouteTable) -> bytes:
     """The table as the gateway's snapshot file holds it (token digests, no token),
     gzip-compressed (``mtime=0``: the same table gives the same bytes)."""
-    return gzip.compress(table.model_dump_json(exclude=NO_TOKENS).encode(), mtime=0)
+    compressed = encode_pages(iter([table]))
+    assert compressed is not None
+    return compressed
 
 
-def manifest(name: str, table: RouteTable, compressed: bytes) -> dict[str, Any]:
+def encode_pages(pages: Iterator[RouteTable], limit: int | None = None) -> bytes | None:
+    """:func:`encode` of the whole table ``pages`` make (:func:`route_feed.pages`), a
+    page in memory at a time; None as soon as it is over ``limit`` bytes compressed."""
+    first = next(pages)
+    routes = itertools.chain(first.routes, (r for page in pages for r in page.routes))
+    out = io.BytesIO()
+    with gzip.GzipFile(filename="", fileobj=out, mode="wb", mtime=0) as gz:
+        for piece in whole_table_json(first.version, routes, first.groups):
+            gz.write(piece)
+            if limit is not None and out.tell() > limit:
+                return None
+    return out.getvalue()
+
+
+def manifest(name: str, version: int, compressed: bytes) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -58,7 +72,7 @@ def manifest(name: str, table: RouteTable, compressed: bytes) -> dict[str, Any]:
             "name": name,
             "labels": {"app.kubernetes.io/part-of": "openeas"},
             # Read by people: which version the gateways would fall back to.
-            "annotations": {"openeas.io/route-table-version": str(table.version)},
+            "annotations": {"openeas.io/route-table-version": str(version)},
         },
         "binaryData": {KEY: base64.b64encode(compressed).decode()},
     }
@@ -92,23 +106,24 @@ class RouteSnapshotPublisher:
             current = route_feed.version(s)
         if current == self.written:
             return False
-        table = route_feed.table(self._sessions, self._cluster, self._timeout_ms)
-        compressed = encode(table)
-        if len(compressed) > MAX_BYTES:
+        pages = route_feed.pages(self._sessions, self._cluster, self._timeout_ms)
+        first = next(pages)
+        version = first.version
+        compressed = encode_pages(itertools.chain([first], pages), MAX_BYTES)
+        if compressed is None:
             log.warning(
-                "route snapshot: version %d is %d bytes compressed, over %d: not written "
+                "route snapshot: version %d is over %d bytes compressed: not written "
                 "(gateways keep the last one that fitted)",
-                table.version,
-                len(compressed),
+                version,
                 MAX_BYTES,
             )
-            self.written = table.version
+            self.written = version
             return False
         if self._client is None:
             self._client = KubeClient(self._settings)
-        self._client.apply(manifest(self.name, table, compressed), field_manager=FIELD_MANAGER)
-        self.written = table.version
-        log.info("route snapshot: version %d written to ConfigMap %s", table.version, self.name)
+        self._client.apply(manifest(self.name, version, compressed), field_manager=FIELD_MANAGER)
+        self.written = version
+        log.info("route snapshot: version %d written to ConfigMap %s", version, self.name)
         return True
 
     async def run(self, leading: Callable[[], bool]) -> None:
