@@ -26,12 +26,15 @@ from controlplane.store.tables import (
     utcnow,
 )
 
+# Built once, bound per call: every describe and every write of a service finds its row.
+_FIND = select(ServiceRow).where(
+    ServiceRow.cluster == bindparam("cluster"), ServiceRow.name == bindparam("name")
+)
+
 
 def find(s: Session, cluster: str, name: str) -> ServiceRow | None:
     """The service row by its unique (cluster, name)."""
-    return s.scalar(
-        select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.name == name)
-    )
+    return s.scalar(_FIND, {"cluster": cluster, "name": name})
 
 
 def token_taken(s: Session, cluster: str, digest: str, by: int | None = None) -> bool:
