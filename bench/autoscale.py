@@ -88,9 +88,10 @@ def free_port() -> int:
 
 
 class Platform:
-    """``openeas up`` as a subprocess with its own data dir and eascmd profile."""
+    """``openeas up`` as a subprocess with its own data dir and eascmd profile; ``tree``: the
+    checkout whose code it runs (default: the one on ``PYTHONPATH``, or installed)."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, tree: Path | None = None) -> None:
         self.tmp = tmp
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -100,13 +101,16 @@ class Platform:
             "OPENEAS_DATA_DIR": str(tmp / "data"),
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         }
+        if tree is not None:
+            self.env["PYTHONPATH"] = str(tree)
         self.proc: subprocess.Popen[bytes] | None = None
         self.http: httpx.Client | None = None
 
     def start(self) -> None:
         log = (self.tmp / "up.log").open("ab")
         self.proc = subprocess.Popen(
-            [str(BIN / "openeas"), "up", "--port", str(self.port)],
+            # A free gRPC port: several platforms (and other runs) side by side.
+            [str(BIN / "openeas"), "up", "--port", str(self.port), "--grpc-port", "0"],
             cwd=self.tmp,
             env=self.env,
             stdout=log,
@@ -158,9 +162,9 @@ def triton_service(name: str, instance: int, autoscaler: dict[str, Any]) -> dict
 
 
 @contextmanager
-def platform() -> Iterator[Platform]:
+def platform(tree: Path | None = None) -> Iterator[Platform]:
     with tempfile.TemporaryDirectory(prefix="openeas-autoscale-") as tmp:
-        p = Platform(Path(tmp))
+        p = Platform(Path(tmp), tree)
         try:
             p.start()
             yield p

@@ -21,6 +21,7 @@ _PR_SET_PDEATHSIG = 1
 # they are replayed, and the runtime's readiness gate waits for it (local: its probe;
 # Kubernetes: the startup probe), so no user request reaches an unwarmed replica.
 READY_FILE_ENV = "OPENEAS_READY_FILE"
+READINESS_PATH = "/v2/health/ready"  # Triton's: 200 once every model is loaded
 
 
 class ProcessorError(ValueError):
@@ -63,7 +64,7 @@ class ReplicaPlan:
     command: list[str]  # argv of the replica process (local runtime)
     env: dict[str, str] = field(default_factory=dict)
     http_port: int = 8000
-    readiness_path: str = "/v2/health/ready"
+    readiness_path: str = READINESS_PATH
     liveness_path: str = "/v2/health/live"
     # Set when the plan serves a pulled copy (``model_dir`` given and the repository remote).
     pull: Pull | None = None
@@ -74,6 +75,9 @@ class ReplicaPlan:
     # (READY_FILE_ENV). ``warm_up_pull``: remote request files the runtime pulls first.
     warms_up: bool = False
     warm_up_pull: Pull | None = None
+    # The process rings the local runtime's doorbell (:mod:`processors.doorbell`) when its
+    # server starts and is ready, so the runtime need not probe it often meanwhile.
+    rings: bool = False
 
 
 class Plan(Protocol):

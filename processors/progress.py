@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from contract.progress import Progress, log_line
+from processors.doorbell import Doorbell
 
 ENV_FILE = "OPENEAS_PROGRESS_FILE"
 
@@ -105,9 +106,23 @@ def sink_from(environ: Mapping[str, str]) -> Sink:
     seconds (a Kubernetes init container's log)."""
     target = environ.get(ENV_FILE)
     if target:
-        path = Path(target)
-        return lambda p: write_file(path, p)
+        return _FileSink(Path(target), Doorbell.from_env(environ))
     return _Throttled(lambda p: print(log_line(p), file=sys.stderr, flush=True))
+
+
+class _FileSink:
+    """Writes each report to the file, and rings the runtime's doorbell on a new phase (it
+    reads the file then, not at its next probe)."""
+
+    def __init__(self, path: Path, bell: Doorbell) -> None:
+        self.path, self.bell = path, bell
+        self._phase: str | None = None
+
+    def __call__(self, progress: Progress) -> None:
+        write_file(self.path, progress)
+        if progress.phase != self._phase:
+            self._phase = progress.phase
+            self.bell.ring()
 
 
 class _Throttled:

@@ -18,9 +18,12 @@ import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from processors import exits, progress, storage
-from processors.storage.node_cache import NodeCache
+
+if TYPE_CHECKING:
+    from processors.storage.pull import PullReport
 
 ENV_MODEL_CACHE = "OPENEAS_MODEL_CACHE"
 
@@ -71,14 +74,18 @@ def local_repository(uri: str, cache: Path, *, endpoint: str | None) -> Path:
     return dest
 
 
-def pull(uri: str, dest: Path, *, endpoint: str | None) -> storage.PullReport:
-    """:func:`processors.storage.pull`, its failures as :class:`PullFailed`."""
+def pull(uri: str, dest: Path, *, endpoint: str | None) -> PullReport:
+    """:func:`processors.storage.pull.pull`, its failures as :class:`PullFailed`."""
+    # Imported here: only a remote repository needs the OSS client (see processors.storage).
+    from processors.storage.node_cache import NodeCache
+    from processors.storage.pull import pull as fetch
+
     # Progress goes where the runtime looks for it (OPENEAS_PROGRESS_FILE), else to stderr;
     # read here so the run and the pull command both report it.
     sink = progress.sink_from(os.environ)
     try:
         node_cache = NodeCache.from_env(os.environ)  # the node's model cache, on Kubernetes
-        return storage.pull(uri, dest, endpoint=endpoint, progress=sink, node_cache=node_cache)
+        return fetch(uri, dest, endpoint=endpoint, progress=sink, node_cache=node_cache)
     except storage.PermanentStorageError as e:
         raise PullFailed(str(e), temporary=False) from e
     except storage.TemporaryStorageError as e:

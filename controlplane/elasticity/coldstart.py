@@ -7,15 +7,16 @@ every observation the reconciler makes of the replicas, and writes the breakdown
 ``ColdStart`` event once a replica is ready. Phases are read from what a replica says of itself:
 
 - *decision*: the wake-up asked → the new replica count written;
-- *process/pod start*: written → the replica first seen doing its own work (the local
-  runtime spawns the process at once; on Kubernetes: scheduling, image, ``ContainerCreating``);
+- *process/pod start*: written → the replica first seen doing its own work (local: its
+  process launched tritonserver, as its doorbell says; on Kubernetes: scheduling, image,
+  ``ContainerCreating``);
 - *model pull*: its pull progress (or the pull init container, ``PodInitializing``);
 - *Triton load*: pulled and not ready yet (the processor and Triton starting, models loading);
 - *warm-up*: the progress phases ``warming up``/``warmed up`` (``warm_up_data_path``
   replayed), 0 without them.
 
-Observations come when the runtime notifies (a probe flips, a progress phase changes), so
-each boundary is as sharp as the runtime's probe interval.
+Observations come when the runtime notifies (a probe flips, a progress phase changes, a
+local replica rings), so each boundary is as sharp as the runtime sees it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from contract.progress import WARMED_UP, WARMING_UP
-from controlplane.runtime.base import ReplicaStatus
+from controlplane.runtime.base import PROCESS_STARTING, ReplicaStatus
 
 PHASES = ("decision", "start", "pull", "load", "warm-up")
 LABELS = {
@@ -34,8 +35,11 @@ LABELS = {
     "load": "Triton load",
     "warm-up": "warm-up",
 }
-# Kubernetes reasons of a pod that is not running its own code yet.
-STARTING_REASONS = frozenset({"ContainerCreating", "Unschedulable", "FailedCreate"})
+# Kubernetes reasons of a pod that is not running its own code yet; the local runtime's of
+# a process that has not launched its server yet.
+STARTING_REASONS = frozenset(
+    {"ContainerCreating", "Unschedulable", "FailedCreate", PROCESS_STARTING}
+)
 PULLING_REASONS = frozenset({"PodInitializing"})  # the pull init container runs
 
 

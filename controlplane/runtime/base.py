@@ -15,6 +15,9 @@ from typing import Literal, Protocol, runtime_checkable
 from contract.progress import Progress
 
 ReplicaState = Literal["Pending", "Running", "CrashLoopBackOff", "Failed", "Terminating"]
+# The reason of a local replica whose process has not launched its server yet (it rings its
+# doorbell then, :mod:`processors.doorbell`); "Starting" after, as a pod's while it loads.
+PROCESS_STARTING = "ProcessStarting"
 # Readiness probes failed in a row before a ready replica counts as not ready (Kubernetes's
 # failureThreshold, which the pods get too): a busy replica's one late answer is no verdict.
 READY_PROBE_FAILURES = 3

@@ -29,6 +29,7 @@ import aiohttp
 from contract.progress import WARMED_UP, Progress
 from controlplane.model.eas_spec import RollingStrategy
 from controlplane.runtime.base import (
+    PROCESS_STARTING,
     DesiredReplicaSet,
     Notify,
     Observation,
@@ -37,6 +38,7 @@ from controlplane.runtime.base import (
     ReplicaSummary,
     probed_state,
 )
+from controlplane.runtime.doorbell import Bell
 from controlplane.runtime.proc_cpu import CpuRates
 from processors import exits, progress, registry, repository
 from processors.base import READY_FILE_ENV, Ports, ReplicaPlan, die_with
@@ -166,6 +168,7 @@ class LocalRuntime:
         host: str = "127.0.0.1",
         probe_interval: float = 0.05,
         ready_probe_interval: float = 1.0,
+        rung_probe_interval: float = 0.5,
         base_backoff: float = 1.0,
         drain_seconds: float = 2.0,
     ) -> None:
@@ -176,6 +179,9 @@ class LocalRuntime:
         # Triton being ready (a probe is one small local HTTP request); a ready one, rarely.
         self.probe_interval = probe_interval
         self.ready_probe_interval = max(probe_interval, ready_probe_interval)
+        # One that rings its doorbell (``ReplicaPlan.rings``) says when to look: it is probed
+        # besides only this often while starting (a lost ring costs no more than this).
+        self.rung_probe_interval = max(probe_interval, rung_probe_interval)
         self.base_backoff = base_backoff
         self.drain_seconds = drain_seconds
         self._replicas: dict[str, list[Replica]] = {}
@@ -357,34 +363,49 @@ class LocalRuntime:
         if gate is not None:
             gate.unlink(missing_ok=True)  # a restart warms up anew
             env[READY_FILE_ENV] = str(gate)
-        replica.state, replica.reason = "Pending", "Starting"
+        bell = Bell() if plan.rings else None
+        if bell is not None:
+            env.update(bell.env())
+        replica.state = "Pending"
+        replica.reason = PROCESS_STARTING if bell is not None else "Starting"
         http = plan.http_port
         replica.base_url = f"http://{self.host}:{http}"
         replica.metrics_url = f"http://{self.host}:{metrics}"
         replica.grpc_url = f"http://{self.host}:{grpc}"
-        with replica.log_path.open("ab") as out:
-            out.write(f"{START_MARKER}{replica.restarts} on port {http}\n".encode())
-            out.flush()
-            replica.process = await asyncio.create_subprocess_exec(
-                *plan.command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-                env=env,
-                # No orphan even if we are SIGKILLed. Its own process group, so that stopping
-                # it stops tritonserver too; but our session, so that a replica shares its
-                # scheduler autogroup with the process that started it (a yield of the CPU
-                # cedes the core only within an autogroup; a new session is one of its own).
-                preexec_fn=die_with(os.getpid(), own_group=True),
-            )
+        try:
+            with replica.log_path.open("ab") as out:
+                out.write(f"{START_MARKER}{replica.restarts} on port {http}\n".encode())
+                out.flush()
+                replica.process = await asyncio.create_subprocess_exec(
+                    *plan.command,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env=env,
+                    pass_fds=(bell.child_fd,) if bell is not None else (),
+                    # No orphan even if we are SIGKILLed. Its own process group, so that
+                    # stopping it stops tritonserver too; but our session, so that a replica
+                    # shares its scheduler autogroup with the process that started it (a
+                    # yield of the CPU cedes the core only within an autogroup; a new
+                    # session is one of its own).
+                    preexec_fn=die_with(os.getpid(), own_group=True),
+                )
+        except BaseException:
+            if bell is not None:
+                bell.close()
+            raise
+        if bell is not None:
+            bell.spawned()
         self.notify(replica.service)
         probe = asyncio.create_task(
-            self._probe(replica, replica.base_url + plan.readiness_path, gate)
+            self._probe(replica, replica.base_url + plan.readiness_path, gate, bell)
         )
         try:
             return await replica.process.wait()
         finally:
             probe.cancel()
+            if bell is not None:
+                bell.close()
             # What it leaves in its group goes with it (a backend stub holds GPU memory).
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(replica.process.pid, signal.SIGKILL)
@@ -424,10 +445,13 @@ class LocalRuntime:
             folders[mount.path.rstrip("/") or "/"] = folder
         return folders
 
-    async def _probe(self, replica: Replica, url: str, gate: Path | None) -> None:
+    async def _probe(
+        self, replica: Replica, url: str, gate: Path | None, bell: Bell | None
+    ) -> None:
         """Follow readiness: Pending ↔ Running, notifying on every flip. With warm-up
         requests, ready also waits for the ``gate`` file the replica creates once they are
-        replayed (Triton is ready before that)."""
+        replayed (Triton is ready before that). With a ``bell``, a starting replica is probed
+        when it rings (and every ``rung_probe_interval`` besides)."""
         if self._http is None:
             # No keep-alive: Triton waits for open HTTP connections before it exits.
             self._http = aiohttp.ClientSession(
@@ -437,7 +461,11 @@ class LocalRuntime:
         watch = _ProgressWatch(replica.progress_path)
         plain = replica.desired.image is not None and not replica.desired.image.triton
         misses = 0  # probes failed in a row
+        starting = self.rung_probe_interval if bell is not None else self.probe_interval
         while True:
+            if bell is not None and bell.server_started and replica.reason == PROCESS_STARTING:
+                replica.reason = "Starting"  # its server loads: the breakdown's Triton load
+                self.notify(replica.service)
             try:
                 async with self._http.get(url) as response:
                     # A plain container is ready once it answers at all (a 404 on "/").
@@ -457,9 +485,12 @@ class LocalRuntime:
             elif state == "Pending" and watch.changed(replica):
                 self.notify(replica.service)
             # A ready replica is probed at its own pace, misses too (as Kubernetes does).
-            await asyncio.sleep(
-                self.ready_probe_interval if state == "Running" else self.probe_interval
-            )
+            if state == "Running":
+                await asyncio.sleep(self.ready_probe_interval)
+            elif bell is not None:
+                await bell.wait(starting)
+            else:
+                await asyncio.sleep(self.probe_interval)
 
     async def _kill(self, replica: Replica) -> None:
         process = replica.process

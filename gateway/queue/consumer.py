@@ -54,6 +54,7 @@ class _Running:
     task: asyncio.Task[None]
     inflight: set[asyncio.Task[None]] = field(default_factory=set)
     down_until: float = 0.0  # loop time until which its replica is presumed down
+    stopped: bool = False  # set with the cancel: a turn that outlived it is the last
 
 
 class Consumers:
@@ -75,9 +76,12 @@ class Consumers:
         self.running: dict[tuple[str, str], _Running] = {}
         self._session: aiohttp.ClientSession | None = None
         self._releasing: set[asyncio.Task[None]] = set()
+        self.closed = False
 
     def on_table(self, change: RouteChange) -> None:
         """Start consumers for new ready replicas of async services, stop the others."""
+        if self.closed:
+            return
         table = change.table
         names = (
             {key[0] for key in self.running} | {r.service for r in table.routes}
@@ -101,6 +105,7 @@ class Consumers:
     def _stop(self, name: str, ep: str) -> None:
         running = self.running.pop((name, ep), None)
         if running is not None:
+            running.stopped = True
             running.task.cancel()
             for t in running.inflight:
                 t.cancel()
@@ -114,6 +119,7 @@ class Consumers:
             await self.streams.release(name, ep, self.owner)
 
     async def close(self) -> None:
+        self.closed = True  # no route change starts a consumer from here on
         for key in list(self.running):
             running = self.running[key]
             self._stop(*key)
@@ -128,9 +134,15 @@ class Consumers:
         return None if entry is None else entry.queue
 
     async def _run(self, name: str, ep: str) -> None:
+        """Consume for (``name``, ``ep``) until stopped: a stopped consumer ends at its
+        next turn even when a cancellation is lost on the way (the Redis client can swallow
+        one that lands inside a blocking read)."""
         while True:
+            running = self.running.get((name, ep))
+            if running is None or running.stopped:
+                return
             try:
-                await self._consume(name, ep)
+                await self._consume(name, ep, running)
                 return
             except asyncio.CancelledError:
                 raise
@@ -140,13 +152,12 @@ class Consumers:
                 log.exception("consumer of %s for %s crashed; restarting it", name, ep)
             await asyncio.sleep(1.0)
 
-    async def _consume(self, name: str, ep: str) -> None:
+    async def _consume(self, name: str, ep: str, running: _Running) -> None:
         streams = self.streams
-        running = self.running[(name, ep)]
         inflight = running.inflight
         await streams.ensure_group(name, "input", REPLICAS_GROUP)
         mine_first = True  # what this replica held when its consumer last stopped
-        while True:
+        while not running.stopped:
             queue = self._queue(name)
             if queue is None:
                 return

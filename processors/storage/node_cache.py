@@ -14,8 +14,6 @@ runtime sets both on pull init containers when the chart's ``modelCache`` is on)
 from __future__ import annotations
 
 import logging
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
@@ -47,6 +45,10 @@ class NodeCache:
         """Write the cached copy of ``file`` to ``into`` and return its CRC-64, or ``None``
         (a miss, no cache, a copy that does not check out: fetch from OSS)."""
         key = address(file.etag, file.size)
+        # Imported on use: see rrsa (a replica without a node cache never needs it).
+        import urllib.error
+        import urllib.request
+
         try:
             request = urllib.request.Request(self._at(key), headers=self._auth)
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
@@ -83,6 +85,9 @@ class NodeCache:
             CRC_HEADER: str(crc),
             ETAG_HEADER: file.etag,
         }
+        import urllib.error
+        import urllib.request
+
         try:
             with path.open("rb") as body:
                 request = urllib.request.Request(

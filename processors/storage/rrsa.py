@@ -23,9 +23,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -120,6 +117,12 @@ class OidcCredentials:
             "RoleSessionName": self.session_name,
             "DurationSeconds": str(DURATION_S),
         }
+        # Here, not at the top: every replica imports this module, few ever call STS, and
+        # urllib.request's HTTP stack is a good part of a replica's start.
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
         request = urllib.request.Request(
             self.endpoint + "/",
             data=urllib.parse.urlencode(form).encode(),

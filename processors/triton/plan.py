@@ -67,6 +67,7 @@ def plan(
         openeas_args=args,
         warms_up=bool(warm_up),
         warm_up_pull=warm_up_pull,
+        rings=True,
     )
 
 

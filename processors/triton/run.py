@@ -18,11 +18,15 @@ import secrets
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from processors import exits, progress, repository, storage
-from processors.base import Ports, ProcessorError
+from processors import doorbell, exits, progress, repository, storage
+from processors.base import READINESS_PATH, Ports, ProcessorError
 from processors.exits import fail, say
-from processors.triton import backends, binary, fences, flags, supervisor, warmup, warmup_files
+from processors.triton import backends, binary, fences, flags, supervisor, warmup_files
+
+if TYPE_CHECKING:
+    from processors.triton import warmup
 
 
 def run(
@@ -53,6 +57,9 @@ def run(
         return fail(exits.BACKEND_MISSING, problem)
     replay: warmup.WarmUp | None = None
     if warm_up:
+        # Its HTTP client only when asked for: urllib's stack is a good part of a start.
+        from processors.triton import warmup
+
         try:
             requests = warmup_files.load(_local_files(warm_up, cache))
         except repository.PullFailed as e:
@@ -65,16 +72,26 @@ def run(
     say(f"serving {checked.model_repository} from {local} with {server.binary}")
     argv = tritonserver_argv(server, checked, local, ports, fences.new_key(), shm_prefix())
     failed: list[str] = []
+    bell = doorbell.Doorbell.from_env(os.environ)
+    host = _loopback(ports.host)
 
-    def warm(child: subprocess.Popen[bytes]) -> None:
-        assert replay is not None
+    def beside(child: subprocess.Popen[bytes]) -> None:
+        """Once tritonserver runs: tell the runtime, warm up if asked, tell it when ready."""
+        bell.ring(doorbell.SERVER_STARTED)
+        if replay is None:
+            if doorbell.wait_ready(host, ports.http, READINESS_PATH, child):
+                bell.ring()
+            return
         reason = replay.run(child)
         if reason is not None:
             failed.append(reason)
             child.terminate()  # a replica that cannot warm up never serves
+        else:
+            bell.ring()  # warmed up: the ready file is there
 
     try:
-        code = supervisor.supervise(argv, server.environ(os.environ), warm if replay else None)
+        watch = replay is not None or bell.fd is not None
+        code = supervisor.supervise(argv, server.environ(os.environ), beside if watch else None)
     except OSError as e:  # exec failed: not a binary for this machine, no permission
         return fail(exits.NO_SERVER_BINARY, f"cannot start {server.binary}: {e.strerror}")
     return fail(exits.WARM_UP_FAILED, failed[0]) if failed else code

@@ -22,12 +22,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from contract.progress import WARMED_UP, WARMING_UP, Progress
-from processors.base import READY_FILE_ENV
+from processors.base import READINESS_PATH, READY_FILE_ENV
+from processors.doorbell import wait_ready
 from processors.exits import say
 from processors.progress import Sink
 from processors.triton.warmup_files import WarmUpRequest
 
-POLL_SECONDS = 0.1  # readiness polls while Triton loads (local HTTP, cheap)
 REQUEST_TIMEOUT = 600.0  # a first inference may build engines: minutes, not seconds
 _ERROR_BYTES = 300  # of Triton's error body, in the failure message
 
@@ -92,16 +92,9 @@ class WarmUp:
         return None
 
     def _wait_ready(self, child: subprocess.Popen[bytes]) -> bool:
-        url = f"{self.base_url}/v2/health/ready"
-        while child.poll() is None:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError):
-                pass  # not listening yet, or loading (Triton answers 400 until ready)
-            time.sleep(POLL_SECONDS)
-        return False
+        where = urllib.parse.urlsplit(self.base_url)
+        assert where.hostname is not None and where.port is not None, self.base_url
+        return wait_ready(where.hostname, where.port, READINESS_PATH, child)
 
     def _replay(self, request: WarmUpRequest) -> str | None:
         headers = {"Content-Type": "application/json"}

@@ -47,6 +47,7 @@ def fake_plan(
         command=[sys.executable, str(SCRIPT), str(ports.http), params[0]],
         http_port=ports.http,
         warms_up=warm_up is not None,
+        rings=params[0].startswith(("ring-", "mute-")),
     )
 
 
@@ -414,3 +415,39 @@ async def test_a_ready_replica_missing_a_probe_or_two_keeps_its_endpoint(
         assert time.monotonic() - started > 0.5
     finally:
         await rt.close()
+
+
+async def test_a_replica_that_rings_is_running_when_it_says_so_not_at_a_probe_period(
+    tmp_path: Path,
+) -> None:
+    """A replica that rings its doorbell (the triton processor) is ProcessStarting until its
+    server starts, Starting while it loads, and Running as soon as it rings ready, though
+    the probe period besides is far longer; one that never rings waits for that period."""
+    rt = LocalRuntime(tmp_path, lambda _: None, probe_interval=0.05, rung_probe_interval=30.0)
+    flag = tmp_path / "ready"
+    try:
+        await rt.apply(want(behaviour=f"ring-until:{flag}"))
+        await until(reasons_are(rt, ["Starting"]))  # its server started: it said so
+        await asyncio.sleep(0.3)
+        assert await states(rt) == ["Pending"]
+        flag.touch()
+        started = time.monotonic()
+        await until(states_are(rt, ["Running"]))
+        assert time.monotonic() - started < 5.0  # the ring, not the 30 s probe period
+    finally:
+        await rt.close()
+    muted = LocalRuntime(tmp_path, lambda _: None, probe_interval=0.05, rung_probe_interval=30.0)
+    try:
+        await muted.apply(want(behaviour=f"mute-until:{flag}"))  # ready at once, never rings
+        await asyncio.sleep(1.5)
+        assert await states(muted) == ["Pending"]
+        assert await reasons_are(muted, ["ProcessStarting"])()
+    finally:
+        await muted.close()
+
+
+def reasons_are(rt: LocalRuntime, expected: list[str]) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return [r.reason for r in (await rt.observe("svc")).replicas] == expected
+
+    return check

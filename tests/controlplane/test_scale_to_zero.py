@@ -250,6 +250,8 @@ def replica(state: str = "Pending", reason: str = "", phase: str | None = None) 
         (replica("Running"), "ready"),
         (replica(reason="ContainerCreating"), "start"),
         (replica(reason="Unschedulable"), "start"),
+        (replica(reason="ProcessStarting"), "start"),  # local: tritonserver not launched yet
+        (replica(reason="ProcessStarting", phase="pulling"), "pull"),
         (replica(reason="PodInitializing"), "pull"),
         (replica(reason="Starting", phase="pulling"), "pull"),
         (replica(reason="Starting", phase="loading"), "load"),
@@ -272,7 +274,17 @@ def test_phase_of_a_replica(status: ReplicaStatus, phase: str) -> None:
             [("load", 10.2), ("pull", 10.5), ("load", 13.5), ("ready", 20.0)],
             {"decision": 0.1, "start": 0.5, "pull": 3.0, "load": 6.5, "warm-up": 0.0},
         ),
-        # local runtime, local repository: no pull, the processor and Triton load
+        # local runtime, local repository, the replica ringing when it launched tritonserver
+        (
+            [("start", 10.05), ("load", 10.4), ("ready", 15.4)],
+            {"decision": 0.1, "start": 0.4, "pull": 0.0, "load": 5.0, "warm-up": 0.0},
+        ),
+        # local runtime, oss:// repository, ringing: spawned, pulled, loaded, ready
+        (
+            [("start", 10.05), ("pull", 10.3), ("load", 13.3), ("ready", 20.0)],
+            {"decision": 0.1, "start": 0.3, "pull": 3.0, "load": 6.7, "warm-up": 0.0},
+        ),
+        # local runtime, local repository, a replica that does not ring
         (
             [("load", 10.2), ("ready", 15.2)],
             {"decision": 0.1, "start": 0.2, "pull": 0.0, "load": 5.0, "warm-up": 0.0},

@@ -42,8 +42,15 @@ if behaviour.startswith("warm-when:"):  # like a warm-up: progress, then the rea
 
     threading.Thread(target=warm, daemon=True).start()
 ready_at = time.monotonic() + float(os.environ.get("FAKE_READY_AFTER", "0"))
-# "until:<path>": ready once that file exists (the test says when loading is over)
-ready_file = behaviour.removeprefix("until:") if behaviour.startswith("until:") else None
+# "until:<path>": ready once that file exists (the test says when loading is over);
+# "ring-until:<path>" also rings the runtime's doorbell, as the triton processor does: its
+# server started at once, and ready once the file exists. "mute-until:<path>" never rings.
+_, _, ready_path = behaviour.partition("until:")
+ready_file = ready_path or None
+rings = behaviour.startswith("ring-until:")
+if rings:
+    bell = int(os.environ["OPENEAS_DOORBELL_FD"])
+    os.write(bell, b"s")
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -67,4 +74,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+server = http.server.HTTPServer(("127.0.0.1", port), Handler)  # listening from here
+if rings:  # ready rung only once it would answer 200, as the processor does
+
+    def ring_when_ready() -> None:
+        while not os.path.exists(ready_path):
+            time.sleep(0.01)
+        os.write(bell, b"l")
+
+    import threading
+
+    threading.Thread(target=ring_when_ready, daemon=True).start()
+server.serve_forever()

@@ -29,7 +29,7 @@ from controlplane.settings import Settings
 from eascmd.cli import parser as eascmd_parser
 from gateway import native
 from gateway.settings import GatewaySettings
-from processors import progress, repository
+from processors import doorbell, progress, repository
 from processors.base import READY_FILE_ENV
 from processors.model_cache import wire as cache_wire
 from processors.storage import node_cache, oss
@@ -125,7 +125,7 @@ def test_configuration_names_every_variable_and_no_other() -> None:
         | {binary.ENV_BINARY, binary.ENV_CACHE, repository.ENV_MODEL_CACHE}
         | {oss.ENV_KEY_ID, oss.ENV_KEY_SECRET, oss.ENV_SESSION_TOKEN, oss.ENV_ENDPOINT}
         | {oss.ENV_REGION, node_cache.ENV_URL, READY_FILE_ENV, progress.ENV_FILE}
-        | {cache_wire.TOKEN_ENV, native.PURE_ENV}
+        | {cache_wire.TOKEN_ENV, native.PURE_ENV, doorbell.ENV_FD}
     )
     missing = sorted(n for n in names if f"`{n}`" not in text)
     assert missing == []
@@ -147,6 +147,7 @@ NOT_REASONS = {
 KUBERNETES = ROOT / "controlplane" / "runtime" / "kubernetes"
 REASON_MODULES = [
     ROOT / "controlplane" / "runtime" / "local.py",
+    ROOT / "controlplane" / "runtime" / "base.py",
     ROOT / "controlplane" / "reconcile" / "status.py",
     *(KUBERNETES / f"{m}.py" for m in ("client", "manifests", "replicas", "runtime")),
 ]

@@ -27,6 +27,7 @@ from eas_prediction.queue_client import QueueClient
 
 from contract.wire import QueueRoute, Route, RouteTable, token_digest
 from gateway.route_source import ControlPlaneRouteSource
+from testing.waiting import wait_until
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import TOKEN, FakeControlPlane, LoopThread
 
@@ -569,3 +570,22 @@ def test_concurrent_gets_never_get_one_entry_twice(
         parts = list(pool.map(drain_one, range(6)))
     everything = [x for part in parts for x in part]
     assert sorted(everything) == list(range(60))  # each once
+
+
+def test_closing_the_consumers_stops_every_consumer_and_a_later_table_starts_none(
+    make_gateway: GatewayFactory, lt: LoopThread, prefix: str
+) -> None:
+    replica = start_replica(lt)
+    try:
+        gw = gateway(make_gateway, table([replica.url]), prefix)
+        consumers = gw.runner.gateway.consumers
+        assert consumers is not None
+        wait_until(lambda: len(consumers.running) == 1, 5)
+        tasks = [r.task for r in consumers.running.values()]
+        lt.run(consumers.close())
+        gw.publish(table([replica.url], version=2))  # a route change after the close
+        time.sleep(0.1)
+        assert consumers.running == {}
+        assert all(t.done() for t in tasks)
+    finally:
+        lt.run(replica.stop())

@@ -20,9 +20,9 @@ from processors.model_cache.lru import Cached, to_evict
 from processors.model_cache.server import CacheServer
 from processors.model_cache.store import Refused, Store, address
 from processors.model_cache.wire import CRC_HEADER, TOKEN_ENV
-from processors.storage import pull
 from processors.storage.crc64 import Crc64
 from processors.storage.node_cache import ENV_URL, NodeCache
+from processors.storage.pull import pull
 from testing.oss_server import OssServer
 from tests.fixtures_oss import BUCKET
 

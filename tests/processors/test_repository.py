@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
 
 from processors import exits, repository, storage
+
+pull_module = importlib.import_module("processors.storage.pull")  # the module, not the function
 
 
 def test_slot_is_stable_readable_and_distinct(tmp_path: Path) -> None:
@@ -59,7 +62,7 @@ def test_pull_errors_keep_their_kind(
     ) -> None:
         raise error
 
-    monkeypatch.setattr(storage, "pull", failing_pull)
+    monkeypatch.setattr(pull_module, "pull", failing_pull)
     with pytest.raises(repository.PullFailed) as caught:
         repository.local_repository("oss://bucket/models", tmp_path, endpoint=None)
     assert caught.value.temporary is temporary
@@ -77,9 +80,27 @@ def test_remote_repository_is_pulled_into_its_slot(
     ) -> None:
         calls.append((uri, dest, endpoint))
 
-    monkeypatch.setattr(storage, "pull", fake_pull)
+    monkeypatch.setattr(pull_module, "pull", fake_pull)
     cache = tmp_path / "cache"
     got = repository.local_repository("oss://bucket/m", cache, endpoint="http://127.0.0.1:9")
     assert got == repository.slot(cache, "oss://bucket/m", "http://127.0.0.1:9")
     assert calls == [("oss://bucket/m", got, "http://127.0.0.1:9")]
     assert cache.is_dir()
+
+
+def test_a_local_repository_needs_no_pull_machinery() -> None:
+    """A replica serving a local repository starts without the OSS client and its HTTP
+    stack: the processor's start is on every cold start's path."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import sys; from pathlib import Path; from processors import repository; "
+        f"repository.local_repository('{root / 'examples' / 'models'}', Path('.'), endpoint=None);"
+        "print(sorted(m for m in sys.modules if m.startswith(('processors.storage.', 'urllib.r'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "['processors.storage.errors', 'processors.storage.uri']"

@@ -85,7 +85,7 @@ def test_a_stopped_pull_ends_its_helper() -> None:
 PULL = """
 import logging, sys
 from pathlib import Path
-from processors.storage import pull
+from processors.storage.pull import pull
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 print(pull(sys.argv[1], Path(sys.argv[2])).bytes_downloaded)
 """

@@ -20,12 +20,7 @@ from typing import Any
 import oss2
 import pytest
 
-from processors.storage import (
-    PermanentStorageError,
-    PullReport,
-    TemporaryStorageError,
-    pull,
-)
+from processors.storage import PermanentStorageError, TemporaryStorageError
 from processors.storage import oss as oss_module
 from processors.storage.buffers import page_aligned
 from processors.storage.check import check
@@ -44,6 +39,7 @@ from processors.storage.plan import (
     plan,
     remote_files,
 )
+from processors.storage.pull import PullReport, pull
 from processors.storage.retry import Backoff
 from processors.storage.uri import OssLocation
 from testing.oss_server import Call, OssServer
