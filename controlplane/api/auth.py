@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contract import signing
@@ -233,6 +234,7 @@ class Draft:
     action: str
     resource: str
     principal: str = "anonymous"
+    written: int | None = None  # the status already recorded by the request's transaction
 
 
 async def authorize(request: Request) -> Principal:
@@ -263,6 +265,25 @@ async def authorize(request: Request) -> Principal:
             raise Refused(403, "Forbidden", why, principal.name)
     request.state.principal = principal
     return principal
+
+
+def audit_in(request: Request, status: int = 200) -> Callable[[Session], None]:
+    """This request's audit entry, to write in the transaction that does its work: called
+    with that transaction's session just before its commit, as answered with ``status``
+    (a create: 200). The middleware then records nothing more, unless the request is
+    answered with another status (the commit failed): then that too is recorded."""
+    trail: AuditTrail = request.app.state.audit_trail
+    draft: Draft = request.state.audit
+    source = request.client.host if request.client else ""
+
+    def write(session: Session) -> None:
+        entry = Entry(
+            draft.principal, draft.action, draft.resource, status, request.state.request_id, source
+        )
+        trail.record_in(session, entry)
+        draft.written = status
+
+    return write
 
 
 def AdminAuth(admin_token: str = "", *, also: str = "") -> Callable[..., Awaitable[Principal]]:
@@ -309,7 +330,11 @@ class AuditMiddleware:
 
         async def record(status: int) -> None:
             draft = state.get("audit")
-            if isinstance(draft, Draft) and _recorded(draft.action, method, status):
+            if (
+                isinstance(draft, Draft)
+                and draft.written != status
+                and _recorded(draft.action, method, status)
+            ):
                 entry = Entry(draft.principal, draft.action, draft.resource, status, rid, source)
                 await run_in_threadpool(self.trail.record, entry)
 
@@ -342,4 +367,5 @@ def _recorded(action: str, method: str, status: int) -> bool:
 
 def install(app: FastAPI, authenticator: Authenticator, trail: AuditTrail) -> None:
     app.state.authenticator = authenticator
+    app.state.audit_trail = trail
     app.add_middleware(AuditMiddleware, trail=trail)

@@ -16,7 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.api import eas_shapes, schemas, sdk_query
-from controlplane.api.auth import authorize
+from controlplane.api.auth import audit_in, authorize
 from controlplane.api.endpoints import endpoints_of
 from controlplane.api.problems import json_body
 from controlplane.api.visibility import sees_token
@@ -75,7 +75,7 @@ def router(services: Services, settings: Settings, autoscaling: Autoscaling) -> 
         (a JSON object, as the SDK sends it) labels it."""
         tags = sdk_query.label_map(labels) if labels else None
         body = json_body(await request.body())
-        row, token = await run_in_threadpool(services.create, body, tags)
+        row, token = await run_in_threadpool(services.create, body, tags, audit_in(request))
         return schemas.ServiceCreated(
             **endpoints_of(settings, request, row.name).model_dump(),
             RequestId=_request_id(),

@@ -28,6 +28,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from controlplane.elasticity.cron_loop import CronScaling
 from controlplane.elasticity.scaling_loop import Autoscaling
 from controlplane.metrics import ControlPlaneMetrics
+from controlplane.model.kept_rows import KeptRows
 from controlplane.model.states import ServiceState, Status
 from controlplane.reconcile import resync
 from controlplane.reconcile import status as status_mod
@@ -47,6 +48,9 @@ log = logging.getLogger(__name__)
 LEASE_NAME = "reconciler"
 MAX_BACKOFF = 60.0
 BATCH = 256  # services reconciled per read and write transaction
+# Reads of the pending services in a burst of commits, at most one per this many seconds
+# (a lone commit is read at once).
+BURST_GAP_S = 0.05
 
 
 def _temporary(error: Exception) -> bool:
@@ -189,9 +193,11 @@ class Reconciler:
         another control-plane replica did. Reads the partial index of pending services,
         unless nothing was committed since the last read (the same names then)."""
         written = self.store.commits()
+        spacing = changes.Spacing(BURST_GAP_S)  # a burst of creates: one read per gap
         pending: list[str] = []
         while True:
             if written():
+                await spacing.turn()
                 pending = await asyncio.to_thread(self.store.needing_work)
             for name in pending:
                 # Failed ones come back on their backoff timer; those being reconciled are
@@ -202,15 +208,17 @@ class Reconciler:
             await changes.ROUTES.wait(self.poll_seconds)
 
     async def _resync(self) -> None:
-        """A safety net under the runtime's notifications: one runtime listing and one
-        query of the rows it can concern (those with replicas, asked for or running, and
-        those the runtime names), then only the services that drifted (orphans included)
-        are reconciled. The listing comes first: a row is made before its replicas, so a
-        service created between the two is never taken for an orphan."""
+        """A safety net under the runtime's notifications: one runtime listing and the rows
+        it can concern (those with replicas, asked for or running, kept between passes and
+        read again only when stamped since the last pass; and those the runtime names),
+        then only the services that drifted (orphans included) are reconciled. The listing
+        comes first: a row is made before its replicas, so a service created between the two
+        is never taken for an orphan."""
+        kept = KeptRows()  # read again whole when this process starts to lead
         while True:
             assert self.runtime is not None
             observed = await self.runtime.summary()
-            stored = await asyncio.to_thread(self.store.summaries, observed)
+            stored = await asyncio.to_thread(self.store.resync_rows, kept, observed)
             await self._judge_orphans(resync.orphans(stored, observed), len(observed))
             for name in resync.drifted(stored, observed):
                 self._enqueue(name)

@@ -1,9 +1,10 @@
 """The audit trail: every write and every refused request on the API, in the database.
 
 Written by the API's audit middleware (``controlplane.api.auth``) once a request's status
-is known; read by ``GET /api/v2/audit`` (``eascmd audit``). Entries older than the
-retention setting (``OPENEAS_AUDIT_RETENTION_DAYS``) are deleted, at most once an hour per
-replica, by whichever replica writes.
+is known, or by the request's own transaction (:meth:`AuditTrail.record_in`: a create's
+entry commits with the service, or not at all); read by ``GET /api/v2/audit`` (``eascmd
+audit``). Entries older than the retention setting (``OPENEAS_AUDIT_RETENTION_DAYS``) are
+deleted, at most once an hour per replica, by whichever replica writes.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ class AuditTrail:
         self._lock = threading.Lock()
 
     def record(self, entry: Entry) -> None:
+        """``entry`` in a transaction of its own."""
+        with self._sessions() as s, s.begin():
+            self.record_in(s, entry)
+
+    def record_in(self, session: Session, entry: Entry) -> None:
+        """``entry`` in ``session``'s transaction: committed with it, or not at all."""
         row = {
             "time": utcnow(),
             "principal": entry.principal[:64],
@@ -50,10 +57,9 @@ class AuditTrail:
             "request_id": entry.request_id[:64],
             "source_ip": entry.source_ip[:64],
         }
-        with self._sessions() as s, s.begin():
-            s.execute(_INSERT, row)  # a Core statement: no unit of work for one row
-            if self._due():
-                s.execute(delete(AuditRow).where(AuditRow.time < utcnow() - self._retention))
+        session.execute(_INSERT, row)  # a Core statement: no unit of work for one row
+        if self._due():
+            session.execute(delete(AuditRow).where(AuditRow.time < utcnow() - self._retention))
 
     def entries(
         self,

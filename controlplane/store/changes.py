@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable
 
@@ -64,6 +65,28 @@ class Changes:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await moved.wait()
+
+
+def spacing_delay(last: float, now: float, gap: float) -> float:
+    """How long a read that was last made at ``last`` waits at ``now`` to keep ``gap``
+    seconds between reads: nothing after a quiet spell, the rest of the gap in a burst."""
+    return max(0.0, last + gap - now)
+
+
+class Spacing:
+    """Reads of what commits changed, at most one per ``gap`` seconds: the first change
+    after a quiet spell is read at once (no latency added), the changes of a burst wait out
+    the rest of the gap and are read together, one read for all of them."""
+
+    def __init__(self, gap: float) -> None:
+        self.gap = gap
+        self._last = float("-inf")
+
+    async def turn(self) -> None:
+        delay = spacing_delay(self._last, time.monotonic(), self.gap)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        self._last = time.monotonic()
 
 
 ROUTES = Changes()  # commits that changed routing (the route version moved)

@@ -12,8 +12,10 @@ from typing import Any
 from sqlalchemy import Select, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane.model.kept_rows import KeptRows
 from controlplane.model.states import ServiceState, Status, StoredSummary
 from controlplane.store import route_feed, sealing, service_watch
+from controlplane.store import route_queries as rq
 from controlplane.store.changes import commit_watch
 from controlplane.store.sealing import TokenSealer
 from controlplane.store.tables import (
@@ -24,12 +26,15 @@ from controlplane.store.tables import (
     utcnow,
 )
 
+# Built once, bound per call: every describe and every write of a service finds its row.
+_FIND = select(ServiceRow).where(
+    ServiceRow.cluster == bindparam("cluster"), ServiceRow.name == bindparam("name")
+)
+
 
 def find(s: Session, cluster: str, name: str) -> ServiceRow | None:
     """The service row by its unique (cluster, name)."""
-    return s.scalar(
-        select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.name == name)
-    )
+    return s.scalar(_FIND, {"cluster": cluster, "name": name})
 
 
 def token_taken(s: Session, cluster: str, digest: str, by: int | None = None) -> bool:
@@ -117,6 +122,20 @@ _WRITE_STATUS = (
 )
 
 
+# A resync's view of a row (controlplane.model.states.StoredSummary, in its order).
+_SUMMARY = select(
+    _services.name,
+    or_(_services.generation > _services.observed_generation, _services.deleting),
+    _services.total_instances,
+    _services.running_instances,
+    _services.template_hash,
+)
+_HAS_REPLICAS = or_(_services.total_instances > 0, _services.running_instances > 0)
+# What a resync reads of a row besides its pending state: a status write that changes one
+# stamps the row, as a routing change does (controlplane.model.kept_rows.KeptRows).
+_SUMMARY_FIELDS = ("observed_generation", "total_instances", "running_instances", "template_hash")
+
+
 def _routes_differ(before: Any, values: dict[str, Any]) -> bool:
     """Whether a status write changes the service's route (its status, its endpoints)."""
     if before.status != values["status"]:
@@ -136,6 +155,7 @@ class ReconcileStore:
     def __init__(self, sessions: sessionmaker[Session], cluster: str) -> None:
         self._sessions = sessions
         self.cluster = cluster
+        self._pending = pending(cluster)  # built once: the poll runs it on every commit
 
     def commits(self) -> Callable[[], bool]:
         """Whether anything was committed since its last call (:func:`commit_watch`)."""
@@ -153,7 +173,34 @@ class ReconcileStore:
         """Services with a generation not yet acted on, or being deleted (read through the
         partial index of exactly those: the poll costs nothing while nothing changes)."""
         with self._sessions() as s:
-            return list(s.scalars(pending(self.cluster)))
+            return list(s.scalars(self._pending))
+
+    def resync_rows(self, kept: KeptRows, observed: Iterable[str]) -> list[StoredSummary]:
+        """What :meth:`summaries` answers for ``observed``, reading only the rows stamped
+        since ``kept``'s last pass (every row with replicas on a first pass, or when the
+        removals since then were pruned), then those the runtime runs that ``kept`` does not
+        hold. The route counter is read first (:class:`KeptRows` says why that is safe)."""
+        with self._sessions() as s:
+            current, floor = route_feed.versions(s)
+            whole = kept.version < floor or kept.version > current
+            if whole:
+                kept.reset()
+                query = _SUMMARY.where(_services.cluster == self.cluster, _HAS_REPLICAS)
+                removed: list[str] = []
+            else:
+                after = _services.route_version > kept.version
+                query = _SUMMARY.where(_services.cluster == self.cluster, after)
+                removed = rq.removed_after(s, self.cluster, kept.version).get("service", [])
+            kept.fold(current, [StoredSummary(*row) for row in s.execute(query)], removed)
+            unknown = kept.unknown(observed)
+            extra = []
+            if unknown:
+                named = _services.name.in_(unknown)
+                extra = [
+                    StoredSummary(*row)
+                    for row in s.execute(_SUMMARY.where(_services.cluster == self.cluster, named))
+                ]
+        return kept.rows() + extra
 
     def summaries(self, observed: Iterable[str] | None = None) -> list[StoredSummary]:
         """Services as the last reconcile left them: one query, no JSON columns. With
@@ -241,8 +288,10 @@ class ReconcileStore:
                     continue
                 if (row.status, row.reason) != (values["status"], values["reason"]):
                     events.append({"service_id": row.id, "created_at": now, **write.event()})
-                if _routes_differ(row, values):
-                    routed.append(row.id)
+                if _routes_differ(row, values) or any(
+                    getattr(row, f) != values[f] for f in _SUMMARY_FIELDS
+                ):
+                    routed.append(row.id)  # the gateways' table, or the resync's rows
                 updates.append({"_id": row.id, "_version": row.version, "updated_at": now})
                 updates[-1].update(values)
             if not updates:

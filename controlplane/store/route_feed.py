@@ -46,6 +46,14 @@ COUNTER = "routes"
 FLOOR = "routes_floor"  # removals at or below it are pruned: a gateway that far behind
 REMOVALS_KEPT = 10_000  # gets a whole table; how many versions of removals are kept
 _ROUTING_FIELDS = ("token_sha256", "status", "spec", "deleting", "stopped")
+# What the resync reads of a service also stamps a new version (model.kept_rows.KeptRows).
+_RESYNC_FIELDS = (
+    "generation",
+    "observed_generation",
+    "total_instances",
+    "running_instances",
+    "template_hash",
+)
 _GROUP_ROUTING_FIELDS = ("token_sha256", "traffic_mode")
 
 
@@ -61,6 +69,12 @@ def _versions(session: Session) -> tuple[int, int]:
     """The route counter and the removals' floor, in one read."""
     values: dict[str, int] = {name: value for name, value in session.execute(_VERSIONS)}
     return values.get(COUNTER, 0), values.get(FLOOR, 0)
+
+
+def versions(session: Session) -> tuple[int, int]:
+    """The route counter and the removals' floor: the resync's watermark too
+    (:class:`controlplane.model.kept_rows.KeptRows`)."""
+    return _versions(session)
 
 
 def table(
@@ -248,7 +262,8 @@ def _routing_changes(session: Session) -> tuple[list[Routed], list[Routed]]:
 
 def _routes(row: Routed) -> bool:
     state: InstanceState[Routed] = inspect(row)
-    fields = _ROUTING_FIELDS if isinstance(row, ServiceRow) else _GROUP_ROUTING_FIELDS
+    service = isinstance(row, ServiceRow)
+    fields = _ROUTING_FIELDS + _RESYNC_FIELDS if service else _GROUP_ROUTING_FIELDS
     if any(state.attrs[f].history.has_changes() for f in fields):
         return True
     if isinstance(row, GroupRow):
@@ -265,11 +280,16 @@ class VersionWatch:
     database every ``interval`` (and at once on a commit in this process) while any
     long-poll waits, so idle cost does not grow with the number of gateways polling this
     control plane, and is nil when none does. A tick with nothing committed since the last
-    (:func:`controlplane.store.changes.commit_watch`: SQLite) reads nothing."""
+    (:func:`controlplane.store.changes.commit_watch`: SQLite) reads nothing. In a burst of
+    commits it reads at most once per ``BURST_GAP_S`` (:class:`changes.Spacing`), so each
+    gateway gets one delta per gap instead of one per commit; a lone change is read at once."""
+
+    BURST_GAP_S = 0.05
 
     def __init__(self, sessions: sessionmaker[Session], interval: float) -> None:
         self._sessions = sessions
         self._written = commit_watch(sessions)
+        self._spacing = changes.Spacing(self.BURST_GAP_S)
         self.interval = interval
         self._current: int | None = None
         self._waiters = 0
@@ -305,6 +325,7 @@ class VersionWatch:
             while self._waiters:
                 await changes.ROUTES.wait(self.interval)
                 if self._written():
+                    await self._spacing.turn()
                     await self._moved_to(await asyncio.to_thread(self._read))
         finally:
             self._task = None

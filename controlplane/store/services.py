@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from sqlalchemy import false, func, insert, literal, or_, select, tuple_
+from sqlalchemy import Select, false, func, insert, literal, or_, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
@@ -33,6 +33,7 @@ from controlplane.model.errors import (
 from controlplane.model.roles import like_pattern
 from controlplane.model.spec import Check, Mirror, StoredSpec, split_token, validate_spec
 from controlplane.store import groups, queries, route_feed, safety_lock, service_watch
+from controlplane.store.db import read_sessions
 from controlplane.store.sealing import TokenSealer
 from controlplane.store.tables import EventRow, ServiceRow, ServiceVersionRow, utcnow
 
@@ -67,6 +68,7 @@ class Services:
         runtime: Runtime = "local",
     ) -> None:
         self._sessions = sessions
+        self._reads = read_sessions(sessions)
         self.cluster = cluster
         self.sealer = sealer
         self._checks = checks
@@ -74,7 +76,7 @@ class Services:
 
     # -- reads ---------------------------------------------------------------------------
     def get(self, cluster: str, name: str) -> ServiceRow:
-        with self._sessions() as s:
+        with self._reads() as s:
             return self._load(s, cluster, name)
 
     def page(
@@ -109,20 +111,9 @@ class Services:
         for label, value in (labels or {}).items():
             filters.append(ServiceRow.labels[label].as_string() == value)
         column = _SORT_COLUMNS[sort]
-        key = tuple_(column, ServiceRow.id)
-        query = select(ServiceRow).where(*filters)
-        if page_token:
-            value, row_id = paging.decode(page_token, sort, order)
-            after = tuple_(literal(value, column.type), literal(row_id))
-            query = query.where(key < after if order == "desc" else key > after)
-        else:
-            query = query.offset((page - 1) * size)
-        direction = (
-            [column.desc(), ServiceRow.id.desc()] if order == "desc" else [column, ServiceRow.id]
-        )
-        with self._sessions() as s:
-            total = s.scalar(select(func.count(ServiceRow.id)).where(*filters)) or 0
-            rows = list(s.scalars(query.order_by(*direction).limit(size)))
+        with self._reads() as s:
+            total = s.scalar(select(func.count()).select_from(ServiceRow).where(*filters)) or 0
+            rows = list(s.scalars(page_query(filters, sort, order, size, page, page_token)))
         last = rows[-1] if len(rows) == size else None
         token = paging.encode(sort, order, getattr(last, column.key), last.id) if last else None
         return rows, total, token
@@ -150,7 +141,14 @@ class Services:
             return row, list(s.scalars(query))
 
     # -- writes --------------------------------------------------------------------------
-    def create(self, data: Any, labels: dict[str, str] | None = None) -> tuple[ServiceRow, str]:
+    def create(
+        self,
+        data: Any,
+        labels: dict[str, str] | None = None,
+        audit: Callable[[Session], None] | None = None,
+    ) -> tuple[ServiceRow, str]:
+        """A new service; ``audit`` (the request's audit entry) is written in the same
+        transaction, so one commit stores both."""
         spec = validate_spec(data, self._checks)
         stored, custom_token = split_token(spec)
         stored = _owned(stored, stored.metadata.instance)
@@ -159,7 +157,7 @@ class Services:
         # the SDK's Labels parameter adds to them.
         labels = {**(stored.labels or {}), **(labels or {})} or None
         if stored.metadata.group is None:
-            return self._insert(stored, token, custom_token is not None, labels), token
+            return self._insert(stored, token, custom_token is not None, labels, audit), token
         for _ in range(2):  # a concurrent first member may make the same group: once more
             row = ServiceRow(
                 uid=_uid(),
@@ -185,6 +183,8 @@ class Services:
                     s.flush()
                     s.add(ServiceVersionRow(service_id=row.id, version=1, spec=stored.public()))
                     groups.follow(s, row, None, self.sealer)
+                    if audit is not None:
+                        audit(s)
                     s.commit()
                     return row, token
                 except IntegrityError as e:
@@ -199,7 +199,12 @@ class Services:
         raise Conflict(f"group {spec.metadata.group!r} is being created concurrently: try again")
 
     def _insert(
-        self, stored: StoredSpec, token: str, custom_token: bool, labels: dict[str, str] | None
+        self,
+        stored: StoredSpec,
+        token: str,
+        custom_token: bool,
+        labels: dict[str, str] | None,
+        audit: Callable[[Session], None] | None,
     ) -> ServiceRow:
         """A service outside any group, written with Core statements (a create touches no
         other row); the row answered is the one stored, detached."""
@@ -265,6 +270,8 @@ class Services:
                 conn.execute(_INSERT_EVENT, [{"service_id": row_id, **e} for e in events])
                 first = {"service_id": row_id, "version": 1, "spec": stored.public()}
                 conn.execute(_INSERT_VERSION, {**first, "created_at": now})
+                if audit is not None:
+                    audit(s)
                 values["route_version"] = route_feed.stamp(s, [row_id])
                 service_watch.written(s)
                 s.commit()
@@ -674,6 +681,38 @@ class Services:
                         raise TokenInUse() from e  # a concurrent write took the token first
                     raise
         raise Conflict(f"service {name!r} is being changed concurrently: try again")
+
+
+def page_query(
+    filters: list[Any],
+    sort: SortKey,
+    order: Literal["asc", "desc"],
+    size: int,
+    page: int,
+    page_token: str | None,
+) -> Select[ServiceRow]:
+    """The rows of one page: after the row ``page_token`` names (a seek), else at page
+    ``page`` (an offset). The page's ids are found first on the sort column's index alone
+    (its entries carry the id: an index-only scan, which skips ``(page - 1) * size``
+    entries without reading their rows), then only those rows are read."""
+    column = _SORT_COLUMNS[sort]
+    keys = select(ServiceRow.id.label("id"), column.label("key")).where(*filters)
+    if page_token:
+        value, row_id = paging.decode(page_token, sort, order)
+        key, after = tuple_(column, ServiceRow.id), tuple_(literal(value, column.type), row_id)
+        keys = keys.where(key < after if order == "desc" else key > after)
+    else:
+        keys = keys.offset((page - 1) * size)
+    ids = keys.order_by(*_direction(column, ServiceRow.id, order)).limit(size).subquery()
+    return (
+        select(ServiceRow)
+        .join(ids, ServiceRow.id == ids.c.id)
+        .order_by(*_direction(ids.c.key, ids.c.id, order))
+    )
+
+
+def _direction(key: Any, row_id: Any, order: Literal["asc", "desc"]) -> list[Any]:
+    return [key.desc(), row_id.desc()] if order == "desc" else [key, row_id]
 
 
 def _nested(patch: dict[str, Any]) -> dict[str, Any]:

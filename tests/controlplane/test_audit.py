@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import event
 
 from controlplane.api.app import create_app
 from controlplane.settings import Settings
@@ -71,3 +72,24 @@ def test_entries_past_the_retention_are_deleted(settings: Settings) -> None:
     trail.record(Entry("new", "CreateService", "svc", 200, "r2", "127.0.0.1"))
     assert [r.principal for r in trail.entries()] == ["new"]
     engine.dispose()
+
+
+def test_a_create_and_its_entry_commit_together(settings: Settings) -> None:
+    """A create's entry is written by the create's own transaction: one commit stores
+    both, and the middleware adds none; a create refused at commit (a name taken) is
+    recorded by the middleware with its status, as every refusal is."""
+    engine = make_engine(settings.sqlalchemy_url)
+    commits: list[int] = []
+    event.listen(engine, "commit", lambda _conn: commits.append(1))
+    with TestClient(create_app(settings, engine)) as c:
+        c.headers["Authorization"] = f"Bearer {ADMIN}"
+        commits.clear()
+        created = c.post("/api/v2/services", json=seed_spec())
+        assert created.status_code == 200 and len(commits) == 1
+        assert c.post("/api/v2/services", json=seed_spec()).status_code == 409
+        entries = _entries(c)
+    assert [(e["Action"], e["Status"]) for e in entries] == [
+        ("CreateService", 409),
+        ("CreateService", 200),
+    ]
+    assert entries[1]["RequestId"] == created.headers["x-acs-request-id"]

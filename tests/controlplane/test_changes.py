@@ -1,5 +1,5 @@
 """The one change signal: a fire from any thread wakes waiters on any event loop, and its
-two ways of waiting do not consume each other's wake-ups."""
+two ways of waiting do not consume each other's wake-ups; a burst's reads spaced out."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import asyncio
 import threading
 import time
 
+import pytest
+
+from controlplane.store import changes
 from controlplane.store.changes import Changes
 
 
@@ -82,3 +85,26 @@ def test_waiters_on_two_loops_both_wake() -> None:
         t.join(5.0)
     assert len(woke) == 2
     assert all(w - fired < 2.0 for w in woke)
+
+
+@pytest.mark.parametrize(
+    ("last", "now", "gap", "delay"),
+    [
+        (float("-inf"), 100.0, 0.05, 0.0),  # the first read: at once
+        (100.0, 101.0, 0.05, 0.0),  # after a quiet spell: at once
+        (100.0, 100.05, 0.05, 0.0),  # exactly one gap later
+        (100.0, 100.01, 0.05, 0.04),  # in a burst: the rest of the gap
+        (100.0, 100.0, 0.05, 0.05),
+    ],
+)
+def test_spacing_delay(last: float, now: float, gap: float, delay: float) -> None:
+    assert changes.spacing_delay(last, now, gap) == pytest.approx(delay)
+
+
+async def test_spacing_reads_a_burst_together() -> None:
+    spacing = changes.Spacing(0.2)
+    started = time.monotonic()
+    await spacing.turn()  # a lone change: no wait
+    assert time.monotonic() - started < 0.1
+    await spacing.turn()  # the next, in the same burst: waits out the gap
+    assert time.monotonic() - started >= 0.19

@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import func, or_, select
+from sqlalchemy import event, func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from contract.progress import Progress
+from controlplane.model.kept_rows import KeptRows
 from controlplane.model.states import Status
 from controlplane.reconcile.reconciler import BATCH, Reconciler
 from controlplane.runtime.base import (
@@ -566,3 +567,75 @@ async def test_the_resync_reads_only_rows_with_replicas_or_named_by_the_runtime(
     assert everything == {"one", "zero", "zero_running", "zero_idle"}
     scoped = {s.name for s in store.summaries(["zero_running", "ghost"])}
     assert scoped == {"one", "zero_running"}
+
+
+class Recording(KeptRows):
+    """Kept rows that remember the names each pass read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: list[set[str]] = []
+
+    def fold(self, version: int, changed: Any, removed: Any = ()) -> None:
+        changed = list(changed)
+        self.read.append({r.name for r in changed})
+        super().fold(version, changed, removed)
+
+
+async def test_the_resync_reads_only_rows_changed_since_its_last_pass(harness: Harness) -> None:
+    """After a first pass, a pass reads only the rows stamped after the route version it
+    last read (a row scaled, a status written): an unchanged row is never read again, one
+    changed is, a deleted one is forgotten, and a change committed while a pass runs is
+    read by that pass or the next."""
+    store = ReconcileStore(harness.sessions, "local")
+    engine = harness.sessions.kw["bind"]
+    for name, instance in (("one", 1), ("two", 1), ("zero", 0)):
+        harness.services.create(seed_spec(name=name, metadata={"instance": instance}))
+    kept = Recording()
+    names = {s.name for s in store.resync_rows(kept, [])}
+    assert names == {"one", "two"} and kept.read == [{"one", "two"}]
+
+    statements: list[str] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        assert {s.name for s in store.resync_rows(kept, [])} == {"one", "two"}
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+    assert kept.read[-1] == set()  # nothing changed: no service row read
+    reads = [s for s in statements if "FROM services" in s]
+    assert len(reads) == 1 and "route_version >" in reads[0]
+
+    harness.services.scale("local", "zero", 2)  # a change after the watermark
+    harness.services.request_delete("local", "two")
+    ReconcileStore(harness.sessions, "local").forget("two")
+    rows = {s.name: s for s in store.resync_rows(kept, ["ghost"])}
+    assert kept.read[-1] == {"zero"}  # "one", unchanged, is not read again
+    assert set(rows) == {"one"}  # "zero" asks for replicas the reconciler has not made yet
+    state = store.states(["zero"])["zero"][0]
+    store.write_statuses([StatusWrite(state, Status("Waiting", "", "", 2, 2, 0), [], "h1")])
+    rows = {s.name: s for s in store.resync_rows(kept, [])}
+    assert kept.read[-1] == {"zero"} and rows["zero"].replicas == 2
+
+    # A change committed between a pass's read of the counter and its read of the rows.
+    done: list[bool] = []
+
+    def during(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "FROM counters" in statement and not done:
+            done.append(True)
+            harness.services.scale("local", "one", 3)
+
+    event.listen(engine, "after_cursor_execute", during)
+    try:
+        store.resync_rows(kept, [])
+        store.resync_rows(kept, [])
+    finally:
+        event.remove(engine, "after_cursor_execute", during)
+    assert done
+    assert "one" in set().union(*kept.read[-2:])
+    with harness.sessions() as s:
+        generation = s.scalar(select(ServiceRow.generation).where(ServiceRow.name == "one"))
+    assert generation == 2

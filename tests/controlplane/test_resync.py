@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane.model.kept_rows import KeptRows
 from controlplane.model.states import StoredSummary
 from controlplane.reconcile import resync
 from controlplane.reconcile.resync import drifted
@@ -55,3 +56,31 @@ def test_drifted(
 )
 def test_orphans_deletable(orphans: int, observed: int, deletable: bool) -> None:
     assert resync.orphans_deletable(orphans, observed) is deletable
+
+
+@pytest.mark.parametrize(
+    ("kept", "changed", "removed", "expected"),
+    [
+        ([], [row("a")], [], {"a": 2}),  # made with replicas
+        ([], [row("z", replicas=0, running=0)], [], {}),  # at zero: nothing to compare
+        ([row("a")], [row("a", replicas=3)], [], {"a": 3}),  # scaled
+        ([row("a")], [row("a", replicas=0, running=0)], [], {}),  # scaled to zero, all gone
+        ([row("a")], [row("a", replicas=0, running=1)], [], {"a": 0}),  # one still runs
+        ([row("a"), row("b")], [], ["a"], {"b": 2}),  # deleted
+        ([row("a")], [row("a", replicas=1)], ["a"], {"a": 1}),  # deleted and made again
+        ([row("a"), row("b")], [], [], {"a": 2, "b": 2}),  # nothing changed: nothing read
+    ],
+)
+def test_kept_rows_fold_what_changed(
+    kept: list[StoredSummary],
+    changed: list[StoredSummary],
+    removed: list[str],
+    expected: dict[str, int],
+) -> None:
+    rows = KeptRows()
+    rows.fold(1, kept)
+    rows.fold(2, changed, removed)
+    assert rows.version == 2
+    assert {r.name: r.replicas for r in rows.rows()} == expected
+    names = ["a", "b", "ghost"]
+    assert rows.unknown(names) == [n for n in names if n not in expected]
