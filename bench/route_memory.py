@@ -24,15 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(routes: int, page: int, trace: bool) -> float:
-    """Bytes grown per route in this interpreter (run with the checkout on the path)."""
-    import gc
+def answers(routes: int, page: int, version: int = 1) -> list[bytes]:
+    """A whole table of ``routes`` services at zero (as after a burst of creates), as the
+    control plane sends it, tokens included: in answers of ``page`` routes when this
+    checkout's wire has pages (``page`` 0: one answer), else one whole answer and deltas."""
     import secrets
-    import tracemalloc
 
     from contract.wire import Route, RouteTable, token_digest
-    from gateway.routing.balancer import EndpointPool
-    from gateway.routing.route_table import RouteState
 
     paged = "next_page" in RouteTable.model_fields
     size = page or routes
@@ -54,8 +52,24 @@ def measure(routes: int, page: int, trace: bool) -> float:
         fields: dict[str, object] = {"full": start == 0}
         if paged:
             more = start + size < routes
-            fields = {"continued": start > 0, "next_page": f"1.{start + size}" if more else None}
-        bodies.append(RouteTable(version=1, routes=batch, **fields).model_dump_json().encode())
+            next_page = f"{version}.{start + size}" if more else None
+            fields = {"continued": start > 0, "next_page": next_page}
+        bodies.append(
+            RouteTable(version=version, routes=batch, **fields).model_dump_json().encode()
+        )
+    return bodies
+
+
+def measure(routes: int, page: int, trace: bool) -> float:
+    """Bytes grown per route in this interpreter (run with the checkout on the path)."""
+    import gc
+    import tracemalloc
+
+    from contract.wire import RouteTable
+    from gateway.routing.balancer import EndpointPool
+    from gateway.routing.route_table import RouteState
+
+    bodies = answers(routes, page)
     state = RouteState(EndpointPool(), default_timeout_ms=600_000)
     gc.collect()
     if trace:

@@ -5,10 +5,10 @@ gateway builds its table: pages of routes parsed from the control plane's JSON, 
 from __future__ import annotations
 
 import gc
-import secrets
 import tracemalloc
 
-from contract.wire import Route, RouteTable, token_digest
+from bench.route_memory import answers
+from contract.wire import RouteTable
 from gateway.routing.balancer import EndpointPool
 from gateway.routing.route_table import RouteState
 
@@ -17,37 +17,8 @@ PAGE = 1000
 BUDGET_BYTES = 600  # per route, everything the table keeps for it
 
 
-def pages(count: int, page: int) -> list[bytes]:
-    """A whole table of ``count`` services at zero (as after a burst of creates), in pages
-    of ``page`` routes, as the control plane sends them: tokens included."""
-    out = []
-    for start in range(0, count, page):
-        routes = []
-        for i in range(start, min(count, start + page)):
-            token = secrets.token_urlsafe(32)
-            routes.append(
-                Route(
-                    service=f"svc_{i:06d}",
-                    token_sha256=token_digest(token),
-                    token=token,
-                    endpoints=[],
-                    timeout_ms=600_000,
-                    status="Waiting",
-                )
-            )
-        more = start + page < count
-        table = RouteTable(
-            version=7,
-            routes=routes,
-            continued=start > 0,
-            next_page=f"7.{start + page}" if more else None,
-        )
-        out.append(table.model_dump_json().encode())
-    return out
-
-
 def test_a_route_stays_within_its_memory_budget() -> None:
-    bodies = pages(ROUTES, PAGE)
+    bodies = answers(ROUTES, PAGE, version=7)
     state = RouteState(EndpointPool(), default_timeout_ms=600_000)
     gc.collect()
     tracemalloc.start()
@@ -67,7 +38,7 @@ def test_what_only_a_call_needs_is_made_by_the_first_call() -> None:
     """The signing key (two hash states, outside Python's heap) and the in-flight count:
     none for a service nobody calls."""
     state = RouteState(EndpointPool(), default_timeout_ms=1000)
-    state.apply(RouteTable.model_validate_json(pages(3, 3)[0]))
+    state.apply(RouteTable.model_validate_json(answers(3, 3, version=7)[0]))
     entry = state.get("svc_000001")
     assert entry is not None
     assert (entry._key, entry.admitted) == (None, None)
