@@ -244,16 +244,7 @@ class ReconcileStore:
         with self._sessions() as s:
             return {
                 row.name: (
-                    ServiceState(
-                        name=row.name,
-                        uid=row.uid,
-                        generation=row.generation,
-                        spec=row.spec,
-                        stopped=row.stopped,
-                        deleting=row.deleting,
-                        restarts=row.restarts,
-                        retire=tuple(row.retired_instances or ()),
-                    ),
+                    _state(row),
                     row.status,
                 )
                 for row in s.execute(query)
@@ -314,17 +305,7 @@ class ReconcileStore:
             row = find(s, self.cluster, name)
             if row is None:
                 return None, ""
-            state = ServiceState(
-                name=row.name,
-                uid=row.uid,
-                generation=row.generation,
-                spec=row.spec,
-                stopped=row.stopped,
-                deleting=row.deleting,
-                restarts=row.restarts,
-                retire=tuple(row.retired_instances or ()),
-            )
-            return state, row.status
+            return _state(row), row.status
 
     def write_status(
         self,
@@ -389,3 +370,18 @@ def seal_tokens(sessions: sessionmaker[Session], sealer: TokenSealer, *, reseal:
                 done += 1
         s.commit()
     return done
+
+
+def _state(row: Any) -> ServiceState:
+    """``row``'s state for the reconciler: a :class:`ServiceRow`, or a result row with the
+    same columns."""
+    return ServiceState(
+        name=row.name,
+        uid=row.uid,
+        generation=row.generation,
+        spec=row.spec,
+        stopped=row.stopped,
+        deleting=row.deleting,
+        restarts=row.restarts,
+        retire=tuple(row.retired_instances or ()),
+    )

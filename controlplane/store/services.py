@@ -189,13 +189,7 @@ class Services:
                     return row, token
                 except IntegrityError as e:
                     s.rollback()
-                    if queries.find(s, self.cluster, spec.name) is not None:
-                        raise ServiceExists(
-                            f"a service named {spec.name!r} already exists: pick another name, "
-                            f"or change it with 'eascmd modify {spec.name} -s <file>'"
-                        ) from e
-                    if queries.token_taken(s, self.cluster, row.token_sha256):
-                        raise TokenInUse() from e  # a concurrent create with the same token
+                    self._why_not_created(s, spec.name, row.token_sha256, e)
         raise Conflict(f"group {spec.metadata.group!r} is being created concurrently: try again")
 
     def _insert(
@@ -277,16 +271,21 @@ class Services:
                 s.commit()
             except IntegrityError as e:
                 s.rollback()
-                if queries.find(s, self.cluster, stored.name) is not None:
-                    raise ServiceExists(
-                        f"a service named {stored.name!r} already exists: pick another name, "
-                        f"or change it with 'eascmd modify {stored.name} -s <file>'"
-                    ) from e
-                if queries.token_taken(s, self.cluster, values["token_sha256"]):
-                    raise TokenInUse() from e  # a concurrent create with the same token
+                self._why_not_created(s, stored.name, values["token_sha256"], e)
                 raise
         empty = {"labels": None, "cron_scaler": None, "retired_instances": None}
         return ServiceRow(id=row_id, **{**empty, **values})
+
+    def _why_not_created(self, s: Session, name: str, digest: str, e: IntegrityError) -> None:
+        """Raise what a create's rolled-back insert ran into, when it is the user's to fix:
+        the name taken, or the token (by a concurrent create with the same token)."""
+        if queries.find(s, self.cluster, name) is not None:
+            raise ServiceExists(
+                f"a service named {name!r} already exists: pick another name, "
+                f"or change it with 'eascmd modify {name} -s <file>'"
+            ) from e
+        if queries.token_taken(s, self.cluster, digest):
+            raise TokenInUse() from e
 
     def update(
         self,
