@@ -173,7 +173,9 @@ def test_gets_that_wait_run_side_by_side_and_gets_that_work_do_not() -> None:
     assert waiting.allowed == 8
     working = Throttle(8)
     run(working, 12, 0.005, busy=True)
-    assert working.allowed <= 4  # 2, or more where other processes take the CPU away
+    # 2 on a free core; more where other processes take the CPU away from the probes (their
+    # wall time grows, their CPU time does not), all of it only when they get under a quarter
+    assert working.allowed < waiting.allowed
 
 
 def test_a_failed_get_is_not_a_probe() -> None:
