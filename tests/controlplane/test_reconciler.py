@@ -515,7 +515,8 @@ async def test_a_burst_of_creates_is_reconciled_in_batches(harness: Harness) -> 
         )
     finally:
         await stop(task)
-    assert batches[:2] == [BATCH, 300 - BATCH]
+    # two transactions; which comes first follows when the poll's read lands
+    assert sorted(batches[:2]) == [300 - BATCH, BATCH]
     assert harness.reasons(names[-1]) == ["Created", "Stopped"]
     routes = route_feed.table(harness.sessions, "local", 1000).routes
     assert {r.service: r.status for r in routes} == dict.fromkeys(names, "Stopped")
