@@ -321,29 +321,16 @@ class ReconcileStore:
             row = find(s, self.cluster, state.name)
             if row is None or row.generation != state.generation:
                 return False
-            values = {
-                "status": new.status,
-                "reason": new.reason,
-                "message": new.message[:4000],
-                "total_instances": new.total,
-                "pending_instances": new.pending,
-                "running_instances": new.running,
-                "replicas": replicas,
-                "observed_generation": state.generation,
-                "template_hash": template_hash,
-            }
+            write = StatusWrite(state, new, replicas, template_hash)
+            values = write.values()
             if all(getattr(row, k) == v for k, v in values.items()):
                 return True  # a resync of an unchanged service writes nothing
             changed_status = (row.status, row.reason) != (new.status, new.reason)
             for key, value in values.items():
                 setattr(row, key, value)
             if changed_status:
-                detail = (
-                    new.message.splitlines()[-1]
-                    if new.message
-                    else (f"total {new.total}, pending {new.pending}, running {new.running}")
-                )
-                row.add_event(new.status, detail[:500], warning=new.status == "Failed")
+                event = write.event()
+                row.add_event(event["reason"], event["message"], warning=event["type"] == "Warning")
             row.updated_at = utcnow()
             s.commit()
             return True
