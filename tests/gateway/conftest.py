@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from contract.wire import RouteTable
 from gateway.route_source import RouteSource, StaticRouteSource
+from tests.fixtures_triton import launch_triton
 from tests.gateway.harness import Echo, Gateway, LoopThread, start
 
 
@@ -54,3 +59,21 @@ def make_gateway(lt: LoopThread) -> Iterator[GatewayFactory]:
     yield factory
     for gw in started:
         gw.close()
+
+
+@pytest.fixture
+def second_triton(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Another real Triton serving ``add_sub``, in a session of its own (a test may kill it):
+    its base URL and process."""
+    triton, proc = launch_triton(
+        tmp_path / "triton2.log",
+        "--model-control-mode=explicit",
+        "--load-model=add_sub",
+        new_session=True,
+    )
+    try:
+        yield triton.base_url, proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -11,13 +11,11 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fixtures_triton import TritonServer, launch_triton
+from tests.fixtures_triton import TritonServer
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.test_queue import REDIS_URL, client, table, tags_of
 from tests.gateway.test_queue import prefix as prefix  # the fixture: a Redis key prefix per test
@@ -25,22 +23,6 @@ from tests.gateway.test_queue import prefix as prefix  # the fixture: a Redis ke
 pytestmark = pytest.mark.slow
 
 N = 100
-
-
-@pytest.fixture
-def second_triton(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    triton, proc = launch_triton(
-        tmp_path / "triton2.log",
-        "--model-control-mode=explicit",
-        "--load-model=add_sub",
-        new_session=True,
-    )
-    try:
-        yield triton.base_url, proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def request(i: int) -> bytes:

@@ -11,8 +11,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,6 @@ from testing.waiting import wait_until
 from tests.fixtures_triton import (
     TritonServer,
     check_example_models,
-    launch_triton,
 )
 from tests.gateway.conftest import GatewayFactory
 from tests.gateway.harness import SERVICE, TOKEN, Gateway, route, table
@@ -152,22 +150,6 @@ def test_refusals_as_tritonclient_reports_them(gw: Gateway) -> None:
         assert c.is_model_ready("add_sub", headers=auth())  # still loaded
     finally:
         c.close()
-
-
-@pytest.fixture
-def second_triton(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    triton, proc = launch_triton(
-        tmp_path / "triton2.log",
-        "--model-control-mode=explicit",
-        "--load-model=add_sub",
-        new_session=True,
-    )
-    try:
-        yield triton.base_url, proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def test_replica_killed_under_load(
