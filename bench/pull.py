@@ -141,7 +141,7 @@ def child_get(endpoint: str, prefix: str, dest: str) -> dict[str, float]:
 def child_pull(endpoint: str, prefix: str, dest: str, workers: int, part: int) -> dict[str, float]:
     import oss2  # noqa: F401  (imported before the clock starts, as for the baseline)
 
-    from processors.storage import pull
+    from processors.storage.pull import pull
 
     os.environ.update(OSS_ACCESS_KEY_ID=KEY_ID, OSS_ACCESS_KEY_SECRET=SECRET)
     sized = {"part_size": part} if part else {}  # else each tree's own default
