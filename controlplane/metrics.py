@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.exposition import label_set, number
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PREFIX = "openeas_controlplane_"
 
@@ -28,23 +30,6 @@ API_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30
 RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 Labels = tuple[str, ...]
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(names: Iterable[str], values: Iterable[str], extra: str = "") -> str:
-    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
-
-
-def _num(value: float) -> str:
-    if value == float("inf"):
-        return "+Inf"
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 @dataclass
@@ -76,17 +61,17 @@ class Metric:
     def render(self) -> list[str]:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
         for labels, value in sorted(self.values.items()):
-            lines.append(f"{self.name}{_labels(self.labelnames, labels)} {_num(value)}")
+            lines.append(f"{self.name}{label_set(self.labelnames, labels)} {number(value)}")
         for labels, (counts, total) in sorted(self.hist.items()):
             cumulative = 0
             for bound, count in zip((*self.buckets, float("inf")), counts, strict=True):
                 cumulative += count
-                le = f'le="{_num(bound)}"'
+                le = f'le="{number(bound)}"'
                 lines.append(
-                    f"{self.name}_bucket{_labels(self.labelnames, labels, le)} {cumulative}"
+                    f"{self.name}_bucket{label_set(self.labelnames, labels, le)} {cumulative}"
                 )
-            lines.append(f"{self.name}_sum{_labels(self.labelnames, labels)} {_num(total[0])}")
-            lines.append(f"{self.name}_count{_labels(self.labelnames, labels)} {cumulative}")
+            lines.append(f"{self.name}_sum{label_set(self.labelnames, labels)} {number(total[0])}")
+            lines.append(f"{self.name}_count{label_set(self.labelnames, labels)} {cumulative}")
         return lines
 
 

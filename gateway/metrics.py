@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from contract.exposition import label_set, number
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 LabelValues = tuple[str, ...]
@@ -54,25 +56,6 @@ COLD_START_BUCKETS: tuple[float, ...] = (
     300.0,
     600.0,
 )
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(names: tuple[str, ...], values: LabelValues, extra: str = "") -> str:
-    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
-
-
-def _num(value: float) -> str:
-    if value == float("inf"):
-        return "+Inf"
-    if float(value).is_integer():
-        return str(int(value))
-    return repr(float(value))
 
 
 class _Metric(ABC):
@@ -120,7 +103,7 @@ class Counter(_Metric):
 
     def samples(self) -> Iterable[str]:
         for labels, value in sorted(self.items()):
-            yield f"{self.name}{_labels(self.labelnames, labels)} {_num(value)}"
+            yield f"{self.name}{label_set(self.labelnames, labels)} {number(value)}"
 
     def snapshot(self) -> list[Any]:
         return [[list(labels), value] for labels, value in self.items()]
@@ -282,13 +265,13 @@ class Histogram(_Metric):
             counts = child.counts
             for bound, count in zip(self.buckets, counts, strict=False):
                 cumulative += count
-                le = f'le="{_num(bound)}"'
-                yield f"{self.name}_bucket{_labels(self.labelnames, labels, le)} {cumulative}"
+                le = f'le="{number(bound)}"'
+                yield f"{self.name}_bucket{label_set(self.labelnames, labels, le)} {cumulative}"
             cumulative += counts[-1]
             inf = 'le="+Inf"'
-            yield f"{self.name}_bucket{_labels(self.labelnames, labels, inf)} {cumulative}"
-            yield f"{self.name}_sum{_labels(self.labelnames, labels)} {_num(child.sum)}"
-            yield f"{self.name}_count{_labels(self.labelnames, labels)} {cumulative}"
+            yield f"{self.name}_bucket{label_set(self.labelnames, labels, inf)} {cumulative}"
+            yield f"{self.name}_sum{label_set(self.labelnames, labels)} {number(child.sum)}"
+            yield f"{self.name}_count{label_set(self.labelnames, labels)} {cumulative}"
 
     def snapshot(self) -> list[Any]:
         return [[list(labels), c.counts, c.sum] for labels, c in self.children.items()]
