@@ -362,11 +362,11 @@ def _bump_version(session: Session) -> None:
     changed, deleted = session.info.pop("routing", ({}, set()))
     if not changed and not deleted:
         return
-    new = _next_version(session)
-    for model in (ServiceRow, GroupRow):
-        ids = [row_id for kind, row_id in changed if kind is model]
-        if ids:
-            _stamp(session, model, ids, new)
+    service_ids = [row_id for kind, row_id in changed if kind is ServiceRow]
+    group_ids = [row_id for kind, row_id in changed if kind is GroupRow]
+    new = _stamp_new_version(session, service_ids)
+    if group_ids:
+        _stamp(session, GroupRow, group_ids, new)
     for row in changed.values():
         set_committed_value(row, "route_version", new)
     if deleted:
@@ -384,8 +384,7 @@ def stamp(session: Session, service_ids: list[int]) -> int | None:
     as the transaction's last statement (it takes the counter's lock, held to the commit)."""
     if not service_ids:
         return None
-    new = _next_version(session)
-    _stamp(session, ServiceRow, service_ids, new)
+    new = _stamp_new_version(session, service_ids)
     session.info["routes_changed"] = True
     return new
 
@@ -409,9 +408,28 @@ _STAMPS = {
 }
 
 
-def _next_version(session: Session) -> int:
-    new = session.connection().scalar(_NEXT_VERSION)
+# PostgreSQL: the counter's bump and the services' stamp in one statement (one round trip
+# under the counter's lock instead of two). Both data-modifying CTEs run whatever matches.
+_BUMPED = _NEXT_VERSION.cte("bumped")
+_SERVICES = ServiceRow.metadata.tables["services"]
+_STAMP_SERVICES_AT_NEW_VERSION = select(_BUMPED.c.value).add_cte(
+    update(_SERVICES)
+    .where(_SERVICES.c.id.in_(bindparam("ids", expanding=True)))
+    .values(route_version=select(_BUMPED.c.value).scalar_subquery())
+    .cte("stamped")
+)
+
+
+def _stamp_new_version(session: Session, service_ids: list[int]) -> int:
+    """A new version, with the services ``service_ids`` stamped at it (none: only the bump)."""
+    conn = session.connection()
+    if service_ids and conn.dialect.name == "postgresql":
+        new = conn.scalar(_STAMP_SERVICES_AT_NEW_VERSION, {"ids": service_ids})
+    else:
+        new = conn.scalar(_NEXT_VERSION)
     assert new is not None, "the routes counter is missing: run 'openeas migrate'"
+    if service_ids and conn.dialect.name != "postgresql":
+        _stamp(session, ServiceRow, service_ids, int(new))
     return int(new)
 
 
