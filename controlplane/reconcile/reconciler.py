@@ -39,7 +39,7 @@ from controlplane.runtime.base import (
     RuntimeError_,
     TemporaryRuntimeError,
 )
-from controlplane.store import changes
+from controlplane.store import changes, upkeep
 from controlplane.store.lease import Lease
 from controlplane.store.queries import ReconcileStore, StatusWrite
 
@@ -51,6 +51,7 @@ BATCH = 256  # services reconciled per read and write transaction
 # Reads of the pending services in a burst of commits, at most one per this many seconds
 # (a lone commit is read at once).
 BURST_GAP_S = 0.05
+QUIET_S = 0.5  # a burst of writes has ended after this long without one (the upkeep's cue)
 
 
 def _temporary(error: Exception) -> bool:
@@ -148,6 +149,7 @@ class Reconciler:
             asyncio.create_task(self._work()),
             asyncio.create_task(self._poll_changes()),
             asyncio.create_task(self._resync()),
+            asyncio.create_task(self._tidy()),
         ]
         if self.autoscaling is not None:
             tasks.append(asyncio.create_task(self.autoscaling.run(self.runtime)))
@@ -223,6 +225,22 @@ class Reconciler:
             for name in resync.drifted(stored, observed):
                 self._enqueue(name)
             await asyncio.sleep(self.resync_seconds)
+
+    async def _tidy(self) -> None:
+        """After at least ``upkeep.MIN_WRITES`` service commits in this process, once they
+        pause for ``QUIET_S``: the table's upkeep. Idle it waits; a lone write costs one
+        timer."""
+        commits = changes.SERVICES
+        seen = commits.count
+        while True:
+            await commits.wait_past(commits.count, 3600)
+            settled = -1
+            while settled != commits.count:
+                settled = commits.count
+                await asyncio.sleep(QUIET_S)
+            if commits.count - seen >= upkeep.MIN_WRITES:
+                seen = commits.count
+                await asyncio.to_thread(self.store.tidy)
 
     async def _judge_orphans(self, orphans: set[str], observed: int) -> None:
         """Let ``orphans`` be deleted, or keep them all and tell the operator (once per

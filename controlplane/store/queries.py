@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.model.kept_rows import KeptRows
 from controlplane.model.states import ServiceState, Status, StoredSummary
-from controlplane.store import route_feed, sealing, service_watch
+from controlplane.store import route_feed, sealing, service_watch, upkeep
 from controlplane.store import route_queries as rq
 from controlplane.store.changes import commit_watch
 from controlplane.store.sealing import TokenSealer
@@ -160,6 +160,10 @@ class ReconcileStore:
     def commits(self) -> Callable[[], bool]:
         """Whether anything was committed since its last call (:func:`commit_watch`)."""
         return commit_watch(self._sessions)
+
+    def tidy(self) -> bool:
+        """The services table vacuumed if a burst churned it (:mod:`upkeep`)."""
+        return upkeep.vacuum_if_churned(self._sessions.kw["bind"])
 
     def installation(self) -> str:
         """The database's installation id (written by migration 0005)."""
