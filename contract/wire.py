@@ -121,19 +121,43 @@ class RouteTable(BaseModel):
     continued: bool = False
 
 
+# A whole table as the route snapshots hold it: one JSON document (any JSON reader, and
+# RouteTable.model_validate_json, parse it whole), laid out a route per line so a reader
+# can take it a line at a time (gateway/table_lines.py):
+#
+#   {"version":N,"full":true,"routes":[     TABLE_HEAD
+#   {route}                                  the first route
+#   ,{route}                                 each next one: ITEM_SEPARATOR, then the route
+#   ],"groups":[                             ROUTES_END
+#   {group}                                  the groups alike
+#   ,{group}
+#   ]}                                       TABLE_END
+#
+# Every line ends with a newline, the last one too; a route or group is its compact JSON
+# (never a raw newline: JSON escapes those in strings), without its token.
+TABLE_HEAD = b'{"version":%d,"full":true,"routes":[\n'
+ITEM_SEPARATOR = b","
+ROUTES_END = b'],"groups":[\n'
+TABLE_END = b"]}\n"
+
+
 def whole_table_json(
     version: int, routes: Iterable[Route], groups: Iterable[GroupRoute]
 ) -> Iterator[bytes]:
-    """A whole :class:`RouteTable`'s JSON in pieces, a route at a time, tokens left out: the
-    route snapshots (a gateway's file, the control plane's ConfigMap), written without the
-    whole table in memory as wire routes at once."""
-    yield b'{"version":%d,"full":true,"routes":[' % version
-    for i, route in enumerate(routes):
-        yield (b"," if i else b"") + route.model_dump_json(exclude=_NO_TOKEN).encode()
-    yield b'],"groups":['
-    for i, group in enumerate(groups):
-        yield (b"," if i else b"") + group.model_dump_json(exclude=_NO_TOKEN).encode()
-    yield b"]}"
+    """A whole :class:`RouteTable`'s JSON in the layout above, a line (a route) at a time,
+    tokens left out: the route snapshots (a gateway's file, the control plane's ConfigMap),
+    written without the whole table in memory as wire routes at once."""
+    yield TABLE_HEAD % version
+    yield from _lines(routes)
+    yield ROUTES_END
+    yield from _lines(groups)
+    yield TABLE_END
+
+
+def _lines(items: Iterable[Route | GroupRoute]) -> Iterator[bytes]:
+    for i, item in enumerate(items):
+        body = item.model_dump_json(exclude=_NO_TOKEN).encode()
+        yield (ITEM_SEPARATOR if i else b"") + body + b"\n"
 
 
 _NO_TOKEN = {"token"}
