@@ -19,36 +19,46 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from contract.wire import Route
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def answers(routes: int, page: int, version: int = 1) -> list[bytes]:
-    """A whole table of ``routes`` services at zero (as after a burst of creates), as the
-    control plane sends it, tokens included: in answers of ``page`` routes when this
-    checkout's wire has pages (``page`` 0: one answer), else one whole answer and deltas."""
+def synthetic_routes(start: int, stop: int) -> Iterator[Route]:
+    """Services ``svc_<i>`` at zero (as after a burst of creates) for ``i`` in
+    ``[start, stop)``, as the control plane sends them, tokens included; made as taken."""
     import secrets
 
-    from contract.wire import Route, RouteTable, token_digest
+    from contract.wire import Route, token_digest
+
+    for i in range(start, stop):
+        token = secrets.token_urlsafe(32)
+        yield Route(
+            service=f"svc_{i:06d}",
+            token_sha256=token_digest(token),
+            token=token,
+            endpoints=[],
+            timeout_ms=600_000,
+            status="Waiting",
+        )
+
+
+def answers(routes: int, page: int, version: int = 1) -> list[bytes]:
+    """A whole table of ``routes`` services at zero (:func:`synthetic_routes`), as the
+    control plane sends it: in answers of ``page`` routes when this checkout's wire has
+    pages (``page`` 0: one answer), else one whole answer and deltas."""
+    from contract.wire import RouteTable
 
     paged = "next_page" in RouteTable.model_fields
     size = page or routes
     bodies = []
     for start in range(0, routes, size):
-        batch = []
-        for i in range(start, min(routes, start + size)):
-            token = secrets.token_urlsafe(32)
-            batch.append(
-                Route(
-                    service=f"svc_{i:06d}",
-                    token_sha256=token_digest(token),
-                    token=token,
-                    endpoints=[],
-                    timeout_ms=600_000,
-                    status="Waiting",
-                )
-            )
+        batch = list(synthetic_routes(start, min(routes, start + size)))
         fields: dict[str, object] = {"full": start == 0}
         if paged:
             more = start + size < routes
