@@ -37,7 +37,13 @@ from gateway.queue.consumer import Consumers
 from gateway.queue.door import QueueDoor
 from gateway.queue.streams import Streams
 from gateway.reporter import LoadReporter
-from gateway.route_source import ControlPlaneRouteSource, Health, RouteSource, iso_time
+from gateway.route_source import (
+    PAGE_SIZE,
+    ControlPlaneRouteSource,
+    Health,
+    RouteSource,
+    iso_time,
+)
 from gateway.routing.balancer import EndpointPool
 from gateway.routing.limits import Activity
 from gateway.routing.route_table import RouteChange, RouteState, ServiceRoute
@@ -202,9 +208,12 @@ class Gateway:
         if await self.wait_for_routes(self.settings.connect_timeout_s):
             return
         paths = [p for p in (self.snapshot_path, self.shared_snapshot_path) if p is not None]
-        saved = snapshot.newest(*[snapshot.load(p) for p in paths])
-        if self.routes.version is not None:
-            return  # the control plane answered while the file was read
+        # Each file validated off the loop (a pass holding a route at a time); the chosen one
+        # applied on it, page after page with no await between (no control plane's page
+        # comes among them).
+        saved = await asyncio.to_thread(lambda: snapshot.newest(*map(snapshot.load, paths)))
+        if self._first_table.is_set():
+            return  # the control plane answered while the files were read
         if saved is None:
             log.warning(
                 "no route table from the control plane yet and no snapshot at %s: "
@@ -217,10 +226,17 @@ class Gateway:
             "(version %d, %d services) until it answers",
             saved.path,
             iso_time(saved.saved_at),
-            saved.table.version,
-            len(saved.table.routes),
+            saved.version,
+            saved.routes,
         )
-        self.routes.apply(saved.table)
+        try:
+            for page in saved.pages(PAGE_SIZE):
+                self.routes.apply(page)
+        except snapshot.Unreadable as e:
+            # Before its first page unless the disk failed meanwhile: then the pages applied
+            # stay (the version does not move) until the control plane's table replaces them.
+            log.warning("not serving the snapshot after all: %s", e)
+            return
         self.from_snapshot = saved
 
     def _to_save(
@@ -290,7 +306,7 @@ class Gateway:
         if saved is not None:
             body["serving_from"] = (
                 f"snapshot {saved.path} saved at {iso_time(saved.saved_at)} "
-                f"(version {saved.table.version})"
+                f"(version {saved.version})"
             )
         else:
             body["serving_from"] = (

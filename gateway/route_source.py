@@ -26,6 +26,8 @@ from contract.wire import ROUTES_PATH, RouteTable
 log = logging.getLogger(__name__)
 
 ApplyFn = Callable[[RouteTable], None]
+# Routes per page of a whole table, from the control plane or from a snapshot file.
+PAGE_SIZE = 500
 Health = dict[str, str | int | float | bool | None]
 
 
@@ -92,7 +94,7 @@ class ControlPlaneRouteSource:
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
         min_interval_s: float = 0.05,
-        page_size: int = 500,
+        page_size: int = PAGE_SIZE,
     ) -> None:
         self.url = url.rstrip("/") + ROUTES_PATH
         self._auth = f"Bearer {token}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,6 +63,10 @@ def mounted(api: ApiStandIn, tmp_path: Path) -> snapshot.Snapshot | None:
     return snapshot.load(path)
 
 
+def names_in(saved: snapshot.Snapshot) -> list[str]:
+    return [r.service for page in saved.pages(1) for r in page.routes]
+
+
 def test_the_leader_writes_the_table_a_gateway_reads_and_only_when_it_moves(
     api: ApiStandIn,
     publisher: tuple[RouteSnapshotPublisher, Services],
@@ -72,7 +77,7 @@ def test_the_leader_writes_the_table_a_gateway_reads_and_only_when_it_moves(
     assert pub.publish_once()
     saved = mounted(api, tmp_path)
     assert saved is not None
-    assert [r.service for r in saved.table.routes] == ["first"]
+    assert names_in(saved) == ["first"]
     assert api.get("configmaps", "openeas-routes", "openeas-serving") is None  # not there
     writes = api.write_count()
     assert not pub.publish_once()  # nothing moved: nothing written
@@ -81,10 +86,15 @@ def test_the_leader_writes_the_table_a_gateway_reads_and_only_when_it_moves(
     services.create(seed_spec(name="second"))
     assert pub.publish_once()
     again = mounted(api, tmp_path)
-    assert again is not None and again.table.version > saved.table.version
-    assert sorted(r.service for r in again.table.routes) == ["first", "second"]
-    # Digests, never a token.
+    assert again is not None and again.version > saved.version
+    assert sorted(names_in(again)) == ["first", "second"]
+    # A route per line (the gateway reads it a line at a time): head, routes, their end,
+    # the table's end (no groups).
     config_map = api.get("configmaps", "openeas-routes", RELEASE_NS)
+    assert config_map is not None
+    text = gzip.decompress(base64.b64decode(config_map["binaryData"][KEY]))
+    assert len(text.splitlines()) == 1 + again.routes + 2
+    # Digests, never a token.
     assert token not in str(config_map)
 
 
