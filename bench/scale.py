@@ -13,7 +13,9 @@ issue's closing note. For each database it starts ``openeas controlplane`` (loca
    random services: p50 and p99 of each;
 3. waits past one resync and measures the CPU the control plane and the gateway use over
    ``--idle-seconds`` while nothing changes (Triton replicas are not counted);
-4. the gateway's resident memory grown by the route table (RSS after minus before);
+4. the gateway's resident memory grown by the route table (RSS after minus before), and a
+   second gateway started on the stored services: how long its first sync takes, and its
+   peak and steady resident memory;
 5. the time a token rotation takes to reach the gateway (the old token answers 401) and a
    scale change (the gateway's route-table version moves).
 
@@ -66,11 +68,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def rss_mib(pid: int) -> float:
+def proc_mib(pid: int, field: str) -> float:
+    """A memory figure of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``: the peak) in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def rss_mib(pid: int) -> float:
+    return proc_mib(pid, "VmRSS")
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str) -> float:
@@ -135,18 +142,46 @@ class Platform:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        self.gateway = subprocess.Popen(
-            [*openeas, "gateway", "--port", str(self.gw_port), "--log-level", "WARNING"],
-            env=env,
-            cwd=tree,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        self._gateway_command = (openeas, env, tree, log)
+        self.gateway = self.start_gateway(self.gw_port)
         self.api = httpx.Client(
             base_url=self.cp, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60
         )
         wait_until(lambda: self._up(f"{self.cp}/healthz"), 60, "the control plane")
         wait_until(lambda: self._up(f"{self.gw}/gateway/healthz"), 60, "the gateway")
+
+    def start_gateway(self, port: int) -> subprocess.Popen[bytes]:
+        openeas, env, tree, log = self._gateway_command
+        return subprocess.Popen(
+            [*openeas, "gateway", "--port", str(port), "--log-level", "WARNING"],
+            env=env,
+            cwd=tree,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def first_sync(self) -> tuple[float, float, float]:
+        """A second gateway started on the stored services: seconds until it serves the
+        control plane's whole table, and its peak and steady resident memory (MiB)."""
+        version = self.route_version()
+        port = free_port()
+        started = time.monotonic()
+        gateway = self.start_gateway(port)
+        try:
+
+            def synced() -> bool:
+                try:
+                    health = httpx.get(f"http://127.0.0.1:{port}/gateway/healthz", timeout=1)
+                except httpx.HTTPError:
+                    return False
+                return (health.json().get("route_table_version") or -1) >= version
+
+            wait_until(synced, 600, "a new gateway's first sync")
+            took = time.monotonic() - started
+            return took, proc_mib(gateway.pid, "VmHWM"), proc_mib(gateway.pid, "VmRSS")
+        finally:
+            gateway.terminate()
+            gateway.wait(30)
 
     @staticmethod
     def _up(url: str) -> bool:
@@ -280,6 +315,11 @@ def run_one(label: str, database_url: str, args: argparse.Namespace, tree: Path)
         wait_until(lambda: platform.route_version() > 0, 30, "the gateway's table")
         out["gateway route-table memory"] = (
             f"{rss_mib(platform.gateway.pid) - gw_rss_before:.1f} MiB for {total} routes"
+        )
+
+        took, peak, steady = platform.first_sync()
+        out["a new gateway's first sync"] = (
+            f"{took:.1f} s, peak {peak:.0f} MiB, then {steady:.0f} MiB resident"
         )
 
         target = names[len(names) // 2]

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from contract.configfile import ConfigFileError, ConfigSyntaxError, parse, repaired
 from contract.configfile import read_config as _read
@@ -63,7 +63,17 @@ def overrides(pairs: list[str]) -> dict[str, Any]:
 WATCH_S = 5.0  # one long-poll's wait: an answer at least this often keeps proxies content
 
 
-def wait(client: Client, name: str, timeout: float, interval: float = 0.2) -> int:
+class Watcher(Protocol):
+    """What :func:`wait` needs of a client (:class:`eascmd.client.Client`)."""
+
+    def service_path(self, name: str, action: str = "") -> str: ...
+
+    def watch(
+        self, path: str, after: str | None, wait: float
+    ) -> tuple[dict[str, Any], str | None]: ...
+
+
+def wait(client: Watcher, name: str, timeout: float, interval: float = 0.2) -> int:
     """Print status lines as the service changes until Running (0) or Failed (1); while
     replicas pull and load their models, keep one progress line up to date under them.
     Each read is a long-poll that answers when the service changes, so Running shows the

@@ -88,7 +88,9 @@ def oss_model_repo(oss_server: OssServer) -> str:
 
 
 @pytest.fixture
-def oss_env(oss_server: OssServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def oss_env(oss_server: OssServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """OSS credentials in the environment, and the shared stand-in without faults or
+    counters before and after the test (a fault left queued would fail the next file's)."""
     oss_server.reset()
     env = {
         "OSS_ACCESS_KEY_ID": ACCESS_KEY_ID,
@@ -100,4 +102,5 @@ def oss_env(oss_server: OssServer, monkeypatch: pytest.MonkeyPatch) -> dict[str,
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert os.environ["OSS_ENDPOINT"] == oss_server.endpoint
-    return env
+    yield env
+    oss_server.reset()

@@ -357,7 +357,8 @@ def _collect(session: Session, _context: Any) -> None:
 def _bump_version(session: Session) -> None:
     """Stamp this transaction's routing changes with a new version, as its last statements:
     the counter's row lock (which keeps versions in commit order) is held only from here to
-    the commit, so concurrent creates queue behind two statements, not their whole work."""
+    the commit, so concurrent writes queue behind these statements (on PostgreSQL one, for
+    the services), not their whole work."""
     session.flush()
     changed, deleted = session.info.pop("routing", ({}, set()))
     if not changed and not deleted:

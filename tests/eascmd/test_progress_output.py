@@ -118,7 +118,7 @@ def test_wait_goes_from_waiting_through_pulling_and_loading_to_running(
         ]
     )
     # interval: the pace against a control plane without long-polls, never used here
-    assert cli.wait(client, "svc", timeout=30, interval=3600) == 0  # type: ignore[arg-type]
+    assert cli.wait(client, "svc", timeout=30, interval=3600) == 0
     assert client.afters == [None, "0", "1", "2"]  # each poll waits past the last answer
     assert capsys.readouterr().out.splitlines() == [
         "[OK] Service is now deploying",
@@ -147,7 +147,7 @@ def test_against_a_server_without_long_polls_it_polls_at_its_interval(
     client = OlderServer(
         [service("Waiting", replica(0, "Pending", None))] * 2 + [service("Running")]
     )
-    assert cli.wait(client, "svc", timeout=30, interval=0.2) == 0  # type: ignore[arg-type]
+    assert cli.wait(client, "svc", timeout=30, interval=0.2) == 0
     assert slept == [0.2, 0.2]
 
 
@@ -166,7 +166,7 @@ def test_wait_shows_the_warm_up_and_desc_keeps_its_duration(
             service("Running", replica(0, "Running", WARMED)),
         ]
     )
-    assert cli.wait(client, "svc", timeout=30, interval=3600) == 0  # type: ignore[arg-type]
+    assert cli.wait(client, "svc", timeout=30, interval=3600) == 0
     assert capsys.readouterr().out.splitlines()[3:] == [
         "[..] replica 0: loading models (pulled 4.0 GB, 10 files)",
         "[..] replica 0: warming up: 1/2 requests replayed",

@@ -424,7 +424,8 @@ class SecretStore:
         }
         try:
             with _boundary(f"create Secret {name}"):
-                # The client serializes a plain dict as it is, like the runtime's manifests.
+                # The client's validate_call turns the plain dict into its V1Secret model;
+                # its signature asks for the model (hence the ignore).
                 self._core.create_namespaced_secret(self.namespace, body, **self._opts())  # type: ignore[arg-type]
         except Conflict:  # 409 AlreadyExists: someone made it first, and it stays theirs
             return False
