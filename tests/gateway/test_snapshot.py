@@ -25,7 +25,7 @@ from gateway.routing.balancer import EndpointPool
 from gateway.routing.route_table import RouteState
 from testing.waiting import seconds_until, wait_until
 from tests.gateway.conftest import GatewayFactory
-from tests.gateway.harness import TOKEN, Echo, FakeControlPlane, LoopThread, route, table
+from tests.gateway.harness import TOKEN, Echo, FakeControlPlane, Gateway, LoopThread, route, table
 from tests.gateway.test_route_table import ADMIN, health, status_of
 
 
@@ -151,6 +151,19 @@ def test_a_new_gateway_pod_serves_the_newer_of_its_own_and_the_shared_snapshot(
     mine = tmp_path / "routes.json"
     if own is not None:
         snapshot.save(mine, table(route([echo.url], token="old"), version=own))
+    gw = from_snapshots(make_gateway, hung, mine, mounted)
+    where = str(health(gw)["serving_from"])
+    assert f"(version {served})" in where
+    assert where.startswith(f"snapshot {mounted if served == shared else mine} saved at ")
+    assert status_of(gw, TOKEN if served == shared else "old") == 200
+    # Its own file is still written to (never the read-only mount).
+    assert mounted.read_bytes()[:2] == b"\x1f\x8b"
+
+
+def from_snapshots(
+    make_gateway: GatewayFactory, hung: socket.socket, mine: Path, mounted: Path
+) -> Gateway:
+    """A gateway whose control plane never answers, serving from its snapshots."""
     gw = make_gateway(
         source=source_at(hung.getsockname()[1]),
         wait_routes=False,
@@ -159,12 +172,7 @@ def test_a_new_gateway_pod_serves_the_newer_of_its_own_and_the_shared_snapshot(
         connect_timeout_ms=300,
     )
     wait_until(lambda: health(gw)["status"] == "ok", 10)
-    where = str(health(gw)["serving_from"])
-    assert f"(version {served})" in where
-    assert where.startswith(f"snapshot {mounted if served == shared else mine} saved at ")
-    assert status_of(gw, TOKEN if served == shared else "old") == 200
-    # Its own file is still written to (never the read-only mount).
-    assert mounted.read_bytes()[:2] == b"\x1f\x8b"
+    return gw
 
 
 def test_a_damaged_shared_snapshot_is_ignored(tmp_path: Path) -> None:
@@ -190,14 +198,7 @@ def test_a_damaged_own_snapshot_is_ignored_whole_and_the_shared_one_served(
     lines = mine.read_bytes().splitlines(keepends=True)
     lines[2] = b',{"service": "svc", "token_sha256"\n'
     mine.write_bytes(b"".join(lines))
-    gw = make_gateway(
-        source=source_at(hung.getsockname()[1]),
-        wait_routes=False,
-        route_snapshot=str(mine),
-        route_snapshot_shared=str(mounted),
-        connect_timeout_ms=300,
-    )
-    wait_until(lambda: health(gw)["status"] == "ok", 10)
+    gw = from_snapshots(make_gateway, hung, mine, mounted)
     doc = health(gw)
     assert (doc["route_table_version"], doc["services"]) == (9, 1)
     assert str(doc["serving_from"]).startswith(f"snapshot {mounted} saved at ")
