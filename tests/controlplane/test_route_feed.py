@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import pytest
@@ -15,7 +17,7 @@ from sqlalchemy import Engine, update
 from contract.wire import ROUTES_PATH, Route, RouteTable
 from controlplane.api.app import create_app
 from controlplane.settings import Settings
-from controlplane.store import route_feed
+from controlplane.store import queries, route_feed
 from controlplane.store.changes import commit_watch
 from controlplane.store.db import make_engine, make_sessions
 from controlplane.store.queries import ReconcileStore
@@ -360,3 +362,35 @@ def test_routes_carry_their_token_unless_no_key_opens_it(
     assert [(r.service, r.token) for r in table.routes] == [("a", None)]
     assert "ServiceRow 'a': a stored token cannot be opened" in caplog.text
     assert route_feed.table(sessions, "local", 1000).routes[0].token is None  # no opener
+
+
+def test_a_new_version_waits_for_the_one_before_it_to_commit(
+    client: TestClient, settings: Settings
+) -> None:
+    """The invariant deltas rest on: a version is handed out under the counter's lock, held
+    to its commit, so versions commit in order and a gateway past V has seen all up to V."""
+    create(client, "first")
+    create(client, "second")
+    engine = make_engine(settings.sqlalchemy_url)
+    sessions = make_sessions(engine)
+    with sessions() as s:
+        found = {name: queries.find(s, "local", name) for name in ("first", "second")}
+    ids = {name: row.id for name, row in found.items() if row is not None}
+    try:
+        with sessions() as early, ThreadPoolExecutor(1) as pool:
+            version = route_feed.stamp(early, [ids["first"]])
+            assert version is not None
+
+            def later() -> int | None:
+                with sessions() as s:
+                    stamped = route_feed.stamp(s, [ids["second"]])
+                    s.commit()
+                    return stamped
+
+            waiting = pool.submit(later)
+            with pytest.raises(FutureTimeout):
+                waiting.result(timeout=0.5)  # the lock is still held by the uncommitted one
+            early.commit()
+            assert waiting.result(timeout=10) == version + 1
+    finally:
+        engine.dispose()
