@@ -177,7 +177,7 @@ def parse_page(page: str) -> tuple[int, int]:
     return int(at), after_id
 
 
-def _token(row: ServiceRow | GroupRow, opener: Opener | None) -> str | None:
+def _token(row: rq.RouteRow | ServiceRow | GroupRow, opener: Opener | None) -> str | None:
     """``row``'s token, None without an opener or when no configured key opens it: its
     signed calls are refused, its token itself still opens it (the digest is all that
     needs)."""
@@ -186,11 +186,15 @@ def _token(row: ServiceRow | GroupRow, opener: Opener | None) -> str | None:
     try:
         return opener(row.token)
     except SealError as e:
-        log.warning("%s %r: %s", type(row).__name__, row.name, e)
+        kind = "group" if isinstance(row, GroupRow) else "service"
+        log.warning("%s %r: %s", kind, row.name, e)
         return None
 
 
-def _route(row: ServiceRow, default_timeout_ms: int, opener: Opener | None = None) -> Route:
+def _route(
+    row: rq.RouteRow | ServiceRow, default_timeout_ms: int, opener: Opener | None = None
+) -> Route:
+    """The route of a service, read as :data:`route_queries.RouteRow` or whole."""
     rpc = row.spec.metadata.rpc
     mirror = row.spec.metadata.mirror
     endpoints = endpoints_of(row.replicas)

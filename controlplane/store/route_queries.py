@@ -5,41 +5,38 @@ gateway's long-poll asks for the delta after each routing change."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Row, bindparam, select
 from sqlalchemy.orm import Session
 
+from controlplane.model.spec import StoredSpec
 from controlplane.store.tables import GroupRow, RouteRemovalRow, ServiceRow
 
+# What a route is made of (route_feed._route): these columns alone, as plain rows: no ORM
+# object per service, and no JSON column a route does not read.
+_ROUTE_COLUMNS = (
+    ServiceRow.id,
+    ServiceRow.name,
+    ServiceRow.token_sha256,
+    ServiceRow.token,
+    ServiceRow.replicas,
+    ServiceRow.status,
+    ServiceRow.spec,
+    ServiceRow.stopped,
+    ServiceRow.deleting,
+)
+RouteRow = Row[tuple[int, str, str, str, Any, str, StoredSpec, bool, bool]]
 
-def routable(s: Session, cluster: str) -> Sequence[ServiceRow]:
-    """The services the gateway routes to (all but those being deleted)."""
-    return s.scalars(
-        select(ServiceRow).where(ServiceRow.cluster == cluster, ServiceRow.deleting.is_(False))
-    ).all()
-
-
+_ROUTABLE = select(*_ROUTE_COLUMNS).where(
+    ServiceRow.cluster == bindparam("cluster"), ServiceRow.deleting.is_(False)
+)
 _ROUTABLE_PAGE = (
-    select(ServiceRow)
-    .where(
-        ServiceRow.cluster == bindparam("cluster"),
-        ServiceRow.deleting.is_(False),
-        ServiceRow.id > bindparam("after_id"),
-    )
+    _ROUTABLE.where(ServiceRow.id > bindparam("after_id"))
     .order_by(ServiceRow.id)
     .limit(bindparam("limit"))
 )
-
-
-def routable_page(s: Session, cluster: str, after_id: int, limit: int) -> Sequence[ServiceRow]:
-    """:func:`routable`, ``limit`` of them at most, those after id ``after_id`` in id order
-    (the pages of a whole table)."""
-    return s.scalars(
-        _ROUTABLE_PAGE, {"cluster": cluster, "after_id": after_id, "limit": limit}
-    ).all()
-
-
-_CHANGED_ROUTES = select(ServiceRow).where(
+_CHANGED_ROUTES = select(*_ROUTE_COLUMNS).where(
     ServiceRow.cluster == bindparam("cluster"), ServiceRow.route_version > bindparam("after")
 )
 _REMOVED = select(RouteRemovalRow.kind, RouteRemovalRow.name).where(
@@ -50,9 +47,22 @@ _CHANGED_GROUPS = select(GroupRow).where(
 )
 
 
-def routes_changed_after(s: Session, cluster: str, version: int) -> Sequence[ServiceRow]:
+def routable(s: Session, cluster: str) -> Sequence[RouteRow]:
+    """The services the gateway routes to (all but those being deleted)."""
+    return s.execute(_ROUTABLE, {"cluster": cluster}).all()
+
+
+def routable_page(s: Session, cluster: str, after_id: int, limit: int) -> Sequence[RouteRow]:
+    """:func:`routable`, ``limit`` of them at most, those after id ``after_id`` in id order
+    (the pages of a whole table)."""
+    return s.execute(
+        _ROUTABLE_PAGE, {"cluster": cluster, "after_id": after_id, "limit": limit}
+    ).all()
+
+
+def routes_changed_after(s: Session, cluster: str, version: int) -> Sequence[RouteRow]:
     """Services whose route changed after ``version`` (those being deleted included)."""
-    return s.scalars(_CHANGED_ROUTES, {"cluster": cluster, "after": version}).all()
+    return s.execute(_CHANGED_ROUTES, {"cluster": cluster, "after": version}).all()
 
 
 def removed_after(s: Session, cluster: str, version: int) -> dict[str, list[str]]:

@@ -360,7 +360,7 @@ def test_routes_carry_their_token_unless_no_key_opens_it(
 
     table = route_feed.table(sessions, "local", 1000, opener=lost_key)
     assert [(r.service, r.token) for r in table.routes] == [("a", None)]
-    assert "ServiceRow 'a': a stored token cannot be opened" in caplog.text
+    assert "service 'a': a stored token cannot be opened" in caplog.text
     assert route_feed.table(sessions, "local", 1000).routes[0].token is None  # no opener
 
 
