@@ -240,7 +240,10 @@ class Reconciler:
                 await asyncio.sleep(QUIET_S)
             if commits.count - seen >= upkeep.MIN_WRITES:
                 seen = commits.count
-                await asyncio.to_thread(self.store.tidy)
+                try:
+                    await asyncio.to_thread(self.store.tidy)
+                except SQLAlchemyError as e:  # autovacuum still comes; so does the next burst
+                    log.warning("reconciler: the services table's upkeep failed: %s", e)
 
     async def _judge_orphans(self, orphans: set[str], observed: int) -> None:
         """Let ``orphans`` be deleted, or keep them all and tell the operator (once per

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from controlplane.reconcile import reconciler as reconciler_mod
 from controlplane.store import changes, upkeep
 from controlplane.store.db import make_engine, make_sessions
 from controlplane.store.sealing import TokenSealer
 from controlplane.store.services import Services
+from testing.waiting import wait_until_async
 from tests.controlplane.conftest import seed_spec
 from tests.controlplane.test_reconciler import Harness
 from tests.tasks import stop
@@ -90,6 +92,33 @@ async def test_the_leader_asks_for_upkeep_once_a_burst_pauses(
         for _ in range(3):
             changes.SERVICES.fire()
         await harness.until(lambda: asked == [1, 1])
+    finally:
+        await stop(task)
+        engine.dispose()
+
+
+async def test_a_failed_upkeep_is_logged_and_the_next_burst_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(upkeep, "MIN_WRITES", 1)
+    monkeypatch.setattr(reconciler_mod, "QUIET_S", 0.05)
+    engine = make_engine(f"sqlite:///{tmp_path / 'openeas.db'}")
+    reconciler = Harness(make_sessions(engine)).make_reconciler()
+    tries: list[int] = []
+
+    def tidy() -> bool:
+        tries.append(1)
+        raise OperationalError("VACUUM", {}, Exception("connection lost"))
+
+    monkeypatch.setattr(reconciler.store, "tidy", tidy)
+    task = asyncio.create_task(reconciler._tidy())
+    try:
+        await asyncio.sleep(0)
+        changes.SERVICES.fire()
+        await wait_until_async(lambda: tries == [1], 5)
+        changes.SERVICES.fire()
+        await wait_until_async(lambda: tries == [1, 1], 5)
+        assert "the services table's upkeep failed" in caplog.text
     finally:
         await stop(task)
         engine.dispose()
