@@ -5,7 +5,9 @@ A burst of creates leaves the table's visibility map unset until autovacuum's ne
 page by ``pageNumber`` and the list's count visit every row's heap page instead of only the
 index. The leading reconciler calls :func:`vacuum_if_churned` once the writes have paused
 after at least :data:`MIN_WRITES` of them; it vacuums only when PostgreSQL's own counters say
-the table churned. SQLite needs none of this (its indexes answer alone).
+the table churned. SQLite needs none of this (its indexes answer alone). The control
+plane's role owns the table (it migrates it); a role that does not gets PostgreSQL's
+warning instead, and autovacuum alone.
 """
 
 from __future__ import annotations
