@@ -80,11 +80,11 @@ def router(
         page_size: Annotated[int | None, Query(ge=1, le=route_feed.PAGE_SIZE_MAX)] = None,
         page: Annotated[str | None, Query(max_length=64)] = None,
     ) -> Response:
-        """The gateway's route table (:class:`contract.wire.RouteTable`): the changes after
-        version ``after`` (a whole table without one). With ``wait`` it is a long-poll:
-        answered at once when the version differs from ``after``, else 204 after ``wait``
-        seconds. With ``page_size`` a whole table comes in pages: ``page`` (a page's
-        ``next_page``) asks for the next one, at once (``after`` and ``wait`` unused)."""
+        """The gateway's route table: the changes after version ``after`` (a whole table
+        without one). With ``wait`` it is a long-poll: answered at once when the version
+        differs from ``after``, else 204 after ``wait`` seconds. With ``page_size`` a whole
+        table comes in pages: ``page`` (a page's ``next_page``) asks for the next one, at
+        once (``after`` and ``wait`` unused)."""
         if page is not None:
             try:
                 route_feed.parse_page(page)
@@ -104,8 +104,8 @@ def router(
                 page=page,
             )
         )
-        # Serialized by pydantic itself: FastAPI's encoder walks a returned model field by
-        # field, which cost more than reading the rows (a page is 500 routes).
+        # A contract.wire.RouteTable, serialized by pydantic itself: FastAPI's encoder walks
+        # a returned model field by field, which cost more than reading the rows.
         return Response(table.model_dump_json(), media_type="application/json")
 
     @api.post(
