@@ -131,9 +131,9 @@ _SUMMARY = select(
     _services.template_hash,
 )
 _HAS_REPLICAS = or_(_services.total_instances > 0, _services.running_instances > 0)
-# What a resync reads of a row besides its pending state: a status write that changes one
-# stamps the row, as a routing change does (controlplane.model.kept_rows.KeptRows).
-_SUMMARY_FIELDS = ("observed_generation", "total_instances", "running_instances", "template_hash")
+# What a resync reads of a row that a status write sets: a write that changes one stamps
+# the row, as a routing change does (controlplane.model.kept_rows.KeptRows).
+_SUMMARY_FIELDS = tuple(f for f in route_feed.RESYNC_FIELDS if f != "generation")
 
 
 def _routes_differ(before: Any, values: dict[str, Any]) -> bool:
@@ -212,22 +212,9 @@ class ReconcileStore:
         or orphaned: those named, and those that asked for or had replicas. A row at zero
         that the runtime does not run matches it already, so services at zero (most of a
         large installation) cost the resync nothing."""
-        pending = or_(ServiceRow.generation > ServiceRow.observed_generation, ServiceRow.deleting)
-        query = select(
-            ServiceRow.name,
-            pending,
-            ServiceRow.total_instances,
-            ServiceRow.running_instances,
-            ServiceRow.template_hash,
-        ).where(ServiceRow.cluster == self.cluster)
+        query = _SUMMARY.where(_services.cluster == self.cluster)
         if observed is not None:
-            query = query.where(
-                or_(
-                    ServiceRow.total_instances > 0,
-                    ServiceRow.running_instances > 0,
-                    ServiceRow.name.in_(list(observed)),
-                )
-            )
+            query = query.where(or_(_HAS_REPLICAS, _services.name.in_(list(observed))))
         with self._sessions() as s:
             return [StoredSummary(*row) for row in s.execute(query)]
 
