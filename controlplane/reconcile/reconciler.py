@@ -48,9 +48,6 @@ log = logging.getLogger(__name__)
 LEASE_NAME = "reconciler"
 MAX_BACKOFF = 60.0
 BATCH = 256  # services reconciled per read and write transaction
-# Reads of the pending services in a burst of commits, at most one per this many seconds
-# (a lone commit is read at once).
-BURST_GAP_S = 0.05
 QUIET_S = 0.5  # a burst of writes has ended after this long without one (the upkeep's cue)
 
 
@@ -195,7 +192,7 @@ class Reconciler:
         another control-plane replica did. Reads the partial index of pending services,
         unless nothing was committed since the last read (the same names then)."""
         written = self.store.commits()
-        spacing = changes.Spacing(BURST_GAP_S)  # a burst of creates: one read per gap
+        spacing = changes.Spacing(changes.BURST_GAP_S)  # a burst of creates: one read per gap
         pending: list[str] = []
         while True:
             if written():

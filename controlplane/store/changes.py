@@ -73,6 +73,11 @@ def spacing_delay(last: float, now: float, gap: float) -> float:
     return max(0.0, last + gap - now)
 
 
+# A burst's reads of what changed (the route feed's counter, the reconciler's pending
+# services): at most one per this many seconds; a lone commit is read at once.
+BURST_GAP_S = 0.05
+
+
 class Spacing:
     """Reads of what commits changed, at most one per ``gap`` seconds: the first change
     after a quiet spell is read at once (no latency added), the changes of a burst wait out

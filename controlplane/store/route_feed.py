@@ -47,7 +47,7 @@ FLOOR = "routes_floor"  # removals at or below it are pruned: a gateway that far
 REMOVALS_KEPT = 10_000  # gets a whole table; how many versions of removals are kept
 _ROUTING_FIELDS = ("token_sha256", "status", "spec", "deleting", "stopped")
 # What the resync reads of a service also stamps a new version (model.kept_rows.KeptRows).
-_RESYNC_FIELDS = (
+RESYNC_FIELDS = (
     "generation",
     "observed_generation",
     "total_instances",
@@ -65,16 +65,11 @@ def version(session: Session, counter: str = COUNTER) -> int:
     return session.scalar(_VERSION, {"counter": counter}) or 0
 
 
-def _versions(session: Session) -> tuple[int, int]:
-    """The route counter and the removals' floor, in one read."""
+def versions(session: Session) -> tuple[int, int]:
+    """The route counter and the removals' floor, in one read: the feed's, and the
+    resync's watermark (:class:`controlplane.model.kept_rows.KeptRows`)."""
     values: dict[str, int] = {name: value for name, value in session.execute(_VERSIONS)}
     return values.get(COUNTER, 0), values.get(FLOOR, 0)
-
-
-def versions(session: Session) -> tuple[int, int]:
-    """The route counter and the removals' floor: the resync's watermark too
-    (:class:`controlplane.model.kept_rows.KeptRows`)."""
-    return _versions(session)
 
 
 def table(
@@ -101,7 +96,7 @@ def table(
             at, after_id = parse_page(page)
             return _page(s, cluster, default_timeout_ms, opener, at, after_id, page_size)
         # Read first: a change after this shows up as a newer version.
-        current, floor = _versions(s)
+        current, floor = versions(s)
         if after < floor or after > current:
             if page_size is not None:
                 return _page(s, cluster, default_timeout_ms, opener, current, -1, page_size)
@@ -267,7 +262,7 @@ def _routing_changes(session: Session) -> tuple[list[Routed], list[Routed]]:
 def _routes(row: Routed) -> bool:
     state: InstanceState[Routed] = inspect(row)
     service = isinstance(row, ServiceRow)
-    fields = _ROUTING_FIELDS + _RESYNC_FIELDS if service else _GROUP_ROUTING_FIELDS
+    fields = _ROUTING_FIELDS + RESYNC_FIELDS if service else _GROUP_ROUTING_FIELDS
     if any(state.attrs[f].history.has_changes() for f in fields):
         return True
     if isinstance(row, GroupRow):
@@ -285,15 +280,14 @@ class VersionWatch:
     long-poll waits, so idle cost does not grow with the number of gateways polling this
     control plane, and is nil when none does. A tick with nothing committed since the last
     (:func:`controlplane.store.changes.commit_watch`: SQLite) reads nothing. In a burst of
-    commits it reads at most once per ``BURST_GAP_S`` (:class:`changes.Spacing`), so each
-    gateway gets one delta per gap instead of one per commit; a lone change is read at once."""
-
-    BURST_GAP_S = 0.05
+    commits it reads at most once per :data:`changes.BURST_GAP_S` (:class:`changes.Spacing`),
+    so each gateway gets one delta per gap instead of one per commit; a lone change is read
+    at once."""
 
     def __init__(self, sessions: sessionmaker[Session], interval: float) -> None:
         self._sessions = sessions
         self._written = commit_watch(sessions)
-        self._spacing = changes.Spacing(self.BURST_GAP_S)
+        self._spacing = changes.Spacing(changes.BURST_GAP_S)
         self.interval = interval
         self._current: int | None = None
         self._waiters = 0
@@ -428,12 +422,13 @@ _STAMP_SERVICES_AT_NEW_VERSION = select(_BUMPED.c.value).add_cte(
 def _stamp_new_version(session: Session, service_ids: list[int]) -> int:
     """A new version, with the services ``service_ids`` stamped at it (none: only the bump)."""
     conn = session.connection()
-    if service_ids and conn.dialect.name == "postgresql":
+    together = bool(service_ids) and conn.dialect.name == "postgresql"
+    if together:
         new = conn.scalar(_STAMP_SERVICES_AT_NEW_VERSION, {"ids": service_ids})
     else:
         new = conn.scalar(_NEXT_VERSION)
     assert new is not None, "the routes counter is missing: run 'openeas migrate'"
-    if service_ids and conn.dialect.name != "postgresql":
+    if service_ids and not together:
         _stamp(session, ServiceRow, service_ids, int(new))
     return int(new)
 
