@@ -139,8 +139,8 @@ class Consumers:
         one that lands inside a blocking read)."""
         while True:
             running = self.running.get((name, ep))
-            if running is None or running.stopped:
-                return
+            if running is None or running.stopped or running.task is not asyncio.current_task():
+                return  # stopped; or stopped and started again, as another task
             try:
                 await self._consume(name, ep, running)
                 return
